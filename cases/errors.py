@@ -1,0 +1,123 @@
+"""Every error Remedy raises on purpose, under one root: :class:`RemedyError`.
+
+Messages are written for the person at the terminal: they say what went wrong
+and what to do next. The CLI prints ``str(err)`` as one red line and exits
+non-zero; nothing here should ever surface as a traceback for a user mistake.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "RemedyError",
+    "KBError",
+    "KBNotFoundError",
+    "KBPathError",
+    "KBLockedError",
+    "KBVersionError",
+    "CaseNotFoundError",
+    "ValidationError",
+    "ImportFileError",
+    "IndexMismatchError",
+    "RunDirError",
+    "CheckpointError",
+    "EnvError",
+    "PatchError",
+    "PatchRejectedError",
+    "SandboxError",
+    "VerificationError",
+    "ScenarioError",
+    "DiagnosisError",
+    "LMError",
+]
+
+
+class RemedyError(Exception):
+    """Root of every error Remedy raises on purpose. ``str(err)`` is the user-facing line."""
+
+
+class KBError(RemedyError):
+    """Something is wrong with the knowledge base on disk."""
+
+
+class KBNotFoundError(KBError):
+    """The KB directory does not exist (and was not asked to be created)."""
+
+
+class KBPathError(KBError):
+    """The KB path is unusable: a file where a directory should be, or unwritable."""
+
+
+class KBLockedError(KBError):
+    """Another process holds the DuckDB file; carries the holder's PID when DuckDB names it."""
+
+    def __init__(self, message: str, pid: int | None = None) -> None:
+        super().__init__(message)
+        self.pid = pid
+
+
+class KBVersionError(KBError):
+    """The KB was written by a newer Remedy (schema version above what this one knows)."""
+
+
+class CaseNotFoundError(KBError):
+    """No case with the given id is stored."""
+
+
+class ValidationError(RemedyError):
+    """A value from outside (file, HTTP, CLI) does not fit the case model."""
+
+
+class ImportFileError(ValidationError):
+    """An import file is malformed; ``problems`` lists (line, message) pairs."""
+
+    def __init__(self, message: str, problems: list[tuple[int, str]] | None = None) -> None:
+        super().__init__(message)
+        self.problems = problems or []
+
+
+class IndexMismatchError(KBError):
+    """The vector index was built with another embedding model or dimension."""
+
+
+class RunDirError(RemedyError):
+    """A run directory is missing, incomplete, or its run.yaml is invalid."""
+
+
+class CheckpointError(RunDirError):
+    """The checkpoint is missing, corrupt, or does not fit the environment."""
+
+
+class EnvError(RemedyError):
+    """An environment id is unknown or cannot be constructed."""
+
+
+class PatchError(RemedyError):
+    """A patch file cannot be read or parsed."""
+
+
+class PatchRejectedError(PatchError):
+    """A patch does not fit the env/algorithm or broke a sandbox rule; ``rule`` names which."""
+
+    def __init__(self, message: str, rule: str = "") -> None:
+        super().__init__(message)
+        self.rule = rule
+
+
+class SandboxError(RemedyError):
+    """Untrusted code was stopped by the sandbox (static check, fuzz, or resource limit)."""
+
+
+class VerificationError(RemedyError):
+    """A verification job could not be run at all (as opposed to a ``failed`` case)."""
+
+
+class ScenarioError(RemedyError):
+    """A fault-scenario file is missing or invalid."""
+
+
+class DiagnosisError(RemedyError):
+    """A diagnosis could not be produced."""
+
+
+class LMError(DiagnosisError):
+    """The configured language model is unreachable or kept answering unparseably."""

@@ -1,0 +1,292 @@
+"""The case: one diagnose-fix-verify episode, as frozen pydantic models.
+
+Every attempt becomes a case, failed ones too. The parts follow DESIGN.md:
+subject, evidence, signature, diagnosis, patch, verification, provenance.
+Example cases (``source == "example"``) carry no verification; any effect they
+mention is a :class:`LiteratureEffect` that names its source.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import datetime, timezone
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from .patches.spec import Patch
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "RootCause",
+    "RemedyFamily",
+    "ActionSpaceType",
+    "RewardDensity",
+    "Status",
+    "Source",
+    "EnvTraits",
+    "Subject",
+    "EpisodeSummary",
+    "Evidence",
+    "Signature",
+    "Cause",
+    "Diagnosis",
+    "Effect",
+    "Verification",
+    "LiteratureEffect",
+    "Provenance",
+    "Case",
+    "new_case_id",
+]
+
+#: Version of the case model's JSON shape; bump with a migration in the store.
+SCHEMA_VERSION = 1
+
+
+class RootCause(StrEnum):
+    """Root-cause taxonomy (DESIGN.md). Extend with care, never rename."""
+
+    reward_misspecification = "reward_misspecification"
+    sparse_reward = "sparse_reward"
+    reward_hacking = "reward_hacking"
+    insufficient_exploration = "insufficient_exploration"
+    premature_convergence = "premature_convergence"
+    undertraining = "undertraining"
+    unstable_optimization = "unstable_optimization"
+    observation_scaling = "observation_scaling"
+    action_jitter = "action_jitter"
+    safety_violation = "safety_violation"
+    time_limit_misconfiguration = "time_limit_misconfiguration"
+    generalization_gap = "generalization_gap"
+    unknown = "unknown"
+
+
+class RemedyFamily(StrEnum):
+    """Families of patches; one per patch-part ``kind``."""
+
+    reward_shaping = "reward_shaping"
+    action_smoothness = "action_smoothness"
+    action_magnitude = "action_magnitude"
+    hyperparameters = "hyperparameters"
+    normalization = "normalization"
+    time_limit = "time_limit"
+    frame_stack = "frame_stack"
+    action_repeat = "action_repeat"
+    exploration_bonus = "exploration_bonus"
+    curriculum = "curriculum"
+    safety_constraint = "safety_constraint"
+    training_budget = "training_budget"
+
+
+class ActionSpaceType(StrEnum):
+    """Whether the env's actions are discrete or continuous."""
+
+    discrete = "discrete"
+    continuous = "continuous"
+
+
+class RewardDensity(StrEnum):
+    """Whether the env pays reward most steps (dense) or rarely (sparse)."""
+
+    dense = "dense"
+    sparse = "sparse"
+
+
+class Status(StrEnum):
+    """Outcome of a verification (DESIGN.md)."""
+
+    improved = "improved"
+    no_effect = "no_effect"
+    worse = "worse"
+    reward_hacking = "reward_hacking"
+    failed = "failed"
+
+
+class Source(StrEnum):
+    """Where a case came from."""
+
+    example = "example"  # hand-written from the literature; no measurements of ours
+    verified = "verified"  # produced by `remedy verify` / `remedy fix`
+    bench = "bench"  # produced by `remedy bench run` on a fault scenario
+    imported = "imported"  # came from another team's export
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class EnvTraits(_Frozen):
+    """Coarse facts about the env that retrieval filters on."""
+
+    action_space: ActionSpaceType
+    obs_dim: int = Field(ge=0)
+    action_dim: int = Field(ge=0, description="number of discrete actions, or the Box dimension")
+    reward_density: RewardDensity = RewardDensity.dense
+
+
+class Subject(_Frozen):
+    """The agent under treatment: env, algorithm, training, and what success means."""
+
+    env_id: str
+    env_kwargs: dict[str, Any] = Field(default_factory=dict)
+    algo: str
+    hyperparams: dict[str, Any] = Field(default_factory=dict)
+    train_steps: int | None = Field(None, ge=0)
+    checkpoint_sha256: str | None = None
+    reward_ref: str | None = None
+    success: str = ""
+    traits: EnvTraits
+
+
+class EpisodeSummary(_Frozen):
+    """One evaluation episode, summarized."""
+
+    seed: int | None = None
+    ret: float
+    length: int
+    termination: str  # "terminated", "truncated", or an env-specific reason
+    success: bool | None = None
+
+
+class Evidence(_Frozen):
+    """What was observed of the agent before treatment (rollouts and logs), summarized."""
+
+    n_episodes: int = Field(ge=0)
+    episodes: list[EpisodeSummary] = Field(default_factory=list)
+    has_training_logs: bool = False
+    notes: str = ""
+
+
+class Signature(_Frozen):
+    """Failure signature: named numeric features, symptom tags, and a summary for retrieval."""
+
+    features: dict[str, float] = Field(default_factory=dict)
+    symptoms: list[str] = Field(default_factory=list)
+    summary: str
+
+
+class Cause(_Frozen):
+    """One ranked root cause with confidence and why."""
+
+    cause: RootCause
+    confidence: float = Field(ge=0, le=1)
+    rationale: str = ""
+
+
+class Diagnosis(_Frozen):
+    """Root causes ranked, and what produced them."""
+
+    causes: list[Cause] = Field(default_factory=list)
+    backend: str = "human"
+    program_version: str | None = None
+    cited_cases: list[str] = Field(default_factory=list)
+    cited_rules: list[str] = Field(default_factory=list)
+
+    @property
+    def root_causes(self) -> list[RootCause]:
+        """Causes in rank order, labels only."""
+        return [c.cause for c in self.causes]
+
+
+class Effect(_Frozen):
+    """Treatment minus control on the original task metric, with a bootstrap CI."""
+
+    metric: str  # e.g. "return_iqm" or "success_rate"
+    treatment: float
+    control: float
+    diff: float
+    ci_low: float
+    ci_high: float
+    prob_improvement: float | None = Field(None, ge=0, le=1)
+    confidence_level: float = 0.95
+
+
+class Verification(_Frozen):
+    """Result of fine-tuning with the patch (treatment) against without (control)."""
+
+    status: Status
+    effect: Effect | None = None
+    secondary: dict[str, Effect] = Field(default_factory=dict)
+    seeds: int = Field(0, ge=0)
+    budget_steps: int = Field(0, ge=0)
+    env_steps: int = Field(0, ge=0)
+    wall_time_s: float = Field(0.0, ge=0)
+    safety_violations: dict[str, float] = Field(default_factory=dict)
+    reason: str = ""
+
+
+class LiteratureEffect(_Frozen):
+    """An effect reported in the literature; never presented as our measurement."""
+
+    claim: str
+    source: str
+
+
+class Provenance(_Frozen):
+    """Versions and time stamps of what produced the case."""
+
+    remedy_version: str = ""
+    versions: dict[str, str] = Field(default_factory=dict)
+    lm: str | None = None
+    program_version: str | None = None
+    created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
+
+
+class Case(_Frozen):
+    """One diagnose-fix-verify episode."""
+
+    case_id: str
+    source: Source
+    subject: Subject
+    evidence: Evidence | None = None
+    signature: Signature
+    diagnosis: Diagnosis | None = None
+    patch: Patch
+    verification: Verification | None = None
+    literature: LiteratureEffect | None = None
+    provenance: Provenance = Field(default_factory=Provenance)
+    scenario: str | None = None  # fault-scenario name, so benchmarks can exclude their own cases
+    parent_id: str | None = None  # previous round in a fix loop
+    tags: list[str] = Field(default_factory=list)
+
+    @field_validator("case_id")
+    @classmethod
+    def _id_is_simple(cls, v: str) -> str:
+        if not v or len(v) > 128 or any(c.isspace() for c in v):
+            raise ValueError("case_id must be 1-128 characters with no whitespace")
+        return v
+
+    @property
+    def status(self) -> str:
+        """Verification status, ``literature`` for cited examples, else ``unverified``."""
+        if self.verification is not None:
+            return self.verification.status.value
+        return "literature" if self.literature is not None else "unverified"
+
+    @property
+    def effect_value(self) -> float | None:
+        """The measured effect difference, if any."""
+        v = self.verification
+        return v.effect.diff if v is not None and v.effect is not None else None
+
+    @property
+    def root_causes(self) -> list[RootCause]:
+        """Diagnosed root causes in rank order (empty if undiagnosed)."""
+        return self.diagnosis.root_causes if self.diagnosis else []
+
+    def to_json(self) -> str:
+        """Canonical JSON text of the case."""
+        return self.model_dump_json()
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> "Case":
+        """Parse and validate a case from JSON text."""
+        return cls.model_validate_json(text)
+
+
+def new_case_id(*parts: Any) -> str:
+    """A short, deterministic id from the given parts (same inputs, same id)."""
+    blob = json.dumps(parts, sort_keys=True, default=str).encode()
+    return "c-" + hashlib.sha256(blob).hexdigest()[:16]

@@ -1,0 +1,75 @@
+"""The `remedy` command line: a thin adapter over the KnowledgeBase and the case machinery.
+
+Each command parses its arguments, calls one core function and renders the
+result (a rich table, or JSON with ``--json``). Commands live in the
+``cli_*`` modules by area; this module assembles them and maps every
+:class:`RemedyError` to one red line on stderr and exit status 1.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import typer  # noqa: E402
+from rich.console import Console  # noqa: E402
+
+from remedy.cases.errors import RemedyError  # noqa: E402
+
+from . import cli_diagnose, cli_kb, cli_patch, cli_signature, cli_verify  # noqa: E402
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="remedy",
+    help="Remedy: diagnose why a trained RL agent fails, patch it, verify the patch, and remember.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+kb_app = typer.Typer(help="Create, inspect, import, export and reindex the knowledge base.", no_args_is_help=True)
+case_app = typer.Typer(help="Look at stored cases.", no_args_is_help=True)
+patch_app = typer.Typer(help="Check patch files before they are used.", no_args_is_help=True)
+bench_app = typer.Typer(help="Fault-scenario suite: build the broken agents, run the fix loop on them.", no_args_is_help=True)
+app.add_typer(kb_app, name="kb")
+app.add_typer(case_app, name="case")
+app.add_typer(patch_app, name="patch")
+app.add_typer(bench_app, name="bench")
+
+cli_kb.register(app, kb_app, case_app)
+cli_signature.register(app)
+cli_patch.register(patch_app)
+cli_verify.register(app, bench_app)
+cli_diagnose.register(app, bench_app)
+
+_err = Console(stderr=True)
+
+
+def main() -> None:
+    """Entry point of the ``remedy`` console script."""
+    try:
+        app(standalone_mode=False)
+    except RemedyError as err:
+        _err.print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
+        sys.exit(1)
+    except typer.Exit as ex:
+        sys.exit(ex.exit_code)
+    except typer.Abort:
+        _err.print("[red]aborted[/]")
+        sys.exit(130)
+    except Exception as ex:  # click usage errors arrive here in non-standalone mode
+        import click
+
+        if isinstance(ex, click.ClickException):
+            ex.show()
+            sys.exit(ex.exit_code)
+        raise
+
+
+if __name__ == "__main__":
+    main()

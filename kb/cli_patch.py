@@ -1,0 +1,5 @@
+"""`remedy patch check`."""
+
+
+def register(patch_app) -> None:
+    """Attach the patch commands."""
