@@ -1,0 +1,66 @@
+"""The shared vocabulary of failure signatures: feature names and symptom tags.
+
+Each name is defined once here with what it measures; ``cases.signature``
+computes them, the example cases use them, rules and diagnosers match on them.
+Add names freely; never rename one (stored cases and mined rules refer to them).
+"""
+
+from __future__ import annotations
+
+__all__ = ["FEATURES", "SYMPTOMS"]
+
+#: feature name -> what it measures. Values are floats; NaN where not measurable.
+FEATURES: dict[str, str] = {
+    "return_mean": "mean original (unpatched) episode return over evaluation episodes",
+    "return_iqm": "interquartile mean of the original episode return",
+    "return_std": "standard deviation of the original episode return",
+    "success_rate": "fraction of evaluation episodes that met the task success definition",
+    "truncation_rate": "fraction of episodes truncated by the time limit",
+    "early_termination_rate": "fraction of episodes that terminated without success",
+    "ep_len_mean": "mean episode length in steps",
+    "ep_len_frac": "mean episode length divided by the time limit (1.0 = always runs out the clock)",
+    "action_saturation": "fraction of continuous action components within 2% of their bounds",
+    "action_jerk": "mean |a_t - a_{t-1}| per component, divided by the action range (0 = smooth, 1 = bang-bang)",
+    "action_std": "mean per-component standard deviation of actions within an episode, divided by the range",
+    "action_entropy": "normalized entropy of discrete action frequencies (0 = one action, 1 = uniform)",
+    "state_coverage": "fraction of occupied cells on a coarse grid over the first two observation dims",
+    "obs_abs_max": "largest absolute observation value seen (unnormalized scale)",
+    "obs_scale_ratio": "ratio of the largest to the smallest per-dimension observation std (log10)",
+    "reward_success_corr": "correlation between episode return (training reward) and task success",
+    "reward_per_step": "mean training reward per step",
+    "det_stoch_gap": "deterministic minus stochastic policy mean return, over the return spread",
+    "return_spread": "IQR of returns over |median| + 1 (relative spread)",
+    "curve_plateau": "1 if the learning curve flattened over its last third (relative slope < 5%), else 0",
+    "curve_collapse": "drop from the best to the final smoothed training return, over the best's magnitude",
+    "curve_oscillation": "std of the detrended smoothed learning curve over its mean magnitude",
+    "entropy_final": "final policy entropy from training logs (NaN without logs)",
+    "entropy_drop": "fraction of the initial policy entropy lost by the end of training",
+    "approx_kl_max": "largest approx_kl in the training log (PPO), a sign of too-large updates",
+    "constraint_violation_rate": "fraction of steps that broke a declared safety constraint",
+    "nan_detected": "1 if any observation, action or reward was NaN/inf during rollouts",
+    "shifted_gap": "return on shifted-env variants minus the nominal return, over the nominal magnitude",
+}
+
+#: symptom tag -> what it means. Tags are derived from features by named thresholds.
+SYMPTOMS: dict[str, str] = {
+    "hovering": "episodes run out the clock without reaching a terminal goal (lander hovers)",
+    "timeouts": "most episodes are truncated by the time limit",
+    "never_succeeds": "no evaluation episode met the task success definition",
+    "low_success": "the task success rate is below one half",
+    "jerky_actions": "actions change abruptly from step to step (bang-bang control)",
+    "saturated_actions": "continuous actions sit at their bounds much of the time",
+    "collapsed_entropy": "the policy became nearly deterministic early (entropy collapse)",
+    "premature_convergence": "learning plateaued early at a poor return",
+    "unstable_learning": "the learning curve oscillates or collapses",
+    "reward_hacking_suspected": "training reward is high while task success is low or uncorrelated",
+    "constraint_violations": "the agent breaks declared safety constraints",
+    "early_termination": "episodes end early by failure (falls, crashes)",
+    "low_coverage": "the agent visits a small part of the state space",
+    "unscaled_observations": "observations are orders of magnitude off unit scale",
+    "high_variance": "returns vary widely between episodes",
+    "short_episodes": "episodes are much shorter than the time limit without success",
+    "sparse_signal": "reward is zero or constant on most steps",
+    "poor_generalization": "performance drops on shifted-env variants",
+    "undertrained": "few training steps for the task and returns still rising",
+    "numerical_instability": "NaN or inf appeared in observations, actions or rewards",
+}
