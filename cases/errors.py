@@ -28,6 +28,7 @@ __all__ = [
     "ScenarioError",
     "DiagnosisError",
     "LMError",
+    "AlgorithmError",
 ]
 
 
@@ -121,3 +122,7 @@ class DiagnosisError(RemedyError):
 
 class LMError(DiagnosisError):
     """The configured language model is unreachable or kept answering unparseably."""
+
+
+class AlgorithmError(RemedyError):
+    """An algorithm name is unknown, or its package is not installed."""

@@ -215,6 +215,8 @@ class Verification(_Frozen):
     wall_time_s: float = Field(0.0, ge=0)
     safety_violations: dict[str, float] = Field(default_factory=dict)
     reason: str = ""
+    #: the primary metric per training seed, by arm ("treatment", "control"), in seed order
+    per_seed: dict[str, list[float]] = Field(default_factory=dict)
 
 
 class LiteratureEffect(_Frozen):

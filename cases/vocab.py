@@ -7,7 +7,10 @@ Add names freely; never rename one (stored cases and mined rules refer to them).
 
 from __future__ import annotations
 
-__all__ = ["FEATURES", "SYMPTOMS"]
+__all__ = ["FEATURES", "SYMPTOMS", "COMPONENT_PREFIX"]
+
+#: per-reward-component features are named ``component.<name>.<mean|std|success_corr>``.
+COMPONENT_PREFIX = "component."
 
 #: feature name -> what it measures. Values are floats; NaN where not measurable.
 FEATURES: dict[str, str] = {
@@ -39,6 +42,11 @@ FEATURES: dict[str, str] = {
     "constraint_violation_rate": "fraction of steps that broke a declared safety constraint",
     "nan_detected": "1 if any observation, action or reward was NaN/inf during rollouts",
     "shifted_gap": "return on shifted-env variants minus the nominal return, over the nominal magnitude",
+    "train_return_mean": "mean episode return under the reward the agent was trained on (setup wrappers applied)",
+    "reward_gap": "training-reward return minus original return, over |original return| + 1 (the setup pays for something else)",
+    "reward_informative_frac": "fraction of steps whose original reward differs from its most common per-step value",
+    "curve_final_slope": "rise of the smoothed learning curve over its last third, over the curve's range (still rising > 0)",
+    "train_steps": "training steps of the agent (from run.yaml), NaN when unknown",
 }
 
 #: symptom tag -> what it means. Tags are derived from features by named thresholds.

@@ -53,7 +53,9 @@ _err = Console(stderr=True)
 def main() -> None:
     """Entry point of the ``remedy`` console script."""
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)  # a command's typer.Exit(n) comes back as n here
+        if isinstance(code, int) and code:
+            sys.exit(code)
     except RemedyError as err:
         _err.print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
         sys.exit(1)

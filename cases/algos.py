@@ -1,0 +1,68 @@
+"""Algorithm registry: SB3 and sb3-contrib classes looked up by name.
+
+Run directories and scenarios name their algorithm as a string ("PPO",
+"tqc"); this module turns it into the class, case-insensitively, and says
+whether it learns on-policy (no replay buffer, fine-tunes from rollouts).
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+
+from .errors import AlgorithmError
+
+__all__ = ["ALGOS", "ON_POLICY", "get_algo", "is_on_policy", "canonical_algo", "algo_names"]
+
+#: canonical name -> "module:attribute" (imported lazily; sb3-contrib is optional at import time).
+ALGOS: dict[str, str] = {
+    "PPO": "stable_baselines3:PPO",
+    "A2C": "stable_baselines3:A2C",
+    "DQN": "stable_baselines3:DQN",
+    "SAC": "stable_baselines3:SAC",
+    "TD3": "stable_baselines3:TD3",
+    "DDPG": "stable_baselines3:DDPG",
+    "QRDQN": "sb3_contrib:QRDQN",
+    "TQC": "sb3_contrib:TQC",
+    "TRPO": "sb3_contrib:TRPO",
+    "ARS": "sb3_contrib:ARS",
+    "CrossQ": "sb3_contrib:CrossQ",
+    "RecurrentPPO": "sb3_contrib:RecurrentPPO",
+    "MaskablePPO": "sb3_contrib:MaskablePPO",
+}
+
+#: algorithms that learn from fresh rollouts only (no replay buffer). ARS is population-based, no buffer either.
+ON_POLICY: frozenset[str] = frozenset({"PPO", "A2C", "TRPO", "ARS", "RecurrentPPO", "MaskablePPO"})
+
+_BY_LOWER = {k.lower(): k for k in ALGOS}
+
+
+
+def algo_names() -> list[str]:
+    """Canonical names of every supported algorithm."""
+    return list(ALGOS)
+
+
+def canonical_algo(name: str) -> str:
+    """The canonical spelling of ``name`` ("ppo" -> "PPO"); raises with a did-you-mean when unknown."""
+    key = str(name).strip().lower().replace("-", "").replace("_", "")
+    if key in _BY_LOWER:
+        return _BY_LOWER[key]
+    close = difflib.get_close_matches(key, list(_BY_LOWER), n=1, cutoff=0.5)
+    hint = f"; did you mean '{_BY_LOWER[close[0]]}'?" if close else f"; choose one of {', '.join(ALGOS)}"
+    raise AlgorithmError(f"unknown algorithm '{name}'{hint}")
+
+
+def get_algo(name: str) -> type:
+    """The SB3/sb3-contrib class for ``name`` (case-insensitive)."""
+    canon = canonical_algo(name)
+    module, attr = ALGOS[canon].split(":")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except ImportError as ex:  # sb3-contrib missing
+        raise AlgorithmError(f"algorithm '{canon}' needs the '{module}' package; install it ({ex})") from ex
+
+
+def is_on_policy(name: str) -> bool:
+    """True when the algorithm learns on-policy (PPO, A2C, TRPO, ...), False for replay-buffer methods."""
+    return canonical_algo(name) in ON_POLICY

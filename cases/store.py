@@ -1,0 +1,354 @@
+"""The store of record: every case, in one DuckDB file.
+
+DuckDB lets one process hold the file and blocks every other process, readers
+included, so each operation opens a connection, does its work and closes it.
+A process that finds the file locked retries for about two seconds and then
+raises :class:`KBLockedError` naming the holder's PID.
+
+The full case lives in ``body`` (JSON); a few flat columns copy what filters
+and statistics need. The schema is versioned in ``meta``: opening an older
+file applies :data:`MIGRATIONS` inside one transaction; a file written by a
+newer Remedy is refused.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NamedTuple
+
+import duckdb
+import pyarrow as pa
+
+from .errors import CaseNotFoundError, KBError, KBLockedError, KBVersionError, ValidationError
+from .io import case_from_json, case_to_json
+from .model import Case
+
+__all__ = ["CaseStore", "StoreStats", "AddCounts", "MIGRATIONS", "STORE_SCHEMA_VERSION", "LOCK_TIMEOUT_S"]
+
+_PID = re.compile(r"PID (\d+)")
+#: seconds to keep retrying a locked file before giving up
+LOCK_TIMEOUT_S = 2.0
+
+
+def _v0_to_v1(con: duckdb.DuckDBPyConnection) -> None:
+    """Cases table with flat filter columns and the full case as JSON."""
+    con.execute(
+        """
+        CREATE TABLE cases (
+            case_id      VARCHAR PRIMARY KEY,
+            created_at   TIMESTAMPTZ,
+            source       VARCHAR NOT NULL,
+            env_id       VARCHAR NOT NULL,
+            action_space VARCHAR NOT NULL,
+            algo         VARCHAR NOT NULL,
+            status       VARCHAR NOT NULL,
+            effect       DOUBLE,
+            root_causes  VARCHAR[],
+            scenario     VARCHAR,
+            body         JSON NOT NULL
+        )
+        """
+    )
+    # ART indexes pay off on selective columns only; low-cardinality filters use zone maps.
+    con.execute("CREATE INDEX cases_env ON cases (env_id)")
+    con.execute("CREATE INDEX cases_scenario ON cases (scenario)")
+
+
+#: ``MIGRATIONS[i]`` upgrades schema ``i`` to ``i + 1``; append, never edit.
+MIGRATIONS: list[Callable[[duckdb.DuckDBPyConnection], None]] = [_v0_to_v1]
+#: schema version this code writes
+STORE_SCHEMA_VERSION = len(MIGRATIONS)
+
+
+class AddCounts(NamedTuple):
+    """Result of an upsert: ``added`` rows written (new or changed), ``unchanged`` identical ones."""
+
+    added: int
+    unchanged: int
+
+
+@dataclass(frozen=True)
+class StoreStats:
+    """Case counts overall and by source, status, env and root cause."""
+
+    total: int
+    by_source: dict[str, int] = field(default_factory=dict)
+    by_status: dict[str, int] = field(default_factory=dict)
+    by_env: dict[str, int] = field(default_factory=dict)
+    by_root_cause: dict[str, int] = field(default_factory=dict)
+
+
+_ARROW_SCHEMA = pa.schema(
+    [
+        ("case_id", pa.string()),
+        ("created_at", pa.timestamp("us", tz="UTC")),
+        ("source", pa.string()),
+        ("env_id", pa.string()),
+        ("action_space", pa.string()),
+        ("algo", pa.string()),
+        ("status", pa.string()),
+        ("effect", pa.float64()),
+        ("root_causes", pa.list_(pa.string())),
+        ("scenario", pa.string()),
+        ("body", pa.string()),
+    ]
+)
+
+
+def _row(case: Case) -> dict:
+    return {
+        "case_id": case.case_id,
+        "created_at": case.provenance.created_at,
+        "source": case.source.value,
+        "env_id": case.subject.env_id,
+        "action_space": case.subject.traits.action_space.value,
+        "algo": case.subject.algo,
+        "status": case.status,
+        "effect": case.effect_value,
+        "root_causes": [r.value for r in case.root_causes],
+        "scenario": case.scenario,
+        "body": case_to_json(case),
+    }
+
+
+def _id_table(ids: Iterable[str]) -> pa.Table:
+    return pa.table({"id": pa.array(list(dict.fromkeys(ids)), type=pa.string())})
+
+
+class CaseStore:
+    """Cases in one DuckDB file; every method opens and closes its own connection."""
+
+    def __init__(self, path: Path | str, create: bool = True, lock_timeout: float = LOCK_TIMEOUT_S) -> None:
+        """Open (and create or upgrade) the store at ``path``, the ``remedy.duckdb`` file.
+
+        ``lock_timeout``: how long to keep retrying while another process holds the file.
+        """
+        self.path = Path(path)
+        self.lock_timeout = lock_timeout
+        self._kb = self.path.parent if self.path.name == "remedy.duckdb" else self.path
+        if not create and not self.path.exists():
+            raise KBError(f"no case store at {self.path}; run `remedy kb init` first")
+        self._migrate()
+
+    # -- connections ---------------------------------------------------------------
+
+    @contextmanager
+    def _connect(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        con = self._open_with_retry()
+        try:
+            yield con
+        finally:
+            con.close()
+
+    def _open_with_retry(self) -> duckdb.DuckDBPyConnection:
+        deadline, delay = time.monotonic() + self.lock_timeout, 0.05
+        while True:
+            try:
+                return duckdb.connect(str(self.path))
+            except duckdb.IOException as err:
+                msg = str(err)
+                if "lock" not in msg.lower():
+                    raise self._unreadable(msg) from None
+                if time.monotonic() + delay > deadline:
+                    raise self._locked(msg) from None
+                time.sleep(delay)
+                delay = min(delay * 2, 0.5)
+            except duckdb.Error as err:
+                raise self._unreadable(str(err)) from None
+
+    def _unreadable(self, msg: str) -> KBError:
+        first = (msg.splitlines() or ["unknown error"])[0]
+        return KBError(f"cannot open {self.path} ({first}); move it away or point --kb elsewhere")
+
+    def _locked(self, msg: str) -> KBLockedError:
+        m = _PID.search(msg)
+        pid = int(m.group(1)) if m else None
+        who = f"PID {pid}" if pid is not None else "another process"
+        return KBLockedError(
+            f"KB at {self._kb} is locked by {who}; stop that process or use `remedy serve`", pid=pid
+        )
+
+    # -- schema --------------------------------------------------------------------
+
+    def _migrate(self) -> None:
+        with self._connect() as con:
+            version = self._version(con)
+            if version > STORE_SCHEMA_VERSION:
+                raise KBVersionError(
+                    f"KB at {self._kb} was written by a newer Remedy (schema {version}, "
+                    f"this one knows {STORE_SCHEMA_VERSION}); upgrade remedy"
+                )
+            if version == STORE_SCHEMA_VERSION:
+                return
+            con.execute("BEGIN TRANSACTION")
+            try:
+                con.execute("CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
+                for step in MIGRATIONS[version:]:
+                    step(con)
+                con.execute(
+                    "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", [str(STORE_SCHEMA_VERSION)]
+                )
+                con.execute("COMMIT")
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+
+    @staticmethod
+    def _version(con: duckdb.DuckDBPyConnection) -> int:
+        has_meta = con.execute(
+            "SELECT count(*) FROM information_schema.tables WHERE table_name = 'meta'"
+        ).fetchone()[0]
+        if not has_meta:
+            return 0
+        row = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        return int(row[0]) if row else 0
+
+    def schema_version(self) -> int:
+        """The schema version recorded in the file."""
+        with self._connect() as con:
+            return self._version(con)
+
+    # -- writes --------------------------------------------------------------------
+
+    def add(self, case: Case) -> bool:
+        """Insert or replace one case; False if an identical case was already stored."""
+        return self.add_many([case]).added == 1
+
+    def add_many(self, cases: Iterable[Case]) -> AddCounts:
+        """Upsert cases by id in one transaction; identical re-adds are left untouched."""
+        written, unchanged = self.upsert(cases)
+        return AddCounts(len(written), unchanged)
+
+    def upsert(self, cases: Iterable[Case]) -> tuple[list[str], int]:
+        """Like :meth:`add_many`, but returns the ids actually written and the unchanged count."""
+        rows = _dedupe([_checked_row(c) for c in cases])
+        if not rows:
+            return [], 0
+        with self._connect() as con:
+            existing = self._bodies(con, [r["case_id"] for r in rows])
+            changed = [r for r in rows if existing.get(r["case_id"]) != r["body"]]
+            if changed:
+                batch = pa.Table.from_pylist(changed, schema=_ARROW_SCHEMA)  # noqa: F841 (read by SQL)
+                con.execute("BEGIN TRANSACTION")
+                try:
+                    con.execute("INSERT OR REPLACE INTO cases SELECT * FROM batch")
+                    con.execute("COMMIT")
+                except BaseException:
+                    con.execute("ROLLBACK")
+                    raise
+        return [r["case_id"] for r in changed], len(rows) - len(changed)
+
+    def delete(self, case_ids: Iterable[str]) -> int:
+        """Delete cases by id; returns how many were stored."""
+        wanted = _id_table(case_ids)  # noqa: F841 (read by SQL)
+        if wanted.num_rows == 0:
+            return 0
+        with self._connect() as con:
+            n = con.execute("SELECT count(*) FROM cases WHERE case_id IN (SELECT id FROM wanted)").fetchone()[0]
+            con.execute("DELETE FROM cases WHERE case_id IN (SELECT id FROM wanted)")
+        return int(n)
+
+    # -- reads ---------------------------------------------------------------------
+
+    @staticmethod
+    def _bodies(con: duckdb.DuckDBPyConnection, ids: Iterable[str]) -> dict[str, str]:
+        wanted = _id_table(ids)  # noqa: F841 (read by SQL)
+        rows = con.execute(
+            "SELECT case_id, body::VARCHAR FROM cases WHERE case_id IN (SELECT id FROM wanted)"
+        ).fetchall()
+        return dict(rows)
+
+    def get(self, case_id: str) -> Case:
+        """The case with this id; :class:`CaseNotFoundError` (with suggestions) if none."""
+        with self._connect() as con:
+            row = con.execute("SELECT body::VARCHAR FROM cases WHERE case_id = ?", [case_id]).fetchone()
+            if row is not None:
+                return case_from_json(row[0])
+            close = self._near(con, case_id)
+        hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else "; list ids with `remedy query`"
+        raise CaseNotFoundError(f"no case {case_id!r} in {self._kb}{hint}")
+
+    @staticmethod
+    def _near(con: duckdb.DuckDBPyConnection, case_id: str) -> list[str]:
+        # A typed prefix (like a short git hash) first, then ids within a few edits.
+        rows = con.execute(
+            "SELECT case_id FROM cases WHERE starts_with(case_id, ?) ORDER BY case_id LIMIT 3", [case_id]
+        ).fetchall()
+        if not rows:
+            rows = con.execute(
+                "SELECT case_id FROM cases WHERE levenshtein(case_id, ?) <= 3 "
+                "ORDER BY levenshtein(case_id, ?), case_id LIMIT 3",
+                [case_id, case_id],
+            ).fetchall()
+        return [r[0] for r in rows]
+
+    def get_many(self, case_ids: Iterable[str]) -> list[Case]:
+        """The stored cases among ``case_ids``, in the order given (missing ids are skipped)."""
+        ids = list(dict.fromkeys(case_ids))
+        if not ids:
+            return []
+        with self._connect() as con:
+            bodies = self._bodies(con, ids)
+        return [case_from_json(bodies[i]) for i in ids if i in bodies]
+
+    def ids(self) -> set[str]:
+        """Every stored case id."""
+        with self._connect() as con:
+            return {r[0] for r in con.execute("SELECT case_id FROM cases").fetchall()}
+
+    def count(self) -> int:
+        """Number of stored cases."""
+        with self._connect() as con:
+            return int(con.execute("SELECT count(*) FROM cases").fetchone()[0])
+
+    def iter_cases(self, batch: int = 500) -> Iterator[Case]:
+        """Every case in id order, fetched in batches; no connection is held between batches."""
+        after = ""
+        while True:
+            with self._connect() as con:
+                rows = con.execute(
+                    "SELECT case_id, body::VARCHAR FROM cases WHERE case_id > ? ORDER BY case_id LIMIT ?",
+                    [after, batch],
+                ).fetchall()
+            if not rows:
+                return
+            for _, body in rows:
+                yield case_from_json(body)
+            after = rows[-1][0]
+
+    def stats(self) -> StoreStats:
+        """Counts overall and by source, status, env and root cause."""
+        with self._connect() as con:
+            total = int(con.execute("SELECT count(*) FROM cases").fetchone()[0])
+            by = {col: self._counts(con, f"SELECT {col}, count(*) FROM cases GROUP BY 1")
+                  for col in ("source", "status", "env_id")}
+            causes = self._counts(con, "SELECT rc, count(*) FROM (SELECT unnest(root_causes) AS rc FROM cases) GROUP BY 1")
+        return StoreStats(total, by["source"], by["status"], by["env_id"], causes)
+
+    @staticmethod
+    def _counts(con: duckdb.DuckDBPyConnection, sql: str) -> dict[str, int]:
+        rows = con.execute(sql + " ORDER BY 2 DESC, 1").fetchall()
+        return {str(k): int(v) for k, v in rows}
+
+
+def _checked_row(case: Case) -> tuple:
+    row = _row(case)
+    # A body that cannot be read back would be a case lost on the next read: refuse it now.
+    try:
+        case_from_json(row["body"])
+    except Exception as err:
+        raise ValidationError(
+            f"case {case.case_id!r} does not survive a JSON round trip ({str(err).splitlines()[0]}); "
+            "fix the offending field"
+        ) from None
+    return row
+
+
+def _dedupe(rows: list[tuple]) -> list[tuple]:
+    # Last one wins, as in a sequence of single upserts.
+    return list({r["case_id"]: r for r in rows}.values())

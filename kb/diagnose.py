@@ -1,0 +1,149 @@
+"""Diagnosis at the service level: a run directory (or a signature) in, a DiagnosisReport out.
+
+Collects evidence, computes the signature, retrieves similar cases from the KB
+(hybrid search, same action-space type, the evaluated scenario's own cases
+excluded so a benchmark never sees its answer), and runs the chosen backend.
+:class:`KBRetriever` adapts the facade to the ``CaseRetriever`` protocol that
+the backends in ``remedy.retrieval`` depend on.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from remedy.cases.evidence import EpisodeRecord, EvidenceBundle, collect_evidence
+from remedy.cases.model import EpisodeSummary, Signature, Subject
+from remedy.cases.rundir import RunDir
+from remedy.cases.signature import compute_signature
+from remedy.retrieval.diagnosis import (
+    Attempt,
+    Diagnoser,
+    DiagnosisContext,
+    DiagnosisReport,
+    RetrievedCase,
+    get_diagnoser,
+)
+
+__all__ = ["KBRetriever", "diagnose_run", "diagnose_signature", "failure_episodes", "reward_text"]
+
+#: most failure episodes shown to a backend (structured context, not raw logs).
+MAX_FAILURE_EPISODES = 5
+_MAX_CODE_CHARS = 4000
+
+
+class KBRetriever:
+    """The KB facade as a ``CaseRetriever``: ``similar(signature, k, action_space=, exclude_scenario=)``."""
+
+    def __init__(self, kb: Any, mode: str = "hybrid") -> None:
+        self.kb, self.mode = kb, mode
+
+    def similar(self, signature: Signature, k: int, *, action_space: str | None = None,
+                exclude_scenario: str | None = None, exclude_ids: Iterable[str] = ()) -> list[RetrievedCase]:
+        """Nearest stored cases to ``signature`` with their cosine similarity, best first."""
+        hits = self.kb.similar(signature, k=k, action_space=action_space, exclude_scenario=exclude_scenario,
+                               exclude_ids=exclude_ids, mode=self.mode)
+        return [RetrievedCase(case=h.case, similarity=float(h.similarity)) for h in hits]
+
+
+def failure_episodes(bundle: EvidenceBundle, n: int = MAX_FAILURE_EPISODES) -> tuple[EpisodeSummary, ...]:
+    """Up to ``n`` failed deterministic episodes (all episodes when none failed), as summaries."""
+    eps: Sequence[EpisodeRecord] = bundle.deterministic or bundle.stochastic
+    failed = [e for e in eps if not e.success] or list(eps)
+    return tuple(
+        EpisodeSummary(seed=e.seed, ret=e.ret if math.isfinite(e.ret) else 0.0, length=e.length,
+                       termination=e.termination, success=e.success)
+        for e in failed[:n]
+    )
+
+
+def reward_text(run: RunDir) -> str:
+    """What the agent was trained on: the reward reference's source when it resolves, plus setup wrappers."""
+    cfg, parts = run.config, []
+    if cfg.reward_ref:
+        parts.append(_resolve_reward_ref(run.path, cfg.reward_ref))
+    if cfg.wrappers:
+        specs = [w.model_dump(mode="json") if hasattr(w, "model_dump") else w for w in cfg.wrappers]
+        parts.append("setup wrappers applied during training: " + json.dumps(specs, default=str))
+    return "\n".join(parts)[:_MAX_CODE_CHARS]
+
+
+def _resolve_reward_ref(root: Path, ref: str) -> str:
+    path = (root / ref) if not Path(ref).is_absolute() else Path(ref)
+    if path.is_file():
+        return f"# {ref}\n{path.read_text(errors='replace')}"
+    if ":" in ref:  # "package.module:function"
+        import importlib
+
+        module, _, attr = ref.partition(":")
+        try:
+            return f"# {ref}\n{inspect.getsource(getattr(importlib.import_module(module), attr))}"
+        except (ImportError, AttributeError, OSError, TypeError):
+            pass
+    return f"reward reference: {ref} (source not available)"
+
+
+def _resolve(diagnoser: str | Diagnoser, params: dict[str, Any]) -> Diagnoser:
+    return get_diagnoser(diagnoser, **params) if isinstance(diagnoser, str) else diagnoser
+
+
+def diagnose_signature(
+    kb: Any,
+    subject: Subject,
+    signature: Signature,
+    *,
+    diagnoser: str | Diagnoser = "offline",
+    k: int = 10,
+    exclude_scenario: str | None = None,
+    exclude_ids: Iterable[str] = (),
+    tried: Sequence[Attempt] = (),
+    episodes: Sequence[EpisodeSummary] = (),
+    reward_code: str = "",
+    rules: Sequence[Any] = (),
+    notes: Sequence[str] = (),
+    **diagnoser_params: Any,
+) -> DiagnosisReport:
+    """Diagnose a signature already computed: retrieve from ``kb`` (None: cold, priors only), then run the backend."""
+    cases: list[RetrievedCase] = []
+    notes = list(notes)
+    if kb is not None and k > 0:
+        cases = KBRetriever(kb).similar(signature, k, action_space=subject.traits.action_space.value,
+                                        exclude_scenario=exclude_scenario, exclude_ids=exclude_ids)
+        rules = [*rules, *_kb_rules(kb, subject, signature)]
+    ctx = DiagnosisContext(subject=subject, signature=signature, failure_episodes=tuple(episodes),
+                           reward_code=reward_code, cases=tuple(cases), rules=tuple(rules), tried=tuple(tried),
+                           notes=tuple(notes))
+    return _resolve(diagnoser, diagnoser_params).diagnose(ctx)
+
+
+def _kb_rules(kb: Any, subject: Subject, signature: Signature) -> list[Any]:
+    """Accepted mined rules that match, once the KB offers them (``kb.matching_rules``)."""
+    finder = getattr(kb, "matching_rules", None)
+    return list(finder(signature, subject)) if callable(finder) else []
+
+
+def diagnose_run(
+    kb: Any,
+    run_dir: str | Path | RunDir,
+    *,
+    diagnoser: str | Diagnoser = "offline",
+    k: int = 10,
+    n_episodes: int = 20,
+    seed: int = 0,
+    exclude_scenario: str | None = None,
+    tried: Sequence[Attempt] = (),
+    **diagnoser_params: Any,
+) -> DiagnosisReport:
+    """Roll out the run's agent, compute its signature, and diagnose it against ``kb``."""
+    run = run_dir if isinstance(run_dir, RunDir) else RunDir.load(run_dir)
+    subject = run.subject()
+    bundle = collect_evidence(run, n_episodes=n_episodes, seed=seed)
+    signature = compute_signature(bundle, subject)
+    return diagnose_signature(
+        kb, subject, signature, diagnoser=diagnoser, k=k, exclude_scenario=exclude_scenario, tried=tried,
+        episodes=failure_episodes(bundle), reward_code=reward_text(run), notes=tuple(bundle.notes),
+        **diagnoser_params)

@@ -1,0 +1,372 @@
+"""The KnowledgeBase: one object over the case store (DuckDB) and the vector index (LanceDB).
+
+A KB is a directory holding ``remedy.duckdb`` (the store of record) and
+``index/`` (derived: every row can be rebuilt from the store). Writes go to the
+store first, then to the index; if the index write fails the store keeps the
+case and the next :meth:`KnowledgeBase.open` reconciles the two.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from importlib import resources
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from remedy.cases.errors import IndexMismatchError, KBNotFoundError, KBPathError, ValidationError
+from remedy.cases.io import Problem, read_cases, write_cases
+from remedy.cases.model import ActionSpaceType, Case, Signature
+from remedy.cases.store import AddCounts, CaseStore, StoreStats
+from remedy.retrieval import Embedder, SearchFilters, VectorIndex, case_text, default_embedder, signature_text
+from remedy.retrieval.embedder import MINILM_NAME, MiniLMEmbedder
+
+__all__ = [
+    "KnowledgeBase",
+    "SimilarCase",
+    "ImportReport",
+    "ReconcileReport",
+    "KBStats",
+    "DB_FILE",
+    "INDEX_DIR",
+    "SEARCH_MODES",
+    "resolve_kb_path",
+    "example_files",
+    "Progress",
+]
+
+DB_FILE = "remedy.duckdb"
+INDEX_DIR = "index"
+SEARCH_MODES = ("hybrid", "vector", "text")
+_BATCH = 256
+
+#: progress callback: ``progress(done, total)`` with counts of cases
+Progress = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class SimilarCase:
+    """A stored case found by :meth:`KnowledgeBase.similar`, its cosine similarity and 1-based rank."""
+
+    case: Case
+    similarity: float
+    rank: int
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready summary: what ``remedy query --json`` and the HTTP API return."""
+        c = self.case
+        eff = c.verification.effect if c.verification is not None else None
+        return {
+            "rank": self.rank,
+            "case_id": c.case_id,
+            "similarity": round(self.similarity, 4),
+            "env_id": c.subject.env_id,
+            "algo": c.subject.algo,
+            "action_space": c.subject.traits.action_space.value,
+            "source": c.source.value,
+            "status": c.status,
+            "symptoms": list(c.signature.symptoms),
+            "summary": c.signature.summary,
+            "root_causes": [r.value for r in c.root_causes],
+            "patch": {
+                "summary": c.patch.summary(),
+                "parts": [p.model_dump(mode="json") for p in c.patch.parts],
+            },
+            "effect": None
+            if eff is None
+            else {"diff": eff.diff, "ci_low": eff.ci_low, "ci_high": eff.ci_high, "metric": eff.metric},
+            "literature": None if c.literature is None else c.literature.model_dump(mode="json"),
+        }
+
+
+@dataclass(frozen=True)
+class ImportReport:
+    """What :meth:`KnowledgeBase.import_file` did."""
+
+    path: Path
+    read: int  # valid records in the file
+    added: int  # new or changed cases written
+    unchanged: int  # identical cases already stored
+    problems: tuple[Problem, ...] = ()  # skipped records (only with skip_invalid)
+
+    @property
+    def skipped(self) -> int:
+        """Invalid records that were skipped."""
+        return len(self.problems)
+
+
+@dataclass(frozen=True)
+class ReconcileReport:
+    """Index rows added for cases missing from it, and rows removed that had no case."""
+
+    added: int = 0
+    removed: int = 0
+
+    @property
+    def in_sync(self) -> bool:
+        """True when nothing had to be done."""
+        return self.added == 0 and self.removed == 0
+
+
+@dataclass(frozen=True)
+class KBStats:
+    """Store counts plus the state of the index."""
+
+    path: Path
+    store: StoreStats
+    schema_version: int
+    index_rows: int | None  # None when the index cannot be opened (see index_problem)
+    embedder: str
+    index_problem: str = ""
+
+
+class _DefaultEmbedder:
+    """The default MiniLM, loaded on first ``encode``: commands that never embed stay fast."""
+
+    name = MINILM_NAME
+    dim = MiniLMEmbedder.dim
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        return default_embedder().encode(texts)
+
+
+def resolve_kb_path(path: Path | str | None) -> Path:
+    """The KB directory: ``path``, else ``$REMEDY_KB``, else ``./.remedy``."""
+    return Path(path or os.environ.get("REMEDY_KB") or ".remedy")
+
+
+class KnowledgeBase:
+    """Cases, their vector index, and similarity search. Open with :meth:`open`."""
+
+    def __init__(self, root: Path, store: CaseStore, embedder: Embedder) -> None:
+        """Wrap an opened store; prefer :meth:`open`, which also checks and reconciles the index."""
+        self.root = root
+        self.store = store
+        self.embedder = embedder
+        self._index: VectorIndex | None = None
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        path: Path | str | None = None,
+        create: bool = True,
+        embedder: Embedder | None = None,
+        reconcile: bool = True,
+    ) -> "KnowledgeBase":
+        """Open the KB at ``path`` (default ``$REMEDY_KB`` or ``./.remedy``), creating it if asked.
+
+        Raises :class:`KBPathError` if the path is a file, :class:`KBNotFoundError` if it
+        does not exist and ``create`` is False, :class:`KBLockedError` / :class:`KBVersionError`
+        from the store, :class:`IndexMismatchError` if the index was built with another model.
+        With ``reconcile`` the index is brought in line with the store (cheap when in sync).
+        """
+        root = resolve_kb_path(path)
+        _prepare_dir(root, create)
+        kb = cls(root, CaseStore(root / DB_FILE), embedder or _DefaultEmbedder())
+        if reconcile:
+            kb.reconcile()
+        return kb
+
+    def close(self) -> None:
+        """Drop the index handle (the store holds no connection between calls)."""
+        self._index = None
+
+    def __enter__(self) -> "KnowledgeBase":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"KnowledgeBase({str(self.root)!r})"
+
+    @property
+    def index(self) -> VectorIndex:
+        """The vector index, opened on first use (raises IndexMismatchError on a model change)."""
+        if self._index is None:
+            self._index = VectorIndex(self.root / INDEX_DIR, self.embedder)
+        return self._index
+
+    # -- writing -------------------------------------------------------------------
+
+    def add(self, case: Case) -> bool:
+        """Store and index one case; False if an identical case was already stored."""
+        return self.add_many([case]).added == 1
+
+    def add_many(self, cases: Iterable[Case], progress: Progress | None = None) -> AddCounts:
+        """Store cases (one transaction), then index the new or changed ones.
+
+        ``progress(done, total)`` is called after the store write and after each index batch.
+        """
+        latest = {c.case_id: c for c in cases}  # last duplicate wins, as in the store
+        written, unchanged = self.store.upsert(latest.values())
+        done, total = unchanged, len(latest)
+        _report(progress, done, total)
+        it = iter(written)
+        while ids := list(islice(it, _BATCH)):
+            self.index.upsert([latest[i] for i in ids])
+            done += len(ids)
+            _report(progress, done, total)
+        return AddCounts(len(written), unchanged)
+
+    def delete(self, case_ids: Iterable[str]) -> int:
+        """Delete cases from the store, then from the index; returns how many were stored."""
+        ids = list(case_ids)
+        n = self.store.delete(ids)
+        self.index.delete(ids)
+        return n
+
+    def import_file(self, path: Path | str, skip_invalid: bool = False, progress: Progress | None = None) -> ImportReport:
+        """Import a ``.jsonl`` or ``.parquet`` file of cases.
+
+        Every record is validated first; any invalid record raises :class:`ImportFileError`
+        naming each bad line and nothing is imported, unless ``skip_invalid``. Re-importing
+        the same cases changes nothing.
+        """
+        cases, problems = read_cases(path, skip_invalid=skip_invalid)
+        counts = self.add_many(cases, progress=progress)
+        return ImportReport(Path(path), len(cases), counts.added, counts.unchanged, tuple(problems))
+
+    def load_examples(self, progress: Progress | None = None) -> list[ImportReport]:
+        """Import the example cases bundled with Remedy (``remedy.cases/examples/*.jsonl``)."""
+        return [self.import_file(p, progress=progress) for p in example_files()]
+
+    def export(self, path: Path | str, ids: Iterable[str] | None = None) -> int:
+        """Write all cases (or those in ``ids``) to ``.jsonl`` or ``.parquet``; returns the count."""
+        cases = self.store.iter_cases() if ids is None else self.store.get_many(ids)
+        return write_cases(path, cases)
+
+    def reindex(self, progress: Progress | None = None) -> int:
+        """Rebuild the index from the store (also after a model change); returns rows written."""
+        total = self.store.count()
+        self._index = VectorIndex(self.root / INDEX_DIR, self.embedder, reset=True)
+        tick = None if progress is None else (lambda done: progress(done, total))
+        return self._index.rebuild(self.store.iter_cases(), batch_size=_BATCH, progress=tick)
+
+    def reconcile(self, progress: Progress | None = None) -> ReconcileReport:
+        """Embed cases missing from the index and drop index rows without a case."""
+        stored, indexed = self.store.ids(), self.index.ids()
+        missing, extra = sorted(stored - indexed), indexed - stored
+        if extra:
+            self.index.delete(extra)
+        for start in range(0, len(missing), _BATCH):
+            self.index.upsert(self.store.get_many(missing[start : start + _BATCH]))
+            _report(progress, min(start + _BATCH, len(missing)), len(missing))
+        return ReconcileReport(added=len(missing), removed=len(extra))
+
+    # -- reading -------------------------------------------------------------------
+
+    def get(self, case_id: str) -> Case:
+        """The stored case with this id (:class:`CaseNotFoundError` with suggestions if none)."""
+        return self.store.get(case_id)
+
+    def count(self) -> int:
+        """Number of stored cases."""
+        return self.store.count()
+
+    def cases(self) -> Iterable[Case]:
+        """Every stored case, in id order (streamed in batches)."""
+        return self.store.iter_cases()
+
+    def similar(
+        self,
+        query: str | Signature | Case,
+        k: int = 10,
+        *,
+        env_id: str | None = None,
+        action_space: str | None = None,
+        algo: str | None = None,
+        status: str | None = None,
+        only_improved: bool = False,
+        min_effect: float | None = None,
+        exclude_scenario: str | None = None,
+        exclude_ids: Iterable[str] = (),
+        mode: str = "hybrid",
+    ) -> list[SimilarCase]:
+        """Stored cases most similar to a text, a signature or a case (the case itself excluded).
+
+        Filters narrow the candidates before ranking; ``mode`` is ``hybrid`` (vector + BM25
+        fused by reciprocal rank), ``vector`` or ``text``.
+        """
+        text, exclude = _query_text(query)
+        filters = SearchFilters(
+            env_id=env_id,
+            action_space=action_space,
+            algo=algo,
+            status=status,
+            only_improved=only_improved,
+            min_effect=_check_search(k, mode, min_effect, action_space),
+            exclude_scenario=exclude_scenario,
+            exclude_ids=frozenset(exclude_ids) | exclude,
+        )
+        vector = self.embedder.encode([text])[0]  # text mode too: hits still get a cosine
+        hits = self.index.search(vector, k=k, filters=filters, text=text, mode=mode)
+        found = {c.case_id: c for c in self.store.get_many(h.case_id for h in hits)}
+        # A hit without a stored case is an index row a crash left behind: skip it.
+        kept = [h for h in hits if h.case_id in found]
+        return [SimilarCase(found[h.case_id], h.similarity, rank) for rank, h in enumerate(kept, start=1)]
+
+    def stats(self) -> KBStats:
+        """Case counts (by source, status, env, root cause), schema version and index size."""
+        rows, problem = None, ""
+        try:
+            rows = self.index.count()
+        except IndexMismatchError as err:
+            problem = str(err)
+        return KBStats(self.root, self.store.stats(), self.store.schema_version(), rows, self.embedder.name, problem)
+
+
+def example_files() -> list[Path]:
+    """The bundled example-case files, sorted by name (none if the package ships none)."""
+    folder = resources.files("remedy.cases") / "examples"
+    if not folder.is_dir():
+        return []
+    return sorted(Path(str(f)) for f in folder.iterdir() if f.name.endswith(".jsonl"))
+
+
+def _report(progress: Progress | None, done: int, total: int) -> None:
+    if progress is not None:
+        progress(done, total)
+
+
+def _prepare_dir(root: Path, create: bool) -> None:
+    if root.exists() and not root.is_dir():
+        raise KBPathError(f"KB path {root} is a file, not a directory; pass --kb DIR (for example ./.remedy)")
+    if root.is_dir() and (root / DB_FILE).exists():
+        return
+    if not create:
+        raise KBNotFoundError(f"no KB at {root}; create one with `remedy kb init --kb {root}`")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise KBPathError(f"cannot create KB directory {root}: {err.strerror or err}; pick another --kb") from None
+
+
+def _query_text(query: str | Signature | Case) -> tuple[str, frozenset[str]]:
+    if isinstance(query, Case):
+        return case_text(query), frozenset({query.case_id})
+    if isinstance(query, Signature):
+        return signature_text(query), frozenset()
+    if isinstance(query, str) and query.strip():
+        return query.strip(), frozenset()
+    raise ValidationError("the query is empty; describe the failure, e.g. 'lander hovers above the pad'")
+
+
+def _check_search(k: int, mode: str, min_effect: float | None, action_space: str | None) -> float | None:
+    spaces = [a.value for a in ActionSpaceType]
+    if action_space is not None and action_space not in spaces:
+        raise ValidationError(f"unknown action space {action_space!r}; use one of {', '.join(spaces)}")
+    if mode not in SEARCH_MODES:
+        raise ValidationError(f"unknown search mode {mode!r}; use one of {', '.join(SEARCH_MODES)}")
+    if k < 1:
+        raise ValidationError(f"k must be at least 1, got {k}")
+    if min_effect is not None and not math.isfinite(min_effect):
+        raise ValidationError(f"min_effect must be a finite number, got {min_effect}")
+    return min_effect

@@ -1,0 +1,232 @@
+"""Diagnosis: what every backend takes in, what it hands back, and how one is chosen by name.
+
+A :class:`Diagnoser` turns a :class:`DiagnosisContext` (the subject, its failure
+signature, a few failure episodes, the reward code, similar past cases with
+their verified effects, matching rules, and what a fix loop already tried)
+into a :class:`DiagnosisReport`: ranked root causes from the taxonomy and
+ranked, typed candidate patches ready for ``remedy verify``.
+
+Backends register a factory under a name (``offline``, ``llm``, ``auto``);
+``get_diagnoser(name, **params)`` builds one. This module imports ``cases``
+only: retrieval reaches it through the :class:`CaseRetriever` protocol.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from remedy.cases.errors import AlgorithmError, DiagnosisError, PatchRejectedError
+from remedy.cases.model import (
+    Case,
+    Diagnosis,
+    EpisodeSummary,
+    RemedyFamily,
+    RootCause,
+    Signature,
+    Status,
+    Subject,
+)
+from remedy.cases.patches.spec import Patch
+
+__all__ = [
+    "ComputeCost",
+    "CandidatePatch",
+    "DiagnosisReport",
+    "RetrievedCase",
+    "Attempt",
+    "RuleLike",
+    "DiagnosisContext",
+    "Diagnoser",
+    "CaseRetriever",
+    "patch_family",
+    "fits_subject",
+    "register_diagnoser",
+    "get_diagnoser",
+    "diagnoser_names",
+]
+
+ComputeCost = Literal["low", "medium", "high"]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class CandidatePatch(_Frozen):
+    """One proposed fix: a typed patch plus why, what it should do, and what it may break."""
+
+    patch: Patch
+    family: RemedyFamily
+    rationale: str = ""
+    expected_effect: str = ""
+    side_effects: str = ""
+    compute_cost: ComputeCost = "low"
+    cites: list[str] = Field(default_factory=list)
+    score: float = 0.0  # the backend's ranking score (offline: summed votes); for display and tuning
+
+
+class DiagnosisReport(_Frozen):
+    """The answer of one diagnosis: signature, ranked causes, ranked candidates, warnings."""
+
+    signature: Signature
+    diagnosis: Diagnosis
+    candidates: list[CandidatePatch] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)
+
+    @property
+    def top_cause(self) -> RootCause:
+        """The most likely root cause (``unknown`` when there is none)."""
+        return self.diagnosis.causes[0].cause if self.diagnosis.causes else RootCause.unknown
+
+
+@dataclass(frozen=True)
+class RetrievedCase:
+    """A past case and how similar its signature is to the one being diagnosed (0..1)."""
+
+    case: Case
+    similarity: float
+
+
+class Attempt(_Frozen):
+    """A patch already tried in this fix loop, and what verification said about it."""
+
+    patch: Patch
+    status: str  # a Status value, or "failed"
+    effect: float | None = None
+    case_id: str | None = None
+
+    @property
+    def failed(self) -> bool:
+        """True when the attempt did not produce a verified improvement."""
+        return self.status != Status.improved.value
+
+    def summary(self) -> str:
+        """One line: patch, status and effect."""
+        eff = "" if self.effect is None else f", effect {self.effect:+.3g}"
+        return f"{self.patch.summary()} -> {self.status}{eff}"
+
+    @classmethod
+    def from_case(cls, case: Case) -> "Attempt":
+        """The attempt recorded by a stored case (status ``unverified`` when it has none)."""
+        return cls(patch=case.patch, status=case.status, effect=case.effect_value, case_id=case.case_id)
+
+
+@runtime_checkable
+class RuleLike(Protocol):
+    """What a diagnoser needs of a (mined, accepted) rule that matched the signature.
+
+    ``recommendation`` may carry ``cause`` / ``root_cause``, ``family``, ``patch``
+    and ``confidence`` attributes (or dict keys); absent ones are ignored.
+    """
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def conditions(self) -> Sequence[Any]: ...
+
+    @property
+    def recommendation(self) -> Any: ...
+
+
+@dataclass(frozen=True)
+class DiagnosisContext:
+    """Everything a backend may look at; built by ``remedy.kb.diagnose``."""
+
+    subject: Subject
+    signature: Signature
+    failure_episodes: tuple[EpisodeSummary, ...] = ()
+    reward_code: str = ""
+    cases: tuple[RetrievedCase, ...] = ()
+    rules: tuple[Any, ...] = ()  # RuleLike
+    tried: tuple[Attempt, ...] = ()
+    env_description: str = ""
+    notes: tuple[str, ...] = field(default_factory=tuple)  # warnings gathered while building the context
+
+
+class Diagnoser(Protocol):
+    """A diagnosis backend: context in, report out. Same context, same report (deterministic backends)."""
+
+    name: str
+
+    def diagnose(self, ctx: DiagnosisContext) -> DiagnosisReport: ...
+
+
+class CaseRetriever(Protocol):
+    """Finds similar past cases; the KB facade satisfies it through an adapter in ``remedy.kb``."""
+
+    def similar(
+        self,
+        signature: Signature,
+        k: int,
+        *,
+        action_space: str | None = None,
+        exclude_scenario: str | None = None,
+    ) -> list[RetrievedCase]: ...
+
+
+def patch_family(patch: Patch) -> RemedyFamily:
+    """The family of a patch: that of its first part (families are named after part kinds)."""
+    return RemedyFamily(patch.parts[0].kind)
+
+
+def fits_subject(patch: Patch, subject: Subject) -> tuple[bool, str]:
+    """Whether ``patch`` fits the subject's traits and algorithm (``cases.patches.check.check_fit``).
+
+    Returns ``(ok, reason)``. Accepts a checker that raises :class:`PatchRejectedError`
+    or one that returns a report with ``ok`` and ``message``.
+    """
+    try:
+        check = importlib.import_module("remedy.cases.patches.check").check_fit
+    except (ImportError, AttributeError):  # checker not installed: nothing to hold the patch to
+        return True, ""
+    try:
+        out = check(patch, subject.traits, subject.algo)
+    except PatchRejectedError as ex:
+        return False, f"{ex.rule or 'rejected'}: {ex}" if getattr(ex, "rule", "") else str(ex)
+    except AlgorithmError:  # an algorithm we cannot inspect: hold the patch to the env traits only
+        try:
+            out = check(patch, subject.traits, None)
+        except PatchRejectedError as ex:
+            return False, str(ex)
+    if out is None or out is True:
+        return True, ""
+    if out is False:
+        return False, "does not fit"
+    ok = getattr(out, "ok", True)
+    return bool(ok), "" if ok else str(getattr(out, "message", "") or getattr(out, "rule", "does not fit"))
+
+
+# ---- registry -------------------------------------------------------------------------------
+
+_FACTORIES: dict[str, Callable[..., Diagnoser]] = {}
+_BUILTIN = {
+    "offline": "remedy.retrieval.offline",
+    "llm": "remedy.retrieval.llm",
+    "auto": "remedy.retrieval.llm",
+}
+
+
+def register_diagnoser(name: str, factory: Callable[..., Diagnoser]) -> None:
+    """Make ``get_diagnoser(name)`` build a backend with ``factory(**params)``."""
+    _FACTORIES[name] = factory
+
+
+def diagnoser_names() -> list[str]:
+    """Names of the registered backends (built-ins included)."""
+    return sorted(set(_FACTORIES) | set(_BUILTIN))
+
+
+def get_diagnoser(name: str, **params: Any) -> Diagnoser:
+    """Build the backend registered under ``name`` with its constructor ``params``."""
+    if name not in _FACTORIES and name in _BUILTIN:
+        importlib.import_module(_BUILTIN[name])  # registers itself on import
+    factory = _FACTORIES.get(name)
+    if factory is None:
+        raise DiagnosisError(f"unknown diagnoser '{name}'; choose one of {', '.join(diagnoser_names())}")
+    return factory(**params)

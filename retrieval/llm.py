@@ -1,0 +1,449 @@
+"""The LLM diagnoser: a DSPy program grounded in retrieved cases, rules and priors.
+
+The program (:class:`DiagnoseFailure` under ``dspy.ChainOfThought``) gets
+structured, pre-analysed context, never raw logs: the env, the algorithm, the
+current reward code, the signature's key numbers and a few failure episodes,
+similar cases with their verified effects, matching rules and built-in priors,
+and what a fix loop already tried. It answers observations -> candidate causes
+-> evidence -> root causes and patches as JSON, which is parsed with pydantic
+into the same typed patches the offline backend produces. Malformed output is
+retried a bounded number of times, then raises :class:`LMError`. Reward code
+and safety predicates the model writes pass the sandbox before anything uses
+them; rejected candidates are dropped with a warning naming the rule.
+
+Configuration (README): ``REMEDY_LM`` (any litellm model string),
+``REMEDY_LM_API_BASE``, ``REMEDY_LM_API_KEY`` (else the provider's own variable),
+``REMEDY_LM_ENGINE`` (``auto`` | ``litellm`` | ``lm15``), ``REMEDY_LM_TEMPERATURE``,
+``REMEDY_LM_MAX_TOKENS``, ``REMEDY_LM_NUM_RETRIES``, ``REMEDY_LM_TIMEOUT``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import math
+import os
+import re
+from collections.abc import Mapping
+from typing import Any, Literal
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # never fetch a price map at LM start-up
+
+import dspy  # noqa: E402
+from dspy.utils.exceptions import AdapterParseError  # noqa: E402
+from dspy.utils.exceptions import LMError as DSPyLMError  # noqa: E402
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator  # noqa: E402
+
+from remedy.cases.errors import LMError, PatchRejectedError, RemedyError  # noqa: E402
+from remedy.cases.model import Cause, Diagnosis, RootCause  # noqa: E402
+from remedy.cases.patches import spec as patch_spec  # noqa: E402
+from remedy.cases.patches.spec import Patch  # noqa: E402
+
+from .diagnosis import (  # noqa: E402
+    CandidatePatch,
+    DiagnosisContext,
+    DiagnosisReport,
+    fits_subject,
+    patch_family,
+    register_diagnoser,
+)
+from .offline import OfflineDiagnoser  # noqa: E402
+from .priors import match_priors  # noqa: E402
+
+__all__ = [
+    "DiagnoseFailure",
+    "LLMDiagnoserProgram",
+    "LLMDiagnoser",
+    "AutoDiagnoser",
+    "LLM_PROGRAM",
+    "lm_from_env",
+    "lm_configured",
+    "build_inputs",
+    "parse_outputs",
+]
+
+LLM_PROGRAM = "dspy-diagnose-1"
+_TAXONOMY = ", ".join(c.value for c in RootCause)
+
+
+def _patch_schema() -> str:
+    """One line per patch-part kind with its fields, straight from the spec models."""
+    lines = []
+    for name in patch_spec.__all__:
+        model = getattr(patch_spec, name)
+        fields = getattr(model, "model_fields", None)
+        if not fields or "kind" not in fields:
+            continue
+        args = ", ".join(f"{f}" for f in fields if f != "kind")
+        lines.append(f'{{"kind": "{fields["kind"].default}", {args}}}')
+    return "; ".join(lines)
+
+
+class DiagnoseFailure(dspy.Signature):
+    """You are an experienced reinforcement-learning engineer diagnosing a trained agent that fails.
+
+    Work step by step: list observations from the signature report; name candidate causes; weigh the
+    evidence for and against each (similar verified cases count most, their effects were measured
+    against a same-budget control; a patch listed under previous attempts that did not improve must
+    not be proposed again); then give the fix for the most likely cause. Prefer simple patches; a
+    sparse "+100 on success, -0.1 per step" reward is often safer than a clever dense one. Name each
+    patch's side effects and compute cost. Reward code must define
+    shaped_reward(obs, action, reward, next_obs, terminated, truncated, info) -> float using only
+    `np` and `math` (no imports), guard against NaN/inf/huge inputs, clip, and avoid division by zero.
+    """
+
+    env_description: str = dspy.InputField(desc="environment: id, kwargs, spaces, reward density, task success")
+    algorithm: str = dspy.InputField(desc="algorithm, hyperparameters and training steps")
+    reward_code: str = dspy.InputField(desc="the reward the agent was trained on")
+    signature_report: str = dspy.InputField(desc="key failure numbers, symptom tags and sample failure episodes")
+    similar_cases: str = dspy.InputField(desc="similar past cases with root causes, patches and verified effects")
+    rules: str = dspy.InputField(desc="matching accepted rules and built-in priors (id: when -> suggests)")
+    previous_attempts: str = dspy.InputField(desc="patches already tried on this agent and what happened")
+    observations: str = dspy.OutputField(desc="what stands out in the data")
+    candidate_causes: str = dspy.OutputField(desc="plausible root causes")
+    evidence: str = dspy.OutputField(desc="evidence for and against each candidate cause")
+    root_causes: str = dspy.OutputField(
+        desc=f'JSON list, most likely first: [{{"cause": one of [{_TAXONOMY}], "confidence": 0..1, "rationale": str}}]')
+    patches: str = dspy.OutputField(
+        desc='JSON list, best first: [{"patch": {"parts": [PART, ...], "description": str}, "rationale": str, '
+             '"expected_effect": str, "side_effects": str, "compute_cost": "low"|"medium"|"high", '
+             '"cites": [case or rule ids]}] where PART is one of: ' + _patch_schema())
+
+
+class LLMDiagnoserProgram(dspy.Module):
+    """``ChainOfThought(DiagnoseFailure)``; the optimizer compiles and saves this module."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.diagnose = dspy.ChainOfThought(DiagnoseFailure)
+
+    def forward(self, **inputs: str) -> dspy.Prediction:
+        """Run the chain of thought on the formatted context."""
+        return self.diagnose(**inputs)
+
+
+# ---- context -> prompt inputs ----------------------------------------------------------------
+
+_KEY_FEATURES = ("return_iqm", "return_mean", "success_rate", "truncation_rate", "early_termination_rate",
+                 "ep_len_mean", "ep_len_frac", "action_jerk", "action_saturation", "action_entropy",
+                 "state_coverage", "obs_abs_max", "reward_success_corr", "reward_per_step", "curve_plateau",
+                 "curve_collapse", "curve_oscillation", "entropy_drop", "approx_kl_max",
+                 "constraint_violation_rate", "shifted_gap")
+
+
+def _env_text(ctx: DiagnosisContext) -> str:
+    s, t = ctx.subject, ctx.subject.traits
+    base = (f"{s.env_id} kwargs={json.dumps(s.env_kwargs, sort_keys=True, default=str)}; {t.action_space.value} "
+            f"actions (dim {t.action_dim}), observation dim {t.obs_dim}, {t.reward_density.value} reward; "
+            f"task success: {s.success or 'not defined'}")
+    return f"{ctx.env_description}\n{base}" if ctx.env_description else base
+
+
+def _signature_text(ctx: DiagnosisContext) -> str:
+    f = ctx.signature.features
+    nums = [f"{k}={f[k]:.4g}" for k in _KEY_FEATURES if k in f and math.isfinite(f[k])]
+    eps = [f"  seed={e.seed} return={e.ret:.4g} length={e.length} end={e.termination} success={e.success}"
+           for e in ctx.failure_episodes[:5]]
+    return "\n".join([f"summary: {ctx.signature.summary}", "symptoms: " + (", ".join(ctx.signature.symptoms) or "none"),
+                      "features: " + "; ".join(nums), "sample failure episodes:", *(eps or ["  (none recorded)"])])
+
+
+def _cases_text(ctx: DiagnosisContext) -> str:
+    rows = []
+    for rc in ctx.cases:
+        c = rc.case
+        eff = c.verification.effect if c.verification else None
+        eff_txt = f"{eff.metric} {eff.diff:+.3g} CI [{eff.ci_low:+.3g}, {eff.ci_high:+.3g}]" if eff else (
+            f"literature: {c.literature.claim}" if c.literature else "no measured effect")
+        causes = ", ".join(x.value for x in c.root_causes) or "undiagnosed"
+        rows.append(f"- {c.case_id} (similarity {rc.similarity:.2f}; {c.subject.env_id}, {c.subject.algo}): "
+                    f"symptoms {', '.join(c.signature.symptoms) or 'none'}; causes {causes}; "
+                    f"patch {c.patch.summary()}; status {c.status}; {eff_txt}")
+    return "\n".join(rows) or "(no similar cases in the knowledge base yet)"
+
+
+def _rules_text(ctx: DiagnosisContext) -> tuple[str, list[str]]:
+    rows, ids = [], []
+    for r in ctx.rules:
+        rid = str(getattr(r, "id", "rule"))
+        ids.append(rid)
+        rows.append(f"- {rid}: when {list(getattr(r, 'conditions', []))} -> {getattr(r, 'recommendation', '')}")
+    for m in match_priors(ctx.subject, ctx.signature):
+        ids.append(m.rule.id)
+        causes = ", ".join(f"{c.value} ({conf:.2f})" for c, conf in m.rule.causes)
+        fams = ", ".join(p.summary() for _, p in m.patches) or "no template"
+        rows.append(f"- {m.rule.id} [prior; {m.rule.source}]: {'; '.join(m.evidence)} -> {causes}; try {fams}")
+    return "\n".join(rows) or "(none matched)", ids
+
+
+def build_inputs(ctx: DiagnosisContext) -> dict[str, str]:
+    """The program's input fields, formatted from the diagnosis context."""
+    s = ctx.subject
+    reward = ctx.reward_code or (f"(the env's built-in reward; reference: {s.reward_ref})" if s.reward_ref
+                                 else "(the env's built-in reward)")
+    tried = "\n".join(f"- {a.summary()}" for a in ctx.tried) or "(none)"
+    return {
+        "env_description": _env_text(ctx),
+        "algorithm": f"{s.algo}; hyperparameters {json.dumps(s.hyperparams, sort_keys=True, default=str)}; "
+                     f"trained {s.train_steps if s.train_steps is not None else 'unknown'} steps",
+        "reward_code": reward,
+        "signature_report": _signature_text(ctx),
+        "similar_cases": _cases_text(ctx),
+        "rules": _rules_text(ctx)[0],
+        "previous_attempts": tried,
+    }
+
+
+# ---- model output -> typed values ------------------------------------------------------------
+
+class _LMCause(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    cause: RootCause
+    confidence: float = Field(ge=0, le=1)
+    rationale: str = ""
+
+
+class _LMPatch(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    patch: dict[str, Any]
+    rationale: str = ""
+    expected_effect: str = ""
+    side_effects: str = ""
+    compute_cost: Literal["low", "medium", "high"] = "medium"
+    cites: list[str] = Field(default_factory=list)
+
+    @field_validator("compute_cost", mode="before")
+    @classmethod
+    def _lower(cls, v: Any) -> Any:
+        return v.strip().lower() if isinstance(v, str) else v
+
+
+class _Malformed(Exception):
+    """The model's answer could not be parsed; worth another try."""
+
+
+def _json_list(text: str, field: str) -> list[Any]:
+    body = (text or "").strip()
+    fenced = re.search(r"```(?:json)?\s*(.*?)```", body, re.S)
+    if fenced:
+        body = fenced.group(1).strip()
+    try:
+        data = json.loads(body)
+    except json.JSONDecodeError as ex:
+        raise _Malformed(f"{field} is not valid JSON ({ex.msg} at char {ex.pos})") from ex
+    if isinstance(data, dict):
+        data = [data]
+    if not isinstance(data, list):
+        raise _Malformed(f"{field} is not a JSON list")
+    return data
+
+
+def parse_outputs(root_causes: str, patches: str) -> tuple[list[Cause], list[tuple[Patch, _LMPatch]], list[str]]:
+    """Parse the two JSON outputs; raises ``_Malformed`` when nothing usable is there.
+
+    Individual patches that do not fit the spec are dropped with a warning (the rest stay).
+    """
+    causes = []
+    for i, item in enumerate(_json_list(root_causes, "root_causes")):
+        try:
+            c = _LMCause.model_validate(item)
+        except ValidationError as ex:
+            raise _Malformed(f"root_causes[{i}] does not fit {{cause, confidence, rationale}}: "
+                             f"{ex.errors()[0]['msg']}") from ex
+        causes.append(Cause(cause=c.cause, confidence=round(c.confidence, 4), rationale=c.rationale))
+    if not causes:
+        raise _Malformed("root_causes is empty")
+    out, warnings = [], []
+    for i, item in enumerate(_json_list(patches, "patches")):
+        if isinstance(item, dict) and "patch" not in item and ("kind" in item or "parts" in item):
+            item = {"patch": item}  # a bare part or patch: accept it
+        try:
+            meta = _LMPatch.model_validate(item)
+            out.append((Patch.from_data(meta.patch), meta))
+        except (ValidationError, ValueError, TypeError) as ex:
+            warnings.append(f"dropped LLM patch #{i + 1}: does not fit the patch schema ({_first_error(ex)})")
+    causes.sort(key=lambda c: -c.confidence)
+    return causes, out, warnings
+
+
+def _first_error(ex: Exception) -> str:
+    if isinstance(ex, ValidationError) and ex.errors():
+        e = ex.errors()[0]
+        return f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}"
+    return str(ex).splitlines()[0][:200]
+
+
+# ---- sandbox ---------------------------------------------------------------------------------
+
+def sandbox_check(patch: Patch, ctx: DiagnosisContext) -> tuple[bool, str]:
+    """Run the patch through ``cases.patches.check.check_patch`` (fit, static check, compile, fuzz)."""
+    try:
+        check_patch = importlib.import_module("remedy.cases.patches.check").check_patch
+    except (ImportError, AttributeError):
+        if any(p.kind in ("reward_shaping", "safety_constraint") for p in patch.parts):
+            return False, "sandbox unavailable: code patches cannot be checked, so they are refused"
+        return fits_subject(patch, ctx.subject)
+    s = ctx.subject
+    try:
+        report = check_patch(patch, s.env_id, s.env_kwargs, s.algo)
+    except PatchRejectedError as ex:
+        return False, f"{ex.rule or 'rejected'}: {ex}"
+    except RemedyError as ex:
+        return False, str(ex)
+    if getattr(report, "ok", True):
+        return True, ""
+    return False, f"{getattr(report, 'rule', '') or 'rejected'}: {getattr(report, 'message', '')}"
+
+
+# ---- the LM ----------------------------------------------------------------------------------
+
+def lm_configured(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether ``REMEDY_LM`` names a model."""
+    env = os.environ if environ is None else environ
+    return bool(env.get("REMEDY_LM", "").strip())
+
+
+def lm_from_env(environ: Mapping[str, str] | None = None) -> dspy.LM:
+    """A ``dspy.LM`` from ``REMEDY_LM`` and friends (no global DSPy settings are touched)."""
+    env = os.environ if environ is None else environ
+    model = env.get("REMEDY_LM", "").strip()
+    if not model:
+        raise LMError("no LM configured: set REMEDY_LM (e.g. openai/gpt-4o-mini or ollama_chat/llama3.1) "
+                      "or use --diagnoser offline")
+    kwargs: dict[str, Any] = {
+        "temperature": float(env.get("REMEDY_LM_TEMPERATURE", "0.2")),
+        "max_tokens": int(env.get("REMEDY_LM_MAX_TOKENS", "4000")),
+        "num_retries": int(env.get("REMEDY_LM_NUM_RETRIES", "2")),
+        "engine": env.get("REMEDY_LM_ENGINE", "auto"),
+        "cache": False,
+    }
+    if env.get("REMEDY_LM_API_BASE"):
+        kwargs["api_base"] = env["REMEDY_LM_API_BASE"]
+    if env.get("REMEDY_LM_API_KEY"):
+        kwargs["api_key"] = env["REMEDY_LM_API_KEY"]
+    elif kwargs.get("api_base") and model.startswith("openai/") and not env.get("OPENAI_API_KEY"):
+        kwargs["api_key"] = "not-needed"  # local OpenAI-compatible servers ignore the key but clients want one
+    if env.get("REMEDY_LM_TIMEOUT"):
+        kwargs["timeout"] = float(env["REMEDY_LM_TIMEOUT"])
+    try:
+        return dspy.LM(model, **kwargs)
+    except (ValueError, TypeError) as ex:
+        raise LMError(f"cannot configure the LM '{model}': {ex}; check REMEDY_LM and REMEDY_LM_ENGINE") from ex
+
+
+def _endpoint(lm: Any) -> str:
+    kw = getattr(lm, "kwargs", {}) or {}
+    return str(kw.get("api_base") or kw.get("base_url") or "the provider's default endpoint")
+
+
+def _transport_message(lm: Any, ex: Exception) -> str:
+    text = re.sub(r"^\[[^\]]*\]\s*", "", str(ex)).strip()
+    if "refused" in text.lower():
+        text = "connection refused"
+    model = getattr(lm, "model", "?")
+    return (f"could not reach the LM at {_endpoint(lm)} ({model}): {text[:300]}; "
+            "check REMEDY_LM_API_BASE or use --diagnoser offline")
+
+
+class LLMDiagnoser:
+    """Diagnosis by a DSPy program; same report type as the offline backend."""
+
+    name = "llm"
+
+    def __init__(self, lm: Any | None = None, max_retries: int = 2, program: LLMDiagnoserProgram | None = None,
+                 program_path: str | None = None, max_candidates: int = 5) -> None:
+        self._lm = lm
+        self.max_retries = max(0, int(max_retries))
+        self.program = program or LLMDiagnoserProgram()
+        if program_path:
+            self.program.load(program_path)
+        self.max_candidates = max_candidates
+
+    @property
+    def lm(self) -> Any:
+        """The LM in use (built from the environment on first use)."""
+        if self._lm is None:
+            self._lm = lm_from_env()
+        return self._lm
+
+    @property
+    def program_version(self) -> str:
+        """Program name plus a hash of its instructions and demos (changes when the optimizer compiles it)."""
+        state = json.dumps(self.program.dump_state(), sort_keys=True, default=str)
+        blob = (DiagnoseFailure.instructions + state).encode()
+        return f"{LLM_PROGRAM}:{hashlib.sha256(blob).hexdigest()[:8]}"
+
+    def diagnose(self, ctx: DiagnosisContext) -> DiagnosisReport:
+        """Ask the program, parse, sandbox-check; raises LMError when unreachable or never parseable."""
+        inputs = build_inputs(ctx)
+        causes, patches, warnings = self._ask(inputs)
+        candidates = self._candidates(ctx, patches, warnings)
+        known_cases = {rc.case.case_id for rc in ctx.cases}
+        _, rule_ids = _rules_text(ctx)
+        cited = {x for c in candidates for x in c.cites}
+        diagnosis = Diagnosis(
+            causes=causes, backend=self.name, program_version=self.program_version,
+            cited_cases=[cid for cid in known_cases if cid in cited] or sorted(known_cases),
+            cited_rules=[rid for rid in rule_ids if rid in cited] or rule_ids)
+        return DiagnosisReport(signature=ctx.signature, diagnosis=diagnosis, candidates=candidates,
+                               warnings=[*ctx.notes, *warnings])
+
+    def _ask(self, inputs: dict[str, str]) -> tuple[list[Cause], list, list[str]]:
+        lm, problems = self.lm, []
+        adapter = dspy.ChatAdapter(use_json_adapter_fallback=False)  # our own bounded retry handles format errors
+        for attempt in range(self.max_retries + 1):
+            try:
+                with dspy.context(lm=lm, adapter=adapter):
+                    pred = self.program(**inputs)
+                return parse_outputs(pred.root_causes, pred.patches)
+            except AdapterParseError as ex:
+                problems.append(f"attempt {attempt + 1}: unparseable answer ({str(ex).splitlines()[0][:160]})")
+            except _Malformed as ex:
+                problems.append(f"attempt {attempt + 1}: {ex}")
+            except DSPyLMError as ex:
+                raise LMError(_transport_message(lm, ex)) from ex
+        raise LMError(f"the LM {getattr(lm, 'model', '?')} gave malformed output {self.max_retries + 1} times "
+                      f"({problems[-1]}); try a stronger model or --diagnoser offline")
+
+    def _candidates(self, ctx: DiagnosisContext, patches: list, warnings: list[str]) -> list[CandidatePatch]:
+        out: list[CandidatePatch] = []
+        for patch, meta in patches:
+            ok, why = sandbox_check(patch, ctx)
+            if not ok:
+                warnings.append(f"rejected LLM candidate '{patch.summary()[:80]}' by the sandbox: {why}")
+                continue
+            rank = len(out)
+            out.append(CandidatePatch(patch=patch, family=patch_family(patch), rationale=meta.rationale,
+                                      expected_effect=meta.expected_effect, side_effects=meta.side_effects,
+                                      compute_cost=meta.compute_cost, cites=meta.cites,
+                                      score=round(1.0 / (rank + 1), 4)))
+        return out[: self.max_candidates]
+
+
+class AutoDiagnoser:
+    """``llm`` when an LM is configured (``REMEDY_LM`` or an explicit ``lm``), else ``offline``.
+
+    Under ``auto`` an LM failure never stops the diagnosis: it falls back to offline with a warning.
+    """
+
+    name = "auto"
+
+    def __init__(self, lm: Any | None = None, max_retries: int = 2, **offline_params: Any) -> None:
+        self._lm, self.max_retries = lm, max_retries
+        self.offline = OfflineDiagnoser(**offline_params)
+
+    def diagnose(self, ctx: DiagnosisContext) -> DiagnosisReport:
+        """Try the LLM backend when configured; fall back to offline on LMError."""
+        if self._lm is None and not lm_configured():
+            return self.offline.diagnose(ctx)
+        try:
+            return LLMDiagnoser(lm=self._lm, max_retries=self.max_retries).diagnose(ctx)
+        except LMError as ex:
+            report = self.offline.diagnose(ctx)
+            note = f"LLM diagnosis failed, used offline instead: {ex}"
+            return report.model_copy(update={"warnings": [note, *report.warnings]})
+
+
+register_diagnoser("llm", LLMDiagnoser)
+register_diagnoser("auto", AutoDiagnoser)

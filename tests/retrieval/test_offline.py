@@ -1,0 +1,218 @@
+"""The offline diagnoser: cold-KB advice from priors, and how verified cases move the ranking."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from remedy.cases.errors import DiagnosisError
+from remedy.cases.model import (
+    Case,
+    Cause,
+    Diagnosis,
+    Effect,
+    EnvTraits,
+    LiteratureEffect,
+    RemedyFamily,
+    RootCause,
+    Signature,
+    Source,
+    Status,
+    Subject,
+    Verification,
+)
+from remedy.cases.patches.spec import ActionSmoothness, Patch, TrainingBudget
+from remedy.retrieval.diagnosis import Attempt, DiagnosisContext, RetrievedCase, get_diagnoser
+from remedy.retrieval.offline import OfflineDiagnoser
+
+LANDER = Subject(env_id="LunarLander-v3", env_kwargs={"continuous": True}, algo="PPO", train_steps=150_000,
+                 success="last reward >= 100", traits=EnvTraits(action_space="continuous", obs_dim=8, action_dim=2))
+PENDULUM = Subject(env_id="Pendulum-v1", algo="SAC", train_steps=20_000,
+                   traits=EnvTraits(action_space="continuous", obs_dim=3, action_dim=1))
+CARTPOLE = Subject(env_id="CartPole-v1", algo="PPO", train_steps=50_000,
+                   traits=EnvTraits(action_space="discrete", obs_dim=4, action_dim=2))
+
+HOVER = Signature(features={"truncation_rate": 1.0, "success_rate": 0.0, "ep_len_frac": 1.0, "ep_len_mean": 1000.0},
+                  symptoms=["hovering", "timeouts", "never_succeeds", "low_success"],
+                  summary="lander hovers until the time limit and never lands")
+JERKY = Signature(features={"action_jerk": 0.8, "action_saturation": 0.7, "return_iqm": -400.0},
+                  symptoms=["jerky_actions", "saturated_actions"], summary="torque chatters between the bounds")
+SCALED = Signature(features={"obs_abs_max": 4000.0, "obs_scale_ratio": 3.0, "success_rate": 0.2},
+                   symptoms=["unscaled_observations", "low_success"], summary="observations are 1000x unit scale")
+
+
+def _ctx(subject=LANDER, signature=HOVER, **kw) -> DiagnosisContext:
+    return DiagnosisContext(subject=subject, signature=signature, **kw)
+
+
+def _case(case_id: str, cause: str, patch: Patch, status: str | None, *, source: str = "verified",
+          env_id: str = "LunarLander-v3", effect: float = 50.0) -> Case:
+    verification = literature = None
+    if status is not None:
+        eff = Effect(metric="return_iqm", treatment=effect, control=0.0, diff=effect, ci_low=effect / 2,
+                     ci_high=effect * 1.5, prob_improvement=0.9 if effect > 0 else 0.1)
+        verification = Verification(status=Status(status), effect=eff, seeds=3)
+    if source == "example":
+        literature = LiteratureEffect(claim="helps", source="SB3 tips")
+    return Case(case_id=case_id, source=Source(source), subject=LANDER.model_copy(update={"env_id": env_id}),
+                signature=HOVER, diagnosis=Diagnosis(causes=[Cause(cause=cause, confidence=0.9)]),
+                patch=patch, verification=verification, literature=literature)
+
+
+def _rank(report, cause: RootCause) -> int:
+    return [c.cause for c in report.diagnosis.causes].index(cause)
+
+
+def _families(report) -> list[RemedyFamily]:
+    return [c.family for c in report.candidates]
+
+
+# ---- cold KB: priors only ------------------------------------------------------------------------
+
+def test_cold_hovering_lander_blames_the_reward_and_proposes_a_time_cost():
+    report = OfflineDiagnoser().diagnose(_ctx())
+    assert report.top_cause == RootCause.reward_misspecification
+    top = report.candidates[0]
+    assert top.family == RemedyFamily.reward_shaping and "time cost" in top.patch.summary()
+    assert "prior-hovering-time-cost" in report.diagnosis.cited_rules
+    assert "truncation_rate=1" in report.diagnosis.causes[0].rationale  # rationale quotes the evidence
+    assert "Tips and Tricks" in top.rationale and top.side_effects  # source and side effects named
+
+
+def test_cold_jerky_pendulum_blames_action_jitter_and_proposes_smoothness():
+    report = OfflineDiagnoser().diagnose(_ctx(PENDULUM, JERKY))
+    assert report.top_cause == RootCause.action_jitter
+    assert report.candidates[0].family == RemedyFamily.action_smoothness
+    assert "CAPS" in report.candidates[0].rationale
+
+
+def test_cold_scaled_observations_propose_normalization():
+    report = OfflineDiagnoser().diagnose(_ctx(CARTPOLE, SCALED))
+    assert report.top_cause == RootCause.observation_scaling
+    assert report.candidates[0].family == RemedyFamily.normalization
+    assert report.candidates[0].patch.parts[0].obs is True
+
+
+def test_budget_scales_with_the_original_training_steps():
+    sig = Signature(features={"curve_final_slope": 0.4}, symptoms=["undertrained", "low_success"], summary="still rising")
+    report = OfflineDiagnoser().diagnose(_ctx(CARTPOLE, sig))
+    assert report.top_cause == RootCause.undertraining
+    budget = next(c for c in report.candidates if c.family == RemedyFamily.training_budget)
+    assert budget.patch.parts[0].extra_steps == 25_000  # half of 50k
+
+
+def test_nothing_matched_is_unknown():
+    report = OfflineDiagnoser().diagnose(_ctx(signature=Signature(summary="looks fine")))
+    assert report.top_cause == RootCause.unknown and report.candidates == []
+
+
+def test_smoothness_is_never_offered_for_discrete_actions():
+    report = OfflineDiagnoser().diagnose(_ctx(CARTPOLE, JERKY))
+    assert RemedyFamily.action_smoothness not in _families(report)
+
+
+def test_confidences_are_ranked_and_bounded():
+    report = OfflineDiagnoser().diagnose(_ctx())
+    conf = [c.confidence for c in report.diagnosis.causes]
+    assert conf == sorted(conf, reverse=True) and 0 < sum(conf) <= 1
+
+
+def test_same_context_same_report():
+    ctx = _ctx(cases=(RetrievedCase(_case("c-1", "undertraining", Patch(parts=[TrainingBudget(extra_steps=30_000)]),
+                                           "improved"), 0.9),))
+    assert OfflineDiagnoser().diagnose(ctx) == OfflineDiagnoser().diagnose(ctx)
+
+
+# ---- verified cases shift the ranking ----------------------------------------------------------
+
+BUDGET = Patch(parts=[TrainingBudget(extra_steps=30_000)])
+
+
+def test_an_improved_case_with_another_cause_moves_it_up():
+    cold = OfflineDiagnoser().diagnose(_ctx())
+    warm = OfflineDiagnoser().diagnose(_ctx(cases=(RetrievedCase(_case("c-more", "undertraining", BUDGET, "improved"), 0.95),)))
+    assert _rank(warm, RootCause.undertraining) < _rank(cold, RootCause.undertraining)
+    assert warm.top_cause == RootCause.undertraining
+    assert warm.candidates[0].family == RemedyFamily.training_budget and "c-more" in warm.candidates[0].cites
+    assert warm.diagnosis.cited_cases == ["c-more"]
+    # the budget was rescaled from the case's 150k steps to this subject's (same here) and cites the case
+    assert warm.candidates[0].patch.parts[0].extra_steps == 30_000
+
+
+def _confidence(report, cause: RootCause) -> float:
+    return next((c.confidence for c in report.diagnosis.causes if c.cause == cause), 0.0)
+
+
+def test_a_worse_case_demotes_its_family():
+    cold = OfflineDiagnoser().diagnose(_ctx())
+    shaping = cold.candidates[0].patch
+    assert cold.candidates[0].family == RemedyFamily.reward_shaping
+    warm = OfflineDiagnoser().diagnose(_ctx(cases=(RetrievedCase(_case("c-bad", "reward_misspecification", shaping,
+                                                                       "worse", effect=-80.0), 0.95),)))
+    fams = _families(warm)
+    assert fams and fams[0] != RemedyFamily.reward_shaping
+    assert RemedyFamily.reward_shaping not in fams or fams.index(RemedyFamily.reward_shaping) > 0
+    assert _confidence(warm, RootCause.reward_misspecification) < _confidence(cold, RootCause.reward_misspecification)
+    assert "c-bad" in warm.diagnosis.cited_cases
+
+
+def test_example_cases_count_less_than_verified_ones():
+    smooth = Patch(parts=[ActionSmoothness(coef=0.2)])
+    verified = _ctx(cases=(RetrievedCase(_case("c-v", "action_jitter", smooth, "improved"), 0.9),))
+    example = _ctx(cases=(RetrievedCase(_case("c-e", "action_jitter", smooth, None, source="example"), 0.9),))
+    score = lambda r: next(c.confidence for c in r.diagnosis.causes if c.cause == RootCause.action_jitter)  # noqa: E731
+    assert score(OfflineDiagnoser().diagnose(verified)) > score(OfflineDiagnoser().diagnose(example)) > 0
+
+
+def test_cases_below_min_similarity_are_ignored():
+    far = _ctx(cases=(RetrievedCase(_case("c-far", "undertraining", BUDGET, "improved"), 0.1),))
+    report = OfflineDiagnoser(min_similarity=0.3).diagnose(far)
+    assert report.diagnosis.cited_cases == [] and report.top_cause == RootCause.reward_misspecification
+
+
+def test_reward_code_from_another_env_does_not_travel():
+    foreign = OfflineDiagnoser().diagnose(_ctx()).candidates[0].patch  # written for LunarLander
+    other = LANDER.model_copy(update={"env_id": "MountainCarContinuous-v0"})
+    ctx = _ctx(subject=other, cases=(RetrievedCase(_case("c-x", "reward_misspecification", foreign, "improved"), 0.9),))
+    report = OfflineDiagnoser().diagnose(ctx)
+    assert report.top_cause == RootCause.reward_misspecification  # the case still votes for its cause
+    assert all(c.patch != foreign for c in report.candidates)  # but its lander code is not offered here
+
+
+# ---- fix-loop memory, rules, knobs -------------------------------------------------------------
+
+def test_a_tried_and_failed_patch_is_demoted():
+    first = OfflineDiagnoser().diagnose(_ctx()).candidates[0]
+    again = OfflineDiagnoser().diagnose(_ctx(tried=(Attempt(patch=first.patch, status="no_effect", effect=0.0),)))
+    assert again.candidates[0].patch != first.patch
+    assert first.patch in [c.patch for c in again.candidates]  # demoted, not forgotten
+
+
+@dataclass(frozen=True)
+class _Rule:
+    id: str
+    conditions: tuple
+    recommendation: dict
+
+
+def test_matching_rules_vote_and_are_cited():
+    rule = _Rule("rule-7", ("symptom hovering",), {"cause": "time_limit_misconfiguration", "confidence": 1.0,
+                                                   "patch": {"kind": "time_limit", "max_episode_steps": 400}})
+    report = OfflineDiagnoser(w_rules=2.0).diagnose(_ctx(rules=(rule,)))
+    assert report.top_cause == RootCause.time_limit_misconfiguration
+    assert "rule-7" in report.diagnosis.cited_rules
+    assert report.candidates[0].family == RemedyFamily.time_limit and "rule-7" in report.candidates[0].cites
+
+
+def test_knobs_change_the_outcome_and_the_program_version():
+    ctx = _ctx(cases=(RetrievedCase(_case("c-more", "undertraining", BUDGET, "improved"), 0.95),))
+    strong_prior = OfflineDiagnoser(w_prior=5.0)
+    assert strong_prior.diagnose(ctx).top_cause == RootCause.reward_misspecification
+    assert strong_prior.program_version != OfflineDiagnoser().program_version
+
+
+def test_registry():
+    assert get_diagnoser("offline", k=3).k == 3
+    with pytest.raises(DiagnosisError, match="unknown diagnoser 'oracle'"):
+        get_diagnoser("oracle")
