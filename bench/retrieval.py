@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import tempfile
 import time
@@ -183,6 +184,7 @@ class SizeResult:
     hybrid_p50_ms: float
     exact_scan_p50_ms: float
     exact_scan_p95_ms: float
+    sweep: list[dict[str, float]]
 
 
 def _timed(fn: Callable[[], object]) -> tuple[object, float]:
@@ -202,6 +204,23 @@ def _perturbed(base: np.ndarray, n: int, sigma: float, rng: np.random.Generator)
     return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
 
 
+def _ingest(index: VectorIndex, cases: list[Case], batch: int) -> tuple[np.ndarray, float, float]:
+    """Upsert ``cases`` in batches; before each, time the raw encoder on the same texts.
+
+    Interleaving keeps both figures under the same machine load (the CPUs are shared).
+    """
+    vecs, raw_s, ingest_s = [], 0.0, 0.0
+    for i in range(0, len(cases), batch):
+        chunk = cases[i : i + batch]
+        texts = [case_text(c) for c in chunk]
+        v, dt = _timed(lambda: index.embedder.encode(texts))
+        vecs.append(v)
+        raw_s += dt
+        _, dt = _timed(lambda: index.upsert(chunk))
+        ingest_s += dt
+    return np.vstack(vecs), raw_s, ingest_s
+
+
 def _exact_top(matrix: np.ndarray, q: np.ndarray, k: int, mask: np.ndarray | None = None) -> np.ndarray:
     sims = matrix @ q
     if mask is not None:
@@ -216,11 +235,9 @@ def run_size(size: int, args: argparse.Namespace, workdir: Path) -> SizeResult:
     prefix = f"b{size}-"
     cases = synth_cases(size, seed=args.seed, prefix=prefix)
     real = min(size, args.embed_limit)
-    texts = [case_text(c) for c in cases[:real]]
-    emb.encode(texts[:64])  # warm-up: first call pays for lazy initialisation
-    raw_vecs, raw_s = _timed(lambda: emb.encode(texts))
     index = VectorIndex(workdir / f"idx{size}", emb)
-    _, ingest_s = _timed(lambda: [index.upsert(cases[i : i + args.batch]) for i in range(0, real, args.batch)])
+    emb.encode([case_text(c) for c in cases[:64]])  # warm-up: the first call pays for lazy set-up
+    raw_vecs, raw_s, ingest_s = _ingest(index, cases[:real], args.batch)
     vecs = np.asarray(raw_vecs, dtype=np.float32)
     if size > real:
         extra = _perturbed(vecs, size - real, args.sigma, np.random.default_rng(args.seed + 1))
@@ -239,7 +256,7 @@ def _measure(size, real, raw_s, ingest_s, fill_s, opt_s, index, vecs, cases, arg
     rng = np.random.default_rng(args.seed + 2)
     env_of = np.array([c.subject.env_id for c in cases])
     es, s_only, exact, hyb, filt = [], [], [], [], []
-    recalls, frecalls = [], []
+    recalls, frecalls, qvecs, tops = [], [], [], []
     for qt in qtexts:
         t0 = time.perf_counter()
         q = emb.encode([qt])[0]
@@ -250,6 +267,8 @@ def _measure(size, real, raw_s, ingest_s, fill_s, opt_s, index, vecs, cases, arg
         s_only.append(t2 - t1)
         top, dt = _timed(lambda: _exact_top(vecs, q, 10))
         exact.append(dt)
+        qvecs.append(q)
+        tops.append(set(top.tolist()))
         recalls.append(len({int(h.case_id.split("-")[1]) for h in hits} & set(top.tolist())) / 10)
         env = ENVS[int(rng.integers(len(ENVS)))][0]
         fhits, dt = _timed(lambda: index.search(q, k=10, filters=SearchFilters(env_id=env)))
@@ -278,7 +297,25 @@ def _measure(size, real, raw_s, ingest_s, fill_s, opt_s, index, vecs, cases, arg
         hybrid_p50_ms=_pct(hyb, 50),
         exact_scan_p50_ms=_pct(exact, 50),
         exact_scan_p95_ms=_pct(exact, 95),
+        sweep=_sweep(index, qvecs, tops) if args.sweep and index.has_ann_index() else [],
     )
+
+
+def _sweep(index: VectorIndex, qvecs: list[np.ndarray], tops: list[set[int]]) -> list[dict[str, float]]:
+    """Search latency and recall@10 over a small grid of HNSW ``ef`` and ``refine_factor``."""
+    out = []
+    ef0, rf0 = index.ef, index.refine_factor
+    for ef in (40, 80, 160, 320):
+        for rf in (None, 2):
+            index.ef, index.refine_factor = ef, rf
+            times, recalls = [], []
+            for q, top in zip(qvecs, tops):
+                hits, dt = _timed(lambda: index.search(q, k=10))
+                times.append(dt)
+                recalls.append(len({int(h.case_id.split("-")[1]) for h in hits} & top) / 10)
+            out.append({"ef": ef, "refine": rf or 0, "p50_ms": _pct(times, 50), "recall": float(np.mean(recalls))})
+    index.ef, index.refine_factor = ef0, rf0
+    return out
 
 
 def _print_table(results: list[SizeResult], args: argparse.Namespace) -> None:
@@ -302,10 +339,14 @@ def _print_table(results: list[SizeResult], args: argparse.Namespace) -> None:
     print("\n" + head)
     for label, fmt in rows:
         print(f"{label:32}" + "".join(f"{fmt(r):>16}" for r in results))
+    for r in results:
+        for row in r.sweep:
+            print(f"  sweep {r.size:>9,}: ef={row['ef']:<4} refine={row['refine']}  p50 {row['p50_ms']:.1f} ms  recall@10 {row['recall']:.3f}")
     print(
-        f"\n{args.queries} queries, k=10, ef={index_mod.DEFAULT_EF}, ANN from {index_mod.ANN_MIN_ROWS:,} rows. "
+        f"\n{args.queries} queries, k=10, ef={index_mod.DEFAULT_EF}, refine_factor={index_mod.DEFAULT_REFINE}, ANN from {index_mod.ANN_MIN_ROWS:,} rows. "
         f"Rows beyond the first {args.embed_limit:,} reuse real embeddings perturbed with sigma={args.sigma} "
-        "(cosine ~0.9 to their source); ingest figures cover only the real ones."
+        "(cosine ~0.9 to their source); ingest figures cover only the real ones. "
+        f"Machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} (shared CPUs inflate latencies)."
     )
 
 
@@ -314,10 +355,11 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", default="10000,100000", help="comma-separated KB sizes")
     p.add_argument("--queries", type=int, default=200)
-    p.add_argument("--embed-limit", type=int, default=5_000, help="embed at most this many texts for real per size")
+    p.add_argument("--embed-limit", type=int, default=3_000, help="embed at most this many texts for real per size")
     p.add_argument("--batch", type=int, default=256, help="cases per upsert call during ingest")
     p.add_argument("--sigma", type=float, default=0.025, help="per-dimension noise for reused vectors")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--sweep", action="store_true", help="also sweep HNSW ef x refine_factor")
     p.add_argument("--out", type=Path, default=OUT)
     args = p.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
@@ -327,13 +369,16 @@ def main(argv: list[str] | None = None) -> None:
         for size in sizes:
             print(f"building {size:,} cases ...", flush=True)
             results.append(run_size(size, args, workdir))
+            _print_table(results[-1:], args)  # partial figures survive an interrupted run
             shutil.rmtree(workdir / f"idx{size}", ignore_errors=True)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    _print_table(results, args)
+    if len(results) > 1:
+        _print_table(results, args)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
-    config.update(ef=index_mod.DEFAULT_EF, ann_min_rows=index_mod.ANN_MIN_ROWS)
+    config.update(load_avg_1m_end=os.getloadavg()[0], cpus=os.cpu_count())
+    config.update(ef=index_mod.DEFAULT_EF, refine_factor=index_mod.DEFAULT_REFINE, ann_min_rows=index_mod.ANN_MIN_ROWS)
     args.out.write_text(json.dumps({"config": config, "results": [asdict(r) for r in results]}, indent=2))
     print(f"wrote {args.out}")
 

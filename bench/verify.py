@@ -59,14 +59,12 @@ def raw_steps_per_s(run, n_envs: int, steps: int) -> float:
     venv = make_vec_env(make_patched_env_fn(c.env_id, c.env_kwargs, c.wrappers, None, 0), n_envs, EpisodeLog())
     venv.seed(0)
     venv.reset()
-    rng = np.random.default_rng(0)
     actions = [np.array([venv.action_space.sample() for _ in range(n_envs)]) for _ in range(16)]
     start = time.perf_counter()
     for i in range(steps // n_envs):
         venv.step(actions[i % 16])
     elapsed = time.perf_counter() - start
     venv.close()
-    del rng
     return (steps // n_envs) * n_envs / elapsed
 
 

@@ -34,6 +34,7 @@ ARM_JOB = "remedy.cases.arms:run_arm"
 #: the shaped return must rank a success above a failure more often than this (ties count half).
 PREFERENCE_MIN = 0.5
 
+
 @dataclass(frozen=True)
 class ArmSpec:
     """Everything one arm job needs; plain values only so it pickles into any worker."""
@@ -174,6 +175,7 @@ def preference_check(run_dir: str, patch_json: str, n_episodes: int, seed: int) 
     deterministic and the stochastic policy are rolled out, as in evidence.
     Undecidable (all episodes succeed, or none) counts as passing.
     """
+    from .envs import env_traits
     from .evidence import rollout
     from .patches.apply import PatchPlan, make_patched_env_fn
     from .rundir import RunDir
@@ -181,7 +183,7 @@ def preference_check(run_dir: str, patch_json: str, n_episodes: int, seed: int) 
     run = RunDir.load(run_dir)
     c = run.config
     shaping = [p for p in Patch.model_validate_json(patch_json).parts if isinstance(p, RewardShaping)]
-    plan = PatchPlan.from_patch(Patch(parts=shaping), run.subject().traits, c.algo)
+    plan = PatchPlan.from_patch(Patch(parts=shaping), env_traits(c.env_id, c.env_kwargs), c.algo)
     factory = make_patched_env_fn(c.env_id, c.env_kwargs, c.wrappers, plan, None, max_episode_steps=c.max_episode_steps)
     model, vn = run.load_model(), _obs_normalizer(run)
     records = [r for det in (True, False) for r in rollout(
@@ -193,6 +195,11 @@ def preference_check(run_dir: str, patch_json: str, n_episodes: int, seed: int) 
 
 
 def preference_verdict(good: list[float], bad: list[float]) -> PreferenceResult:
+    """Verdict from shaped returns of successful (``good``) and failed (``bad``) episodes.
+
+    Passes when P(good > bad) + 0.5 P(tie) exceeds :data:`PREFERENCE_MIN`, so a
+    constant reward (all ties) fails; undecidable (one side empty) passes.
+    """
     if not good or not bad:
         what = "no episode succeeded" if not good else "every episode succeeded"
         return PreferenceResult(True, None, len(good), len(bad), f"preference check undecidable: {what}")

@@ -31,6 +31,7 @@ from .success import ReturnThreshold, SuccessSpec
 __all__ = ["RemedyRunCallback", "infer_run_config", "PROGRESS_CSV"]
 
 PROGRESS_CSV = "progress.csv"
+_OFF_POLICY_LOG_FREQ = 1000
 
 #: model attributes copied into run.yaml's hyperparams when they are plain numbers/strings.
 _HYPERPARAM_ATTRS = (
@@ -98,16 +99,22 @@ class RemedyRunCallback(BaseCallback):
     """SB3 callback that writes a Remedy run directory while the agent trains."""
 
     def __init__(self, run_dir: str | Path, config: RunConfig | None = None, save_freq: int | None = None,
-                 *, success: SuccessSpec | None = None, verbose: int = 0):
+                 *, success: SuccessSpec | None = None, log_freq: int | None = None, verbose: int = 0):
+        """``save_freq``: also save every that many steps; ``log_freq``: steps between progress rows
+        (default: every rollout for on-policy algorithms, every 1,000 steps for off-policy ones,
+        whose rollouts end every few steps)."""
         super().__init__(verbose)
         self.run_dir = Path(run_dir)
         self.config = config
         self.success = success
         self.save_freq = int(save_freq) if save_freq else None
+        self.log_freq = int(log_freq) if log_freq else None
         self.rows: list[dict[str, float]] = []
         self._last_save = 0
 
     def _on_training_start(self) -> None:
+        if self.log_freq is None:
+            self.log_freq = 1 if hasattr(self.model, "rollout_buffer") else _OFF_POLICY_LOG_FREQ
         if self.config is None:
             self.config = infer_run_config(self.model, self.success)
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -119,6 +126,11 @@ class RemedyRunCallback(BaseCallback):
         return True
 
     def _on_rollout_end(self) -> None:
+        if self.rows and self.num_timesteps - self.rows[-1]["time/total_timesteps"] < (self.log_freq or 1):
+            return
+        self._record_row()
+
+    def _record_row(self) -> None:
         row: dict[str, float] = {"time/total_timesteps": float(self.num_timesteps)}
         buf = getattr(self.model, "ep_info_buffer", None)
         if buf:
@@ -134,7 +146,7 @@ class RemedyRunCallback(BaseCallback):
             self.rows.append(row)
 
     def _on_training_end(self) -> None:
-        self._on_rollout_end()  # the last partial rollout's state
+        self._record_row()  # the final state, with the last train() scalars
         self.config = self.config.model_copy(update={"train_steps": int(self.num_timesteps)})
         write_run_yaml(self.run_dir, self.config)
         self._save()

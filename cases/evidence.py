@@ -41,8 +41,6 @@ __all__ = [
 
 #: most envs stepped together in one rollout batch.
 MAX_BATCH = 16
-#: a discretized state grid has this many cells per axis (state coverage).
-COVERAGE_BINS = 20
 
 
 @dataclass(frozen=True)
@@ -242,8 +240,18 @@ def _run_batch(model, envs, n_episodes, seed, deterministic, success, tests, kee
         start(i)
     while any(s is not None for s in slots):
         obs = np.stack([s[1].obs[-1] if s is not None else np.zeros_like(_any_obs(slots)) for s in slots])
-        actions, state = model.predict(_normalize(obs, vecnormalize), state=state, episode_start=starts.copy(),
-                                       deterministic=deterministic)
+        try:
+            actions, state = model.predict(_normalize(obs, vecnormalize), state=state, episode_start=starts.copy(),
+                                           deterministic=deterministic)
+        except (ValueError, RuntimeError):
+            # a diverged policy (NaN weights) cannot even sample; its episodes end as numerical failures
+            for i, slot in enumerate(slots):
+                if slot is not None:
+                    slot[1].nan = slot[1].truncated = True
+                    done[slot[0]] = slot[1].record(success, envs[i], keep=slot[0] < keep, deterministic=deterministic)
+                    start(i)
+            state = None
+            continue
         starts[:] = False
         for i, slot in enumerate(slots):
             if slot is not None:
@@ -403,6 +411,7 @@ class EvidenceBundle:
     observation_space: gym.Space | None = None
     notes: list[str] = field(default_factory=list)
     constraint_names: list[str] = field(default_factory=list)
+    nonfinite_weights: bool = False
 
 
 def collect_evidence(run: Any, *, n_episodes: int = 20, seed: int = 0, stochastic: bool = True,
@@ -426,8 +435,22 @@ def collect_evidence(run: Any, *, n_episodes: int = 20, seed: int = 0, stochasti
     except Exception:  # traits of an env that was made above cannot fail differently; keep the spaces' view
         traits = traits_of_spaces(cfg.env_id, o_space, a_space)
     notes = list(log.notes) if log else []
+    bad_weights = not _weights_finite(model)
+    if bad_weights:
+        notes.append("the checkpoint holds NaN/inf weights (training diverged)")
     names = [c.name for c in cfg.constraints]
-    return EvidenceBundle(det, sto, log, limit, traits, a_space, o_space, notes, names)
+    return EvidenceBundle(det, sto, log, limit, traits, a_space, o_space, notes, names, bad_weights)
+
+
+def _weights_finite(model: Any) -> bool:
+    """False when any policy parameter is NaN or inf."""
+    policy = getattr(model, "policy", None)
+    if policy is None or not hasattr(policy, "parameters"):
+        return True
+    import torch
+
+    with torch.no_grad():
+        return all(bool(torch.isfinite(p).all()) for p in policy.parameters())
 
 
 def _load_obs_normalizer(run: Any):

@@ -149,7 +149,7 @@ def _verdict(report: FuzzReport, what: str) -> FuzzReport:
 
 def _fuzz_calls(fn, kind, obs_space, act_space, n_random, seed, max_call_ms) -> FuzzReport:
     """Run the fuzz cases in this process (the worker's side of :func:`fuzz_reward`)."""
-    budget_s = max(0.5, 100 * max_call_ms / 1000)  # a call past this is stopped: loop, not slowness
+    budget_s = max(0.25, 50 * max_call_ms / 1000)  # a call past this is stopped: a loop, not slowness
     problems: list[str] = []
     calls, slowest = 0, 0.0
     for case in _fuzz_cases(obs_space, act_space, n_random, seed):

@@ -45,6 +45,7 @@ __all__ = [
     "PREDICATE_PARAMS",
     "MAX_CODE_CHARS",
     "MAX_AST_NODES",
+    "MAX_AST_DEPTH",
     "check_code",
     "compile_reward",
     "compile_predicate",
@@ -60,8 +61,10 @@ PREDICATE_PARAMS: tuple[str, ...] = ("obs", "action", "info")
 
 #: patch code longer than this is refused before parsing (huge inputs can exhaust the parser).
 MAX_CODE_CHARS = 20_000
-#: and so is code with more AST nodes than this.
+#: and so is code with more AST nodes than this,
 MAX_AST_NODES = 5_000
+#: or nested deeper than this (the checker and ``compile`` recurse over the tree).
+MAX_AST_DEPTH = 100
 
 # --------------------------------------------------------------------------- allow-lists
 
@@ -189,7 +192,20 @@ def _parse(code: str) -> ast.Module:
     nodes = sum(1 for _ in ast.walk(tree))
     if nodes > MAX_AST_NODES:
         raise _reject(f"patch code has {nodes:,} syntax nodes; keep it under {MAX_AST_NODES:,}", "too-long")
+    depth = _depth(tree)
+    if depth > MAX_AST_DEPTH:
+        raise _reject(f"patch code nests {depth} levels deep; keep it under {MAX_AST_DEPTH}", "too-deep")
     return tree
+
+
+def _depth(tree: ast.AST) -> int:
+    """Nesting depth, computed without recursion (the checker and compile() recurse; deep trees crash them)."""
+    deepest, stack = 0, [(tree, 1)]
+    while stack:
+        node, d = stack.pop()
+        deepest = max(deepest, d)
+        stack.extend((child, d + 1) for child in ast.iter_child_nodes(node))
+    return deepest
 
 
 class _Normalizer(ast.NodeTransformer):
@@ -289,10 +305,10 @@ class _Checker(ast.NodeVisitor):
         if _is_dunder(attr) or attr.startswith("_"):
             rule = "no-dunder" if _is_dunder(attr) else "no-private"
             raise _reject(f"attribute '{attr}' is not allowed (line {_line(node)})", rule)
+        self.generic_visit(node)  # inner first, so np.random.rand names np.random
         if not isinstance(node.ctx, ast.Load):
             raise _reject(f"assigning to attribute '{attr}' is not allowed (line {_line(node)})", "no-attribute-assignment")
         _check_attribute(node)
-        self.generic_visit(node)
 
     def visit_Constant(self, node: ast.Constant) -> None:
         if isinstance(node.value, (str, bytes)) and ("__" in str(node.value)):
@@ -301,13 +317,17 @@ class _Checker(ast.NodeVisitor):
     def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
         if node.decorator_list:
             raise _reject(f"decorators are not allowed (line {_line(node)})", "no-decorators")
-        if _is_dunder(node.name):
-            raise _reject(f"dunder name '{node.name}' is not allowed (line {_line(node)})", "no-dunder")
+        self._check_bound_name(node.name, node)
         self.generic_visit(node)
 
     def visit_arg(self, node: ast.arg) -> None:
-        if _is_dunder(node.arg) or node.arg in FORBIDDEN_NAMES:
-            raise _reject(f"parameter name '{node.arg}' is not allowed (line {_line(node)})", "no-dunder")
+        self._check_bound_name(node.arg, node)
+
+    def _check_bound_name(self, name: str, node: ast.AST) -> None:
+        if _is_dunder(name):
+            raise _reject(f"dunder name '{name}' is not allowed (line {_line(node)})", "no-dunder")
+        if name in FORBIDDEN_NAMES:
+            raise _reject(f"'{name}' is not allowed in patch code (line {_line(node)})", f"forbidden-name:{name}")
 
     def visit_keyword(self, node: ast.keyword) -> None:
         if node.arg is not None and _is_dunder(node.arg):
@@ -317,6 +337,8 @@ class _Checker(ast.NodeVisitor):
     def visit_ExceptHandler(self, node: ast.ExceptHandler) -> None:
         if node.type is None:
             raise _reject(f"bare 'except:' is not allowed; name the exception (line {_line(node)})", "bare-except")
+        if node.name:
+            self._check_bound_name(node.name, node)
         self.generic_visit(node)
 
     def visit_While(self, node: ast.While) -> None:
@@ -444,9 +466,9 @@ def _checked_tree(code: str, entry: str, params: tuple[str, ...]) -> tuple[ast.M
     tree = _parse(code)
     normalizer = _Normalizer()
     tree = normalizer.visit(tree)
-    _check_top_level(tree)
     known = _bound_names(tree) | set(normalizer.bindings) | set(SAFE_BUILTINS) | {"np", "numpy", "math"}
-    _Checker(known).visit(tree)
+    _Checker(known).visit(tree)  # first, so a forbidden name is reported as such wherever it sits
+    _check_top_level(tree)
     _check_entry(tree, entry, params)
     return ast.fix_missing_locations(tree), normalizer.bindings
 
@@ -454,7 +476,7 @@ def _checked_tree(code: str, entry: str, params: tuple[str, ...]) -> tuple[ast.M
 def check_code(code: str, entry: str = "shaped_reward", params: tuple[str, ...] = REWARD_PARAMS) -> None:
     """Statically check patch ``code``: raise :class:`PatchRejectedError` (with ``rule``) unless it is allowed.
 
-    Rules: ``too-long``, ``syntax``, ``no-imports``, ``no-dunder``, ``no-private``,
+    Rules: ``too-long``, ``too-deep``, ``syntax``, ``no-imports``, ``no-dunder``, ``no-private``,
     ``forbidden-name:<name>``, ``unknown-name:<name>``, ``numpy-not-allowed:<name>``,
     ``math-not-allowed:<name>``, ``attribute-not-allowed:<name>``, ``no-attribute-assignment``,
     ``no-classes``, ``no-global``, ``no-with``, ``no-async``, ``no-generators``, ``no-delete``,
@@ -518,7 +540,9 @@ def _frozen(x: Any, depth: int = 0) -> Any:
 
 
 def _code_error(entry: str, ex: BaseException, reason: str = "exception") -> SandboxError:
-    err = SandboxError(f"{entry} raised {type(ex).__name__}: {ex}")
+    text = " ".join(str(ex).split())
+    text = text if len(text) <= 300 else text[:300] + "..."  # the code chooses the message; keep it one short line
+    err = SandboxError(f"{entry} raised {type(ex).__name__}: {text}")
     err.reason = reason  # type: ignore[attr-defined]
     return err
 
@@ -606,6 +630,8 @@ def _predicate_source(expr: str, names: tuple[str, ...]) -> str:
         raise _reject(f"safety predicate is not one Python expression: {ex.msg}", "syntax") from None
     except (RecursionError, MemoryError, ValueError) as ex:
         raise _reject(f"safety predicate cannot be parsed ({type(ex).__name__})", "syntax") from None
+    if _depth(parsed) > MAX_AST_DEPTH:
+        raise _reject(f"safety predicate nests deeper than {MAX_AST_DEPTH} levels; simplify it", "too-deep")
     # re-emitted from the AST, so nothing in the text can escape the one return statement
     return f"def safety_predicate({', '.join(names)}):\n    return ({ast.unparse(parsed.body)})\n"
 

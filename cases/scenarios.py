@@ -239,7 +239,6 @@ class BuiltScenario:
 def patient_success_rate(run: RunDir, n_episodes: int, seed: int = 10_000) -> float:
     """Fraction of deterministic episodes on the ORIGINAL task that meet the run's success definition."""
     from .evidence import rollout
-    from .rundir import VECNORMALIZE_PKL  # noqa: F401  (documents where statistics live)
 
     vn = None
     if run.vecnormalize_path is not None:

@@ -87,8 +87,8 @@ class VerifyConfig:
         """Refuse settings that cannot produce a measurement."""
         if self.seeds < 1 or self.eval_episodes < 1 or self.n_envs < 1:
             raise VerificationError("--seeds, --episodes and n_envs must each be at least 1")
-        if self.budget_steps is not None and self.budget_steps < 0:
-            raise VerificationError("--budget must be a non-negative number of env steps")
+        if self.budget_steps is not None and self.budget_steps < 1:
+            raise VerificationError("--budget must be at least 1 env step (fine-tuning is the treatment)")
 
 
 # --------------------------------------------------------------------------- status

@@ -112,7 +112,7 @@ def _main():
         except BaseException:
             msg = "<unprintable>"
         data = pickle.dumps(("err", type(ex).__name__, msg[:2000], isolated))
-    out.write(data)
+    out.write(len(data).to_bytes(8, "big") + data)  # length first: the parent need not wait for EOF
     out.flush()
 
 _main()
@@ -312,19 +312,25 @@ def _feed(proc: subprocess.Popen, head: dict, payload: bytes) -> None:
 
 
 def _collect(fd: int, deadline: float) -> tuple[bytes, bool]:
-    """Read the result pipe until EOF or the deadline; returns (bytes, timed_out)."""
-    chunks: list[bytes] = []
+    """Read one length-prefixed answer (or up to EOF) before the deadline; returns (bytes, timed_out).
+
+    The length prefix lets a child that leaves a grandchild holding the pipe
+    still finish on time.
+    """
+    buf = bytearray()
     while True:
+        if len(buf) >= 8 and len(buf) - 8 >= int.from_bytes(buf[:8], "big"):
+            return bytes(buf[8 : 8 + int.from_bytes(buf[:8], "big")]), False
         left = deadline - time.monotonic()
         if left <= 0:
-            return b"".join(chunks), True
+            return b"", True
         ready, _, _ = select.select([fd], [], [], min(left, 1.0))
         if not ready:
             continue
         chunk = os.read(fd, 1 << 20)
         if not chunk:
-            return b"".join(chunks), False
-        chunks.append(chunk)
+            return b"", False  # EOF before a whole answer: the child died; its exit status says how
+        buf += chunk
 
 
 def _kill_group(pid: int) -> None:

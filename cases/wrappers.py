@@ -81,9 +81,9 @@ class ObsScale(gym.ObservationWrapper):
             raise EnvError("obs_scale needs a Box observation space and a positive factor")
         self.factor = float(factor)
         space = env.observation_space
-        self.observation_space = gym.spaces.Box(
-            low=space.low * self.factor, high=space.high * self.factor, shape=space.shape, dtype=space.dtype
-        )
+        with np.errstate(over="ignore"):  # float32-max bounds (CartPole velocities) become inf, as they should
+            low, high = space.low * self.factor, space.high * self.factor
+        self.observation_space = gym.spaces.Box(low=low, high=high, shape=space.shape, dtype=space.dtype)
 
     def observation(self, observation):
         return (np.asarray(observation) * self.factor).astype(self.observation_space.dtype)

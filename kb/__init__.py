@@ -7,6 +7,10 @@
             print(hit.rank, hit.similarity, hit.case.patch.summary())
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from remedy.cases.errors import (
     CaseNotFoundError,
     ImportFileError,
@@ -20,14 +24,13 @@ from remedy.cases.errors import (
     ValidationError,
 )
 
-from .facade import ImportReport, KBStats, KnowledgeBase, ReconcileReport, SimilarCase
+if TYPE_CHECKING:
+    from .facade import ImportReport, KBStats, KnowledgeBase, ReconcileReport, SimilarCase
+
+_FACADE = ("KnowledgeBase", "SimilarCase", "ImportReport", "ReconcileReport", "KBStats")
 
 __all__ = [
-    "KnowledgeBase",
-    "SimilarCase",
-    "ImportReport",
-    "ReconcileReport",
-    "KBStats",
+    *_FACADE,
     "RemedyError",
     "KBError",
     "KBNotFoundError",
@@ -39,3 +42,13 @@ __all__ = [
     "ImportFileError",
     "IndexMismatchError",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # The facade pulls in LanceDB (seconds to import); load it only when asked for, so
+    # `remedy --help` and commands that never touch the index start fast.
+    if name in _FACADE:
+        from . import facade
+
+        return getattr(facade, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

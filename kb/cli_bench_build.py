@@ -13,6 +13,9 @@ from .cli_common import JsonOption, console, print_json
 
 __all__ = ["register_bench_build", "bench_build"]
 
+#: console width from which the table shows the fault text.
+_WIDE = 130
+
 
 def _row(b) -> dict:
     s = b.scenario
@@ -25,16 +28,19 @@ def _row(b) -> dict:
 
 def _table(rows: list[dict]) -> Table:
     t = Table(title="fault scenarios", show_lines=False)
-    for col, kw in (("scenario", {"no_wrap": True}), ("env", {"no_wrap": True}),
-                    ("fault", {"overflow": "ellipsis", "no_wrap": True, "max_width": 18}),
+    widest = max((len(r["scenario"]) for r in rows), default=8)
+    wide = console.width >= _WIDE  # the fault text only where it fits; --json always has it
+    for col, kw in (("scenario", {"no_wrap": True, "min_width": widest}), ("env", {"no_wrap": True}),
+                    ("fault", {"overflow": "ellipsis", "no_wrap": True, "max_width": console.width - 100}),
                     ("steps", {"justify": "right", "no_wrap": True}), ("wall s", {"justify": "right", "no_wrap": True}),
                     ("cached?", {"no_wrap": True}), ("success", {"justify": "right", "no_wrap": True})):
-        t.add_column(col, **kw)
+        if col != "fault" or wide:
+            t.add_column(col, **kw)
     for r in rows:
         success = "-" if r["success_rate"] is None else f"{r['success_rate']:.0%}"
         cached = r["source"] if r["cached"] else "no"
-        t.add_row(r["scenario"], r["env_id"], r["fault"], f"{r['train_steps']:,}", f"{r['wall_time_s']:.1f}",
-                  cached, success)
+        cells = [r["scenario"], r["env_id"], r["fault"], f"{r['train_steps']:,}", f"{r['wall_time_s']:.1f}", cached, success]
+        t.add_row(*(cells if wide else cells[:2] + cells[3:]))
     return t
 
 

@@ -52,6 +52,7 @@ def register(app: typer.Typer, kb_app: typer.Typer, case_app: typer.Typer) -> No
     kb_app.command("import")(kb_import)
     kb_app.command("export")(kb_export)
     app.command("query")(query)
+    app.command("similar")(similar)
     case_app.command("show")(case_show)
 
 
@@ -88,7 +89,7 @@ def kb_init(
         reports = base.load_examples(progress=update) if examples else []
         total = base.count()
     added = sum(r.added for r in reports)
-    console.print(f"KB ready at [bold]{kb}[/]: {total} cases ({added} example cases added).")
+    console.print(f"KB ready at [bold]{kb}[/]: {total} cases ({added} example cases added).", soft_wrap=True)
 
 
 def kb_stats(kb: KbOption = Path(DEFAULT_KB), as_json: JsonOption = False) -> None:
@@ -135,7 +136,7 @@ def kb_reindex(kb: KbOption = Path(DEFAULT_KB)) -> None:
     """Rebuild the vector index from the store (after a crash or an embedding-model change)."""
     with _open(kb, reconcile=False) as base, _bar("embedding") as update:
         n = base.reindex(progress=update)
-    console.print(f"Reindexed {n} cases in {kb}.")
+    console.print(f"Reindexed {n} cases in {kb}.", soft_wrap=True)
 
 
 def kb_import(
@@ -151,7 +152,8 @@ def kb_import(
     for line, msg in report.problems:
         _err.print(f"[yellow]skipped line {line}:[/] {msg}", highlight=False, soft_wrap=True)
     console.print(
-        f"Imported {file}: {report.added} added, {report.unchanged} unchanged, {report.skipped} skipped."
+        f"Imported {file}: {report.added} added, {report.unchanged} unchanged, {report.skipped} skipped.",
+        soft_wrap=True,
     )
 
 
@@ -162,7 +164,7 @@ def kb_export(
     """Export every case to JSONL or Parquet (by extension)."""
     with _open(kb, reconcile=False) as base:
         n = base.export(file)
-    console.print(f"Exported {n} cases to {file}.")
+    console.print(f"Exported {n} cases to {file}.", soft_wrap=True)
 
 
 # -- query ---------------------------------------------------------------------------
@@ -195,9 +197,34 @@ def query(
     if as_json:
         print_json([h.as_dict() for h in hits])
     elif not hits:
-        console.print("No similar cases (try fewer filters, or `remedy kb init` to load the examples).")
+        console.print("No similar cases (try fewer filters, or `remedy kb init` to load the examples).", soft_wrap=True)
     else:
         console.print(render_similar(hits, title=f"cases similar to {text!r}"))
+
+
+def similar(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory (run.yaml + checkpoint).")],
+    kb: KbOption = Path(DEFAULT_KB),
+    k: Annotated[int, typer.Option("--k", "-k", min=1, help="How many cases.")] = 10,
+    episodes: Annotated[int, typer.Option("--episodes", min=1, help="Evaluation episodes to roll out.")] = 10,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the evaluation rollouts.")] = 0,
+    any_action_space: Annotated[
+        bool, typer.Option("--any-action-space", help="Also show cases from the other action-space type.")
+    ] = False,
+    only_improved: Annotated[bool, typer.Option("--only-improved", help="Only verified improvements.")] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """What fixed failures like this agent's: signature of RUN_DIR, then the nearest stored cases."""
+    with _open(kb) as base:
+        run, hits = base.similar_to_run(
+            run_dir, k=k, n_episodes=episodes, seed=seed,
+            same_action_space=not any_action_space, only_improved=only_improved,
+        )
+    if as_json:
+        print_json({"signature": run.signature.model_dump(mode="json"), "similar": [h.as_dict() for h in hits]})
+        return
+    console.print(f"[bold]signature:[/] {run.signature.summary}", soft_wrap=True)
+    console.print(render_similar(hits, title=f"cases similar to {run_dir}") if hits else "No similar cases.")
 
 
 def format_effect(case: Case) -> str:

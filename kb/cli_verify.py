@@ -55,7 +55,7 @@ def verify(
     run_dir: Annotated[Path, typer.Argument(help="Run directory: run.yaml + model.zip.")],
     patch: Annotated[Path, typer.Option("--patch", help="Patch file (YAML or JSON).")],
     seeds: Annotated[int, typer.Option("--seeds", min=1, help="Training seeds per arm.")] = 3,
-    budget: Annotated[Optional[int], typer.Option("--budget", min=0, help="Fine-tuning env steps per arm (default 20% of train_steps).")] = None,
+    budget: Annotated[Optional[int], typer.Option("--budget", min=1, help="Fine-tuning env steps per arm (default 20% of train_steps).")] = None,
     episodes: Annotated[int, typer.Option("--episodes", min=1, help="Evaluation episodes per agent.")] = 20,
     executor: Annotated[_Executor, typer.Option("--executor", help="Where jobs run.")] = _Executor.local,
     ray_address: Annotated[Optional[str], typer.Option("--ray-address", help="Ray cluster address (default: a local Ray).")] = None,

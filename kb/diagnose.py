@@ -105,6 +105,7 @@ def diagnose_signature(
     reward_code: str = "",
     rules: Sequence[Any] = (),
     notes: Sequence[str] = (),
+    constraints: Sequence[str] = (),
     **diagnoser_params: Any,
 ) -> DiagnosisReport:
     """Diagnose a signature already computed: retrieve from ``kb`` (None: cold, priors only), then run the backend."""
@@ -116,7 +117,7 @@ def diagnose_signature(
         rules = [*rules, *_kb_rules(kb, subject, signature)]
     ctx = DiagnosisContext(subject=subject, signature=signature, failure_episodes=tuple(episodes),
                            reward_code=reward_code, cases=tuple(cases), rules=tuple(rules), tried=tuple(tried),
-                           notes=tuple(notes))
+                           constraints=tuple(constraints), notes=tuple(notes))
     return _resolve(diagnoser, diagnoser_params).diagnose(ctx)
 
 
@@ -146,4 +147,5 @@ def diagnose_run(
     return diagnose_signature(
         kb, subject, signature, diagnoser=diagnoser, k=k, exclude_scenario=exclude_scenario, tried=tried,
         episodes=failure_episodes(bundle), reward_code=reward_text(run), notes=tuple(bundle.notes),
+        constraints=tuple(c.expr for c in run.config.constraints),
         **diagnoser_params)

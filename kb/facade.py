@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -25,6 +25,9 @@ from remedy.cases.model import ActionSpaceType, Case, Signature
 from remedy.cases.store import AddCounts, CaseStore, StoreStats
 from remedy.retrieval import Embedder, SearchFilters, VectorIndex, case_text, default_embedder, signature_text
 from remedy.retrieval.embedder import MINILM_NAME, MiniLMEmbedder
+
+if TYPE_CHECKING:
+    from remedy.cases.signature import RunSignature
 
 __all__ = [
     "KnowledgeBase",
@@ -312,6 +315,28 @@ class KnowledgeBase:
         # A hit without a stored case is an index row a crash left behind: skip it.
         kept = [h for h in hits if h.case_id in found]
         return [SimilarCase(found[h.case_id], h.similarity, rank) for rank, h in enumerate(kept, start=1)]
+
+    def similar_to_run(
+        self,
+        run_dir: Path | str,
+        k: int = 10,
+        *,
+        n_episodes: int = 10,
+        seed: int = 0,
+        same_action_space: bool = True,
+        **filters: Any,
+    ) -> tuple[RunSignature, list[SimilarCase]]:
+        """Roll out the agent in ``run_dir``, compute its failure signature, and find similar cases.
+
+        By default only cases with the same action-space type are returned (their patches fit);
+        ``filters`` are those of :meth:`similar`.
+        """
+        from remedy.cases.signature import signature_of_run
+
+        run = signature_of_run(run_dir, n_episodes=n_episodes, seed=seed)
+        if same_action_space:
+            filters.setdefault("action_space", run.subject.traits.action_space.value)
+        return run, self.similar(run.signature, k=k, **filters)
 
     def stats(self) -> KBStats:
         """Case counts (by source, status, env, root cause), schema version and index size."""

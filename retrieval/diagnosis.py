@@ -146,6 +146,7 @@ class DiagnosisContext:
     rules: tuple[Any, ...] = ()  # RuleLike
     tried: tuple[Attempt, ...] = ()
     env_description: str = ""
+    constraints: tuple[str, ...] = ()  # declared safety constraints: expressions over obs/action/info, TRUE WHEN VIOLATED
     notes: tuple[str, ...] = field(default_factory=tuple)  # warnings gathered while building the context
 
 

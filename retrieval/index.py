@@ -46,6 +46,7 @@ from .embedder import Embedder  # noqa: E402
 __all__ = [
     "ANN_MIN_ROWS",
     "DEFAULT_EF",
+    "DEFAULT_REFINE",
     "TABLE",
     "SearchFilters",
     "Hit",
@@ -60,6 +61,8 @@ TABLE = "signatures"
 ANN_MIN_ROWS = 5_000
 #: HNSW search breadth; measured by bench/retrieval.py (recall@10 vs latency).
 DEFAULT_EF = 160
+#: Re-rank this many times k candidates on the full-precision vectors (undoes SQ rounding); None = off.
+DEFAULT_REFINE: int | None = 2
 #: A filter that leaves at most this many rows is searched exactly instead of through the ANN index.
 EXACT_FILTER_ROWS = 5_000
 #: Refresh indexes once this many rows (and at least this fraction of the table) are unindexed.
@@ -137,6 +140,7 @@ class VectorIndex:
         *,
         ann_min_rows: int = ANN_MIN_ROWS,
         ef: int = DEFAULT_EF,
+        refine_factor: int | None = DEFAULT_REFINE,
         reset: bool = False,
     ) -> None:
         """Open or create the index at ``path`` (a directory).
@@ -149,6 +153,7 @@ class VectorIndex:
         self.embedder = embedder
         self.ann_min_rows = ann_min_rows
         self.ef = ef
+        self.refine_factor = refine_factor
         if self.path.exists() and not self.path.is_dir():
             raise KBError(f"index path {self.path} is a file; remove it or point --kb elsewhere")
         if reset and self.path.exists():
@@ -196,21 +201,20 @@ class VectorIndex:
     ) -> int:
         """Drop every row and re-embed ``cases`` from scratch; returns the number of rows written.
 
-        ``progress`` is called with the number of cases written after each batch.
+        ``progress`` is called with the number of cases written after each batch. A case id
+        given twice is written once (its first occurrence).
         """
         self._db.drop_table(TABLE, ignore_missing=True)
         self._write_meta()
         self._table = self._create_table()
-        done, seen = 0, set()
+        seen: set[str] = set()
         it = iter(cases)
         while batch := list(islice(it, batch_size)):
-            fresh = {c.case_id: c for c in batch if c.case_id not in seen}  # last duplicate wins
-            seen.update(fresh)
+            fresh = _first_of_each_id(batch, seen)
             if fresh:
-                self._table.add(self._rows(list(fresh.values()), self._vectors_for(list(fresh.values()), None)))
-            done += len(fresh)
+                self._table.add(self._rows(fresh, self._vectors_for(fresh, None)))
             if progress is not None:
-                progress(done)
+                progress(len(seen))
         self.optimize()
         return self.count()
 
@@ -309,7 +313,8 @@ class VectorIndex:
         where = filters.where()
         if where is not None and self._table.count_rows(where) <= EXACT_FILTER_ROWS:
             return query.bypass_vector_index()
-        return query.ef(self.ef)
+        query = query.ef(self.ef)
+        return query.refine_factor(self.refine_factor) if self.refine_factor else query
 
     @staticmethod
     def _filtered(query: Any, filters: SearchFilters) -> Any:
@@ -429,6 +434,16 @@ class VectorIndex:
         tmp = p.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps({"model": self.embedder.name, "dim": self.embedder.dim, "table": TABLE}))
         tmp.replace(p)  # atomic: a crash never leaves half a sidecar
+
+
+def _first_of_each_id(batch: list[Case], seen: set[str]) -> list[Case]:
+    """The cases of ``batch`` whose id is not in ``seen`` yet (first occurrence wins); updates ``seen``."""
+    out = []
+    for c in batch:
+        if c.case_id not in seen:
+            seen.add(c.case_id)
+            out.append(c)
+    return out
 
 
 def _hits(tbl: pa.Table, q: np.ndarray | None) -> list[Hit]:

@@ -64,20 +64,35 @@ __all__ = [
 ]
 
 LLM_PROGRAM = "dspy-diagnose-1"
+#: sampling temperature of retries after a malformed answer.
+RETRY_TEMPERATURE = 0.7
 _TAXONOMY = ", ".join(c.value for c in RootCause)
 
 
+_FIELD_HINTS = {
+    "code": "python source defining shaped_reward(...)",
+    "changes": "{constructor_arg: value}",
+    "stages": '[{"env_kwargs": {...}, "fraction": 0..1}] (fractions sum to 1)',
+    "predicate": "python expression over obs, action, info; True when violated",
+    "mode": '"penalty"|"terminate"',
+}
+
+
 def _patch_schema() -> str:
-    """One line per patch-part kind with its fields, straight from the spec models."""
+    """One entry per patch-part kind with its fields and types, straight from the spec models."""
     lines = []
     for name in patch_spec.__all__:
-        model = getattr(patch_spec, name)
-        fields = getattr(model, "model_fields", None)
+        fields = getattr(getattr(patch_spec, name), "model_fields", None)
         if not fields or "kind" not in fields:
             continue
-        args = ", ".join(f"{f}" for f in fields if f != "kind")
+        args = ", ".join(f'"{f}": {_FIELD_HINTS.get(f) or _type_name(info.annotation)}'
+                         for f, info in fields.items() if f != "kind")
         lines.append(f'{{"kind": "{fields["kind"].default}", {args}}}')
     return "; ".join(lines)
+
+
+def _type_name(annotation: Any) -> str:
+    return getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")
 
 
 class DiagnoseFailure(dspy.Signature):
@@ -90,7 +105,8 @@ class DiagnoseFailure(dspy.Signature):
     sparse "+100 on success, -0.1 per step" reward is often safer than a clever dense one. Name each
     patch's side effects and compute cost. Reward code must define
     shaped_reward(obs, action, reward, next_obs, terminated, truncated, info) -> float using only
-    `np` and `math` (no imports), guard against NaN/inf/huge inputs, clip, and avoid division by zero.
+    `np` and `math` (no imports), guard against NaN/inf/huge inputs, clip, and avoid division by zero;
+    `reward` is the reward the agent trained on and info.get("original_reward", reward) the env's own.
     """
 
     env_description: str = dspy.InputField(desc="environment: id, kwargs, spaces, reward density, task success")
@@ -118,9 +134,9 @@ class LLMDiagnoserProgram(dspy.Module):
         super().__init__()
         self.diagnose = dspy.ChainOfThought(DiagnoseFailure)
 
-    def forward(self, **inputs: str) -> dspy.Prediction:
-        """Run the chain of thought on the formatted context."""
-        return self.diagnose(**inputs)
+    def forward(self, config: dict[str, Any] | None = None, **inputs: str) -> dspy.Prediction:
+        """Run the chain of thought on the formatted context (``config``: per-call LM settings)."""
+        return self.diagnose(**inputs, config=dict(config or {}))
 
 
 # ---- context -> prompt inputs ----------------------------------------------------------------
@@ -137,6 +153,8 @@ def _env_text(ctx: DiagnosisContext) -> str:
     base = (f"{s.env_id} kwargs={json.dumps(s.env_kwargs, sort_keys=True, default=str)}; {t.action_space.value} "
             f"actions (dim {t.action_dim}), observation dim {t.obs_dim}, {t.reward_density.value} reward; "
             f"task success: {s.success or 'not defined'}")
+    if ctx.constraints:
+        base += "; declared safety constraints (true when violated): " + "; ".join(ctx.constraints)
     return f"{ctx.env_description}\n{base}" if ctx.env_description else base
 
 
@@ -169,7 +187,7 @@ def _rules_text(ctx: DiagnosisContext) -> tuple[str, list[str]]:
         rid = str(getattr(r, "id", "rule"))
         ids.append(rid)
         rows.append(f"- {rid}: when {list(getattr(r, 'conditions', []))} -> {getattr(r, 'recommendation', '')}")
-    for m in match_priors(ctx.subject, ctx.signature):
+    for m in match_priors(ctx.subject, ctx.signature, constraints=ctx.constraints):
         ids.append(m.rule.id)
         causes = ", ".join(f"{c.value} ({conf:.2f})" for c, conf in m.rule.causes)
         fams = ", ".join(p.summary() for _, p in m.patches) or "no template"
@@ -312,7 +330,7 @@ def lm_from_env(environ: Mapping[str, str] | None = None) -> dspy.LM:
         raise LMError("no LM configured: set REMEDY_LM (e.g. openai/gpt-4o-mini or ollama_chat/llama3.1) "
                       "or use --diagnoser offline")
     kwargs: dict[str, Any] = {
-        "temperature": float(env.get("REMEDY_LM_TEMPERATURE", "0.2")),
+        "temperature": float(env.get("REMEDY_LM_TEMPERATURE", "0.0")),
         "max_tokens": int(env.get("REMEDY_LM_MAX_TOKENS", "4000")),
         "num_retries": int(env.get("REMEDY_LM_NUM_RETRIES", "2")),
         "engine": env.get("REMEDY_LM_ENGINE", "auto"),
@@ -379,12 +397,12 @@ class LLMDiagnoser:
         inputs = build_inputs(ctx)
         causes, patches, warnings = self._ask(inputs)
         candidates = self._candidates(ctx, patches, warnings)
-        known_cases = {rc.case.case_id for rc in ctx.cases}
+        known_cases = [rc.case.case_id for rc in ctx.cases]
         _, rule_ids = _rules_text(ctx)
         cited = {x for c in candidates for x in c.cites}
         diagnosis = Diagnosis(
             causes=causes, backend=self.name, program_version=self.program_version,
-            cited_cases=[cid for cid in known_cases if cid in cited] or sorted(known_cases),
+            cited_cases=[cid for cid in known_cases if cid in cited] or known_cases,
             cited_rules=[rid for rid in rule_ids if rid in cited] or rule_ids)
         return DiagnosisReport(signature=ctx.signature, diagnosis=diagnosis, candidates=candidates,
                                warnings=[*ctx.notes, *warnings])
@@ -394,8 +412,10 @@ class LLMDiagnoser:
         adapter = dspy.ChatAdapter(use_json_adapter_fallback=False)  # our own bounded retry handles format errors
         for attempt in range(self.max_retries + 1):
             try:
+                # a retry samples warmer, so a deterministic model does not repeat the same malformed answer
+                config = {"temperature": RETRY_TEMPERATURE} if attempt else {}
                 with dspy.context(lm=lm, adapter=adapter):
-                    pred = self.program(**inputs)
+                    pred = self.program(config=config, **inputs)
                 return parse_outputs(pred.root_causes, pred.patches)
             except AdapterParseError as ex:
                 problems.append(f"attempt {attempt + 1}: unparseable answer ({str(ex).splitlines()[0][:160]})")

@@ -52,8 +52,11 @@ class _Tally:
 
     causes: dict[RootCause, float] = field(default_factory=lambda: defaultdict(float))
     cause_why: dict[RootCause, list[tuple[float, str]]] = field(default_factory=lambda: defaultdict(list))
-    families: dict[RemedyFamily, float] = field(default_factory=lambda: defaultdict(float))
+    # family -> [(weight, cause the vote addresses or None)]; weighted by that cause's score at the end
+    family_votes: dict[RemedyFamily, list[tuple[float, RootCause | None]]] = field(
+        default_factory=lambda: defaultdict(list))
     family_why: dict[RemedyFamily, list[tuple[float, str]]] = field(default_factory=lambda: defaultdict(list))
+    family_cites: dict[RemedyFamily, list[str]] = field(default_factory=lambda: defaultdict(list))
     # family -> [(weight, order, CandidatePatch)] concrete patches offered for it
     offers: dict[RemedyFamily, list[tuple[float, int, CandidatePatch]]] = field(default_factory=lambda: defaultdict(list))
     cited_cases: list[str] = field(default_factory=list)
@@ -63,9 +66,11 @@ class _Tally:
         self.causes[c] += w
         self.cause_why[c].append((w, why))
 
-    def family(self, f: RemedyFamily, w: float, why: str) -> None:
-        self.families[f] += w
+    def family(self, f: RemedyFamily, w: float, why: str, cite: str, cause: RootCause | None) -> None:
+        self.family_votes[f].append((w, cause))
         self.family_why[f].append((w, why))
+        if w > 0 and cite not in self.family_cites[f]:
+            self.family_cites[f].append(cite)
 
     def offer(self, cand: CandidatePatch, w: float) -> None:
         self.offers[cand.family].append((w, len(self.offers[cand.family]), cand))
@@ -98,7 +103,8 @@ class OfflineDiagnoser:
         unknown_mass: float = 0.25,
         tried_penalty: float = 0.2,
         tried_family_penalty: float = 0.6,
-        max_candidates: int = 5,
+        cause_link_floor: float = 0.25,
+        max_candidates: int = 8,
         max_causes: int = 5,
         priors: tuple[PriorRule, ...] = PRIORS,
     ) -> None:
@@ -108,6 +114,7 @@ class OfflineDiagnoser:
         self.against_cause_weight, self.unknown_mass = against_cause_weight, unknown_mass
         self.tried_penalty, self.tried_family_penalty = tried_penalty, tried_family_penalty
         self.max_candidates, self.max_causes = max_candidates, max_causes
+        self.cause_link_floor = cause_link_floor
         self.priors = priors
 
     @property
@@ -115,7 +122,7 @@ class OfflineDiagnoser:
         """The tunable knobs, for provenance and the optimizer."""
         keys = ("k", "w_similarity", "w_effect", "w_rules", "w_prior", "min_similarity", "example_weight",
                 "unverified_weight", "against_cause_weight", "unknown_mass", "tried_penalty",
-                "tried_family_penalty", "max_candidates", "max_causes")
+                "tried_family_penalty", "cause_link_floor", "max_candidates", "max_causes")
         return {key: getattr(self, key) for key in keys}
 
     @property
@@ -141,18 +148,22 @@ class OfflineDiagnoser:
         return DiagnosisReport(signature=ctx.signature, diagnosis=diagnosis, candidates=candidates, warnings=warnings)
 
     def _vote_priors(self, ctx: DiagnosisContext, tally: _Tally) -> None:
-        for m in match_priors(ctx.subject, ctx.signature, self.priors):
+        for m in match_priors(ctx.subject, ctx.signature, self.priors, ctx.constraints):
             why = f"{m.rule.id} ({', '.join(m.evidence)})"
             top = max(conf for _, conf in m.rule.causes)
             for cause, conf in m.rule.causes:
                 tally.cause(cause, self.w_prior * conf, why)
-            for i, (tmpl, patch) in enumerate(m.patches):
+            main = max(m.rule.causes, key=lambda cc: cc[1])[0]
+            best: dict[RemedyFamily, float] = {}
+            for tmpl, patch in m.patches:
                 w = self.w_prior * top * tmpl.weight
-                tally.family(tmpl.family, w, m.rule.id)
+                best[tmpl.family] = max(best.get(tmpl.family, 0.0), w)  # one vote per family per rule
                 tally.offer(CandidatePatch(
                     patch=patch, family=tmpl.family, rationale=f"{tmpl.rationale} [{m.rule.id}: {m.rule.source}]",
                     expected_effect=tmpl.expected_effect, side_effects=tmpl.side_effects,
                     compute_cost=tmpl.compute_cost, cites=[m.rule.id]), w)
+            for family, w in best.items():
+                tally.family(family, w, m.rule.id, m.rule.id, main)
             tally.cite_rule(m.rule.id)
 
     def _vote_rules(self, ctx: DiagnosisContext, tally: _Tally) -> None:
@@ -167,7 +178,7 @@ class OfflineDiagnoser:
             patch = _patch(_get(rec, "patch", None))
             family = patch_family(patch) if patch else _enum(RemedyFamily, _get(rec, "family", None))
             if family is not None:
-                tally.family(family, w, f"rule {rid}")
+                tally.family(family, w, f"rule {rid}", rid, cause)
             if patch is not None:
                 tally.offer(CandidatePatch(patch=patch, family=family, rationale=f"accepted rule {rid}",
                                            compute_cost=_COST.get(family.value, "low"), cites=[rid]), w)
@@ -205,7 +216,8 @@ class OfflineDiagnoser:
             for rank, cause in enumerate(case.diagnosis.causes if case.diagnosis else []):
                 tally.cause(cause.cause, base * cause_factor * cause.confidence / (1 + rank), why)
         family = patch_family(case.patch)
-        tally.family(family, base * factor, why)
+        top = case.diagnosis.causes[0].cause if case.diagnosis and case.diagnosis.causes else None
+        tally.family(family, base * factor, why, case.case_id, top)
         if factor > 0:
             patch = _adapt_patch(case, ctx)
             if patch is not None:
@@ -232,11 +244,25 @@ class OfflineDiagnoser:
             cand = self._pick(ctx, offers, warnings)
             if cand is None:
                 continue
-            score = tally.families[family] * self._tried_factor(cand.patch, family, ctx.tried)
-            cites = sorted({*cand.cites, *(w.split(" ")[1] for wt, w in tally.family_why[family] if wt > 0 and w.startswith("case "))})
+            score = self._family_score(tally, family) * self._tried_factor(cand.patch, family, ctx.tried)
+            cites = [*cand.cites, *(c for c in tally.family_cites[family] if c not in cand.cites)]
             scored.append(cand.model_copy(update={"score": round(score, 4), "cites": cites}))
         scored.sort(key=lambda c: (-c.score, c.family.value))
         return scored[: self.max_candidates], warnings
+
+    def _family_score(self, tally: _Tally, family: RemedyFamily) -> float:
+        """Sum of the family's votes, each scaled by how likely the cause it addresses is.
+
+        A fix for the most likely cause should lead; a vote against (a failed case) counts in full.
+        """
+        top = max((s for s in tally.causes.values()), default=0.0)
+        score = 0.0
+        for w, cause in tally.family_votes[family]:
+            link = 1.0
+            if w > 0 and cause is not None and top > 0:
+                link = max(self.cause_link_floor, tally.causes.get(cause, 0.0) / top)
+            score += w * link
+        return score
 
     def _pick(self, ctx: DiagnosisContext, offers: list, warnings: list[str]) -> CandidatePatch | None:
         """The strongest offered patch of a family that fits the subject."""

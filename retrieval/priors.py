@@ -49,6 +49,9 @@ __all__ = [
     "AnyOf",
     "Not",
     "TimeLimitShort",
+    "BudgetBelow",
+    "LearningRate",
+    "ZOO_STEPS",
     "Template",
     "PriorRule",
     "PriorMatch",
@@ -75,6 +78,7 @@ class Facts:
 
     subject: Subject
     signature: Signature
+    constraints: tuple[str, ...] = ()  # declared safety constraints: expressions TRUE WHEN VIOLATED
 
     def feature(self, name: str) -> float | None:
         """A finite feature value, or None when absent or NaN."""
@@ -124,6 +128,11 @@ class Facts:
         """The run's learning rate (a number), else the algorithm's SB3 default."""
         lr = self.subject.hyperparams.get("learning_rate")
         return float(lr) if isinstance(lr, (int, float)) and lr > 0 else _DEFAULT_LR.get(self.algo, 3e-4)
+
+    @property
+    def default_learning_rate(self) -> float:
+        """SB3's default learning rate for the algorithm."""
+        return _DEFAULT_LR.get(self.algo, 3e-4)
 
     @property
     def success_spec(self) -> Any:
@@ -297,6 +306,44 @@ class TimeLimitShort(Condition):
 
     def describe(self, facts: Facts) -> str:
         return f"time limit {facts.time_limit} < registered {registered_time_limit(facts.subject.env_id)}"
+
+
+@dataclass(frozen=True)
+class LearningRate(Condition):
+    """The run's learning rate compares (``op``) to ``ratio`` x SB3's default for the algorithm."""
+
+    op: str
+    ratio: float
+
+    def holds(self, facts: Facts) -> bool:
+        lr = facts.subject.hyperparams.get("learning_rate")
+        return isinstance(lr, (int, float)) and _OPS[self.op](float(lr), self.ratio * facts.default_learning_rate)
+
+    def describe(self, facts: Facts) -> str:
+        lr = facts.subject.hyperparams.get("learning_rate")
+        return f"learning_rate={lr:g} vs SB3 default {facts.default_learning_rate:g} for {facts.algo}"
+
+
+#: RL Baselines3 Zoo's tuned training budgets (n_timesteps, PPO where listed), by env name.
+ZOO_STEPS: dict[str, int] = {
+    "CartPole": 100_000, "Acrobot": 1_000_000, "MountainCar": 1_000_000, "MountainCarContinuous": 50_000,
+    "Pendulum": 100_000, "LunarLander": 1_000_000, "BipedalWalker": 5_000_000, "HalfCheetah": 1_000_000,
+    "Hopper": 1_000_000, "Walker2d": 1_000_000, "Ant": 1_000_000, "Swimmer": 1_000_000,
+}
+
+
+@dataclass(frozen=True)
+class BudgetBelow(Condition):
+    """The run trained for less than ``fraction`` of the RL Zoo budget for its env."""
+
+    fraction: float = 0.1
+
+    def holds(self, facts: Facts) -> bool:
+        zoo, steps = ZOO_STEPS.get(facts.env_name), facts.subject.train_steps
+        return bool(zoo and steps is not None and steps < self.fraction * zoo)
+
+    def describe(self, facts: Facts) -> str:
+        return f"train_steps={facts.subject.train_steps:,} < {self.fraction:g} x RL Zoo's {ZOO_STEPS.get(facts.env_name, 0):,}"
 
 
 # ---- patch templates -------------------------------------------------------------------------
@@ -500,13 +547,20 @@ def _build_count_bonus(facts: Facts) -> Patch:
     return Patch(parts=[ExplorationBonus(count_bonus=0.1)])
 
 
-def _build_lower_lr(facts: Facts) -> Patch:
+def _build_lower_lr(facts: Facts) -> Patch | None:
+    if facts.learning_rate <= facts.default_learning_rate / 3:  # already small: lowering it further is no fix
+        return None
     changes: dict[str, Any] = {"learning_rate": float(f"{facts.learning_rate / 3:.3g}")}
     if facts.algo in ("PPO", "RecurrentPPO", "MaskablePPO"):
         clip = facts.subject.hyperparams.get("clip_range", 0.2)
         clip = float(clip) if isinstance(clip, (int, float)) else 0.2
         changes["clip_range"] = round(min(0.1, clip / 2), 3)
     return Patch(parts=[Hyperparameters(changes=changes)])
+
+
+def _build_default_lr(facts: Facts) -> Patch:
+    return Patch(parts=[Hyperparameters(changes={"learning_rate": facts.default_learning_rate})],
+                 description=f"learning rate back to SB3's default {facts.default_learning_rate:g}")
 
 
 def _budget_steps(facts: Facts, fraction: float) -> int:
@@ -530,10 +584,11 @@ def _build_time_limit(facts: Facts) -> Patch | None:
 
 
 def _build_safety(facts: Facts) -> Patch | None:
-    if facts.env_name == "LunarLander":
-        return Patch(parts=[SafetyConstraint(description="stay within the x-band over the pad",
-                                             predicate="abs(obs[0]) > 0.4", mode="penalty", penalty=1.0)])
-    return None
+    if not facts.constraints:  # without a declared constraint there is nothing to enforce
+        return None
+    predicate = " or ".join(f"({c})" for c in facts.constraints) if len(facts.constraints) > 1 else facts.constraints[0]
+    return Patch(parts=[SafetyConstraint(description="penalize the declared constraint where it is broken",
+                                         predicate=predicate, mode="penalty", penalty=1.0)])
 
 
 _RANDOMIZE: dict[str, list[dict[str, Any]]] = {
@@ -602,7 +657,8 @@ PRIORS: tuple[PriorRule, ...] = (
               ((_C.reward_misspecification, 0.8), (_C.time_limit_misconfiguration, 0.1)),
               (_T_TIME_COST, _T_BUDGET_SMALL), _SB3_TIPS + "; Remedy lander measurement (DESIGN.md)"),
     PriorRule("prior-timeouts-no-goal", "runs out the clock and never reaches the goal",
-              (Symptom("timeouts"), Symptom("never_succeeds"), Not(Symptom("hovering")), Not(TimeLimitShort())),
+              (Symptom("timeouts"), Symptom("never_succeeds"), Not(Symptom("hovering")), Not(TimeLimitShort()),
+               Not(Feature("reward_per_step", "<=", -0.5))),  # the env already charges for time (Acrobot)
               ((_C.reward_misspecification, 0.4), (_C.insufficient_exploration, 0.3)),
               (_T_TIME_COST, _T_EXPLORE), _SB3_TIPS),
     PriorRule("prior-time-limit-short", "time limit below the env's default",
@@ -671,6 +727,24 @@ PRIORS: tuple[PriorRule, ...] = (
               (Symptom("undertrained"),),
               ((_C.undertraining, 0.85),),
               (_T_BUDGET,), _SB3_TIPS + " ('RL needs many samples'); " + _ZOO + " (n_timesteps)"),
+    PriorRule("prior-tiny-budget", "trained for a small fraction of a known-good budget",
+              (BudgetBelow(0.1), AnyOf((Symptom("low_success"), Symptom("never_succeeds")))),
+              ((_C.undertraining, 0.85),),
+              (_T_BUDGET,), _ZOO + " (n_timesteps); " + _SB3_TIPS),
+    PriorRule("prior-lr-too-high", "learning rate far above the algorithm's default",
+              (LearningRate(">", 20.0),),
+              ((_C.unstable_optimization, 0.85),),
+              (Template(_F.hyperparameters, _build_default_lr, "updates that large overshoot and undo learning",
+                        "a curve that climbs instead of collapsing", "slower early progress", "low"),),
+              _ZOO + "; " + _ANDRY + " (learning rate is the most important PPO setting)"),
+    PriorRule("prior-lr-too-low", "learning rate far below the algorithm's default",
+              (LearningRate("<", 0.1), AnyOf((Symptom("low_success"), Symptom("never_succeeds"),
+                                              Symptom("premature_convergence")))),
+              ((_C.undertraining, 0.6), (_C.unstable_optimization, 0.35)),
+              (Template(_F.hyperparameters, _build_default_lr, "the policy barely moves between updates",
+                        "learning resumes within the same budget", "less stable if the default is too high here",
+                        "low"),),
+              _ZOO + "; " + _ANDRY),
     PriorRule("prior-low-success-rising", "partial success and a curve that had not flattened",
               (Symptom("low_success"), Not(Symptom("never_succeeds")), Feature("curve_plateau", "<", 0.5)),
               ((_C.undertraining, 0.45),),
@@ -715,9 +789,13 @@ def prior_by_id(rule_id: str) -> PriorRule:
     raise KeyError(rule_id)
 
 
-def match_priors(subject: Subject, signature: Signature, priors: tuple[PriorRule, ...] = PRIORS) -> list[PriorMatch]:
-    """The priors whose conditions hold for this subject, with evidence and instantiated patches."""
-    facts = Facts(subject, signature)
+def match_priors(subject: Subject, signature: Signature, priors: tuple[PriorRule, ...] = PRIORS,
+                 constraints: tuple[str, ...] = ()) -> list[PriorMatch]:
+    """The priors whose conditions hold for this subject, with evidence and instantiated patches.
+
+    ``constraints`` are the run's declared safety constraints (expressions true when violated).
+    """
+    facts = Facts(subject, signature, tuple(constraints))
     out = []
     for rule in priors:
         if not rule.holds(facts):

@@ -11,7 +11,8 @@
 - extra training budget.
 
 Parts that do not fit the env or algorithm are refused with
-:class:`PatchRejectedError` naming the rule. Every reward-changing wrapper keeps
+:class:`PatchRejectedError` naming the rule (the rules of
+:func:`remedy.cases.patches.check.check_fit`). Every reward-changing wrapper keeps
 ``info["original_reward"]`` (set by the first reward-changing wrapper in the
 chain, which may be a setup/fault wrapper) and writes ``info["shaped_reward"]``
 (the reward it hands on), so verification can compare the shaped training
@@ -20,7 +21,6 @@ return with the original one.
 
 from __future__ import annotations
 
-import inspect
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -58,11 +58,7 @@ __all__ = [
     "CurriculumSchedule",
     "make_patched_env_fn",
     "normalized_action",
-    "FROZEN_HYPERPARAMETERS",
 ]
-
-#: Constructor arguments a fine-tune may not change: they would not fit the saved policy.
-FROZEN_HYPERPARAMETERS = frozenset({"policy", "env", "policy_kwargs", "device", "seed", "_init_setup_model", "verbose"})
 
 
 # --------------------------------------------------------------------------- reward bookkeeping
@@ -330,9 +326,11 @@ class PatchPlan:
         """Split ``patch`` for an env with ``traits`` (EnvTraits) and algorithm ``algo``; refuse misfits."""
         if patch is None:
             return cls()
+        from .check import check_fit  # one set of fit rules, shared with `remedy patch check`
+
+        check_fit(patch, traits, algo)
         acc: dict[str, Any] = {"env_patches": [], "overrides": {}, "parts": []}
         for part in patch.parts:
-            _check_fit(part, traits, algo)
             _HANDLERS[type(part)](part, acc, algo)
             acc["parts"].append(part.kind)
         acc["env_patches"] = tuple(acc["env_patches"])
@@ -360,50 +358,6 @@ class PatchPlan:
 _REWARD_KINDS = {"reward_shaping", "action_smoothness", "action_magnitude", "count_bonus", "safety_constraint"}
 
 
-def _action_type(traits: Any) -> str:
-    value = getattr(traits, "action_space", "")
-    return str(getattr(value, "value", value))
-
-
-def _check_fit(part: Any, traits: Any, algo: str) -> None:
-    discrete = _action_type(traits) == "discrete"
-    if isinstance(part, (ActionSmoothness, ActionMagnitude)) and discrete:
-        raise PatchRejectedError(
-            f"{part.kind} penalizes continuous actions but this env's actions are discrete; "
-            "use reward shaping or hyperparameters instead",
-            rule=f"{part.kind}_needs_continuous_actions",
-        )
-
-
-def _algo_params(algo: str) -> set[str]:
-    from ..algos import get_algo  # C's registry; imported late so apply.py loads without it
-
-    cls = get_algo(algo)
-    params = set()
-    for klass in cls.__mro__:
-        init = klass.__dict__.get("__init__")
-        if init is None:
-            continue
-        params |= {n for n, p in inspect.signature(init).parameters.items() if n != "self" and p.kind != p.VAR_KEYWORD}
-    return params
-
-
-def _check_overrides(changes: dict[str, Any], algo: str) -> None:
-    allowed = _algo_params(algo)
-    for key, value in changes.items():
-        if key in FROZEN_HYPERPARAMETERS:
-            raise PatchRejectedError(
-                f"hyperparameter '{key}' cannot change in a fine-tune (the saved policy depends on it); retrain instead",
-                rule="frozen_hyperparameter",
-            )
-        if key not in allowed:
-            close = sorted(a for a in allowed if a.split("_")[0] in key or key.split("_")[0] in a)[:3]
-            hint = f"; did you mean {', '.join(close)}?" if close else ""
-            raise PatchRejectedError(f"{algo} has no hyperparameter '{key}'{hint}", rule="unknown_hyperparameter")
-        if isinstance(value, float) and not math.isfinite(value):
-            raise PatchRejectedError(f"hyperparameter '{key}' must be finite, got {value}", rule="non_finite_hyperparameter")
-
-
 def _on_reward_shaping(part: RewardShaping, acc: dict, algo: str) -> None:
     from ..sandbox import compile_reward  # D's sandbox: static checks happen here, before any env exists
 
@@ -419,18 +373,11 @@ def _on_safety(part: SafetyConstraint, acc: dict, algo: str) -> None:
 
 
 def _on_hyper(part: Hyperparameters, acc: dict, algo: str) -> None:
-    _check_overrides(part.changes, algo)
     acc["overrides"].update(part.changes)
 
 
 def _on_exploration(part: ExplorationBonus, acc: dict, algo: str) -> None:
     if part.ent_coef is not None:
-        if "ent_coef" not in _algo_params(algo):
-            raise PatchRejectedError(
-                f"{algo} has no entropy coefficient; use a count bonus or exploration hyperparameters "
-                "(e.g. exploration_final_eps for DQN)",
-                rule="ent_coef_unsupported",
-            )
         acc["overrides"]["ent_coef"] = float(part.ent_coef)
     if part.count_bonus > 0:
         acc["env_patches"].append(EnvPatch("count_bonus", part))

@@ -110,13 +110,20 @@ def _one_line(ex: pydantic.ValidationError) -> str:
     return "; ".join(bits) + more
 
 
+_YAML_BREAKS = ("\r", "\x85", "\u2028", "\u2029")
+
+
 class _Dumper(yaml.SafeDumper):
     """SafeDumper that writes multi-line strings as literal blocks."""
 
 
 def _str_representer(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
-    # PyYAML falls back to quoting when a literal block cannot hold the text (e.g. trailing spaces)
-    style = "|" if "\n" in value else None
+    # PyYAML falls back to quoting when a literal block cannot hold the text (e.g. trailing spaces);
+    # line breaks YAML folds on its own (CR, NEL, LS, PS) only survive double quotes
+    if any(ch in value for ch in _YAML_BREAKS):
+        style = '"'
+    else:
+        style = "|" if "\n" in value else None
     return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
 
 

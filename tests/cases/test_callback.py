@@ -67,3 +67,15 @@ def test_success_is_required_without_reward_threshold():
         infer_run_config(model)
     config = infer_run_config(model, ReturnThreshold(threshold=-150))
     assert config.env_id == "Pendulum-v1" and config.algo == "PPO"
+
+
+def test_off_policy_progress_rows_are_throttled(tmp_path):
+    from stable_baselines3 import DQN
+
+    model = DQN("MlpPolicy", "CartPole-v1", learning_starts=100, train_freq=4, policy_kwargs=dict(net_arch=[16]),
+                seed=0)
+    model.learn(600, callback=RemedyRunCallback(tmp_path / "dqn", log_freq=200))
+    with open(tmp_path / "dqn" / "progress.csv") as fh:
+        steps = [float(r["time/total_timesteps"]) for r in csv.DictReader(fh)]
+    assert 3 <= len(steps) <= 5 and steps[-1] == 600.0
+    assert RunDir.load(tmp_path / "dqn").config.algo == "DQN"

@@ -145,3 +145,18 @@ def test_tensorboard_scalars_are_read_without_tensorboard(tmp_path):
     np.testing.assert_allclose(log.ep_return, np.arange(12.0))
     np.testing.assert_allclose(log.timesteps, 100.0 * np.arange(1, 13))
     np.testing.assert_allclose(log.scalars["approx_kl"], 0.01 * np.arange(12), rtol=1e-6)
+
+
+def test_diverged_policy_gives_nan_episodes_not_a_crash(cartpole_run):
+    import torch
+
+    run = RunDir.load(cartpole_run)
+    model = run.load_model()
+    with torch.no_grad():
+        for p in model.policy.parameters():
+            p.fill_(float("nan"))
+    for deterministic in (True, False):
+        recs = rollout(model, run.make_env, n_episodes=3, seed=0, deterministic=deterministic,
+                       success=ReturnThreshold(threshold=475))
+        assert len(recs) == 3 and all(not r.success for r in recs)
+    assert any(r.nan for r in recs)  # stochastic sampling from NaN logits fails: flagged, not raised

@@ -150,3 +150,39 @@ def test_cli_signature_json_and_bad_input(cartpole_run, tmp_path, monkeypatch, c
     assert _cli(monkeypatch, "signature", str(tmp_path)) == 1
     err = capsys.readouterr().err.strip()
     assert err.startswith("error:") and "has no run.yaml" in err and len(err.splitlines()) == 1
+
+
+def test_hovering_needs_a_dense_reward_and_summary_names_the_instability():
+    from remedy.cases.model import EnvTraits
+
+    def subject(density):
+        traits = EnvTraits(action_space="continuous", obs_dim=8, action_dim=2, reward_density=density)
+        return Subject(env_id="LunarLander-v3", algo="PPO", train_steps=150_000, success="last reward >= 100",
+                       traits=traits)
+
+    f = {"truncation_rate": 1.0, "success_rate": 0.0, "return_iqm": -120.0, "curve_collapse": 0.7,
+         "curve_oscillation": 0.1, "approx_kl_max": float("nan")}
+    tags = derive_symptoms(f, subject("dense"))
+    assert {"hovering", "timeouts", "never_succeeds", "unstable_learning"} <= set(tags)
+    assert "hovering" not in derive_symptoms(f, subject("sparse"))
+    from remedy.cases.signature import summarize
+
+    text = summarize(f, tags, subject("dense"), 20, 1000)
+    assert text.startswith("Continuous LunarLander-v3 agent (PPO, 150k steps): 100% of 20 episodes truncated at "
+                           "the 1000-step limit, 0% success (last reward >= 100), return IQM -120")
+    assert "it hovers" in text and "fell 70% from its best" in text and "oscillation" not in text
+
+
+def test_diverged_checkpoint_shows_numerical_instability(cartpole_run, tmp_path):
+    import torch
+
+    from remedy.cases.rundir import RunDir, write_run_dir
+
+    run = RunDir.load(cartpole_run)
+    model = run.load_model()
+    with torch.no_grad():
+        for p in model.policy.parameters():
+            p.fill_(float("nan"))
+    write_run_dir(tmp_path / "nan", model, run.config)
+    rs = signature_of_run(tmp_path / "nan", n_episodes=2, seed=0)
+    assert "numerical_instability" in rs.signature.symptoms and "NaN" in rs.bundle.notes[-1]

@@ -86,3 +86,14 @@ def test_divergence_is_reported_not_raised(tiny_run, tmp_path):
     shutil.copyfile(tiny_run.model_path, src / "model.zip")
     res = finetune(str(src), None, budget_steps=512, seed=0, n_envs=4, out_dir=str(tmp_path / "d"))
     assert res.diverged and res.reason.startswith("training diverged")
+
+
+def test_off_policy_finetune_starts_with_an_empty_buffer(tmp_path):
+    cfg = RunConfig(env_id="CartPole-v1", algo="DQN", train_steps=200, n_envs=1,
+                    hyperparams={"learning_starts": 50, "buffer_size": 1000, "policy_kwargs": {"net_arch": [16]}},
+                    success=parse_success({"kind": "terminated", "survive": True}))
+    run = train(cfg, tmp_path / "dqn", seed=0)
+    res = finetune(str(run.path), None, budget_steps=200, seed=1, n_envs=8, out_dir=str(tmp_path / "ft"))
+    assert res.env_steps == 200 and not res.diverged
+    assert any("replay buffer starts empty" in n for n in res.notes)
+    assert RunDir.load(res.run_dir).load_model().num_timesteps == 400

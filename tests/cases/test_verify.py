@@ -1,21 +1,22 @@
 """Verification end to end on a tiny CartPole PPO patient: real fine-tunes in worker processes.
 
 Budgets are tiny (1k steps, 2 envs, 5 evaluation episodes) so the whole file
-stays around a minute on 2 cores; the statuses are not the point, the
+costs about 90 CPU-seconds; the statuses are not the point, the
 machinery is: effects with CIs, and failures contained as ``failed`` cases.
 """
 
 import json
-import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 import yaml
 
+from remedy.cases.arms import preference_verdict
 from remedy.cases.model import Case, Effect, Source, Status
 from remedy.cases.patches.spec import Patch
 from remedy.cases.rundir import RunConfig
-from remedy.cases.arms import preference_verdict
+from remedy.cases.scenarios import ShiftedEnv
 from remedy.cases.verify import VerifyConfig, _shifted, decide_status, verify_patch
 
 TINY = dict(budget_steps=1000, eval_episodes=5, n_envs=2, n_boot=500)
@@ -82,10 +83,16 @@ def test_config_budget_and_shifted_variants():
 # -- end to end --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_verify_returns_a_case_with_effect_and_ci(cartpole_run):
     seen = []
-    patch = _patch({"kind": "hyperparameters", "changes": {"learning_rate": 0.001}})
-    case = verify_patch(cartpole_run, patch, VerifyConfig(seeds=2, **TINY), progress=lambda m, d, n: seen.append(m))
+    upright = _patch({"kind": "reward_shaping", "description": "bonus for an upright pole", "code": (
+        "def shaped_reward(obs, action, reward, next_obs, terminated, truncated, info):\n"
+        "    return reward + 0.5 * (1.0 - min(1.0, abs(float(next_obs[2])) / 0.21))\n")})
+    patch = upright
+    scenario = SimpleNamespace(name="cartpole-tiny", shifted=[ShiftedEnv(name="sb_reward", env_kwargs={"sutton_barto_reward": True})])
+    case = verify_patch(cartpole_run, patch, VerifyConfig(seeds=2, **TINY), scenario=scenario,
+                        progress=lambda m, d, n: seen.append(m))
     assert isinstance(case, Case) and case.source is Source.verified
     v = case.verification
     assert v.status is not Status.failed, v.reason
@@ -93,6 +100,8 @@ def test_verify_returns_a_case_with_effect_and_ci(cartpole_run):
     assert v.effect.ci_low <= v.effect.diff <= v.effect.ci_high
     assert 0.0 <= v.effect.prob_improvement <= 1.0
     assert {"return_iqm", "success_rate"} - {v.effect.metric} <= set(v.secondary)
+    assert "shaped_return" in v.secondary  # both arms scored under the patched reward (reward-hacking test)
+    assert "shifted:sb_reward:return_iqm" in v.secondary and case.scenario == "cartpole-tiny"
     assert len(v.per_seed["treatment"]) == len(v.per_seed["control"]) == 2
     assert v.seeds == 2 and v.budget_steps == 1000 and v.env_steps >= 4 * 1000 and v.wall_time_s > 0
     assert {"remedy", "gymnasium", "stable_baselines3", "torch", "python"} <= set(case.provenance.versions)
@@ -113,6 +122,7 @@ def test_hostile_reward_patch_ends_as_failed_case(cartpole_run):
     assert "refused" in v.reason and v.env_steps == 0
 
 
+@pytest.mark.slow
 def test_reward_that_prefers_failures_is_not_trained(cartpole_run):
     # -1 per step pays short (failed) episodes more than long (successful) ones
     inverted = _patch({"kind": "reward_shaping", "description": "time cost only", "code": (
@@ -123,6 +133,7 @@ def test_reward_that_prefers_failures_is_not_trained(cartpole_run):
     assert "preference" in v.reason and "--force" in v.reason and v.env_steps == 0
 
 
+@pytest.mark.slow
 def test_crashing_worker_fails_only_its_job(cartpole_run):
     # a rollout buffer of 1e9 steps cannot be allocated under the worker's memory limit
     bomb = _patch({"kind": "hyperparameters", "changes": {"n_steps": 10**9}})
@@ -132,6 +143,7 @@ def test_crashing_worker_fails_only_its_job(cartpole_run):
     assert v.env_steps > 0  # the control arm ran and its cost is still counted
 
 
+@pytest.mark.slow
 def test_diverging_training_ends_as_failed_case(cartpole_run):
     # finite for the sandbox (float64), but returns overflow PPO's float32 buffers: inf, then NaN logits
     nan = _patch({"kind": "reward_shaping", "description": "absurd scale", "code": (
@@ -145,18 +157,27 @@ def test_diverging_training_ends_as_failed_case(cartpole_run):
 # -- CLI -------------------------------------------------------------------------------------
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "remedy.kb.cli", *args], capture_output=True, text=True, timeout=600)
+def _cli(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
+    """Run ``remedy ARGS`` in this process through ``main`` (the error mapping included)."""
+    from remedy.kb import cli
+
+    monkeypatch.setattr(sys, "argv", ["remedy", *args])
+    with pytest.raises(SystemExit) as ex:
+        cli.main()
+        raise SystemExit(0)
+    out = capsys.readouterr()
+    return ex.value.code or 0, out.out, out.err
 
 
-def test_cli_verify_stores_the_case(cartpole_run, tmp_path):
+@pytest.mark.slow
+def test_cli_verify_stores_the_case(cartpole_run, tmp_path, monkeypatch, capsys):
     patch_file = tmp_path / "patch.yaml"
     patch_file.write_text(yaml.safe_dump({"kind": "hyperparameters", "changes": {"ent_coef": 0.01}}))
     kb = tmp_path / "kb"
-    out = _cli("verify", str(cartpole_run), "--patch", str(patch_file), "--seeds", "1", "--budget", "500",
-               "--episodes", "5", "--kb", str(kb), "--json")
-    assert out.returncode == 0, out.stderr
-    data = json.loads(out.stdout)
+    code, out, err = _cli(monkeypatch, capsys, "verify", str(cartpole_run), "--patch", str(patch_file), "--seeds", "1",
+                          "--budget", "500", "--episodes", "5", "--kb", str(kb), "--json")
+    assert code == 0, err
+    data = json.loads(out)
     assert data["stored"] is True and data["case"]["verification"]["effect"] is not None
 
     from remedy.kb.facade import KnowledgeBase
@@ -165,9 +186,14 @@ def test_cli_verify_stores_the_case(cartpole_run, tmp_path):
         assert handle.get(data["case_id"]).verification.status.value == data["status"]
 
 
-def test_cli_verify_bad_run_dir_is_one_error_line(tmp_path):
+def test_cli_verify_bad_input_is_one_error_line(tmp_path, monkeypatch, capsys):
     patch_file = tmp_path / "patch.yaml"
     patch_file.write_text(yaml.safe_dump({"kind": "hyperparameters", "changes": {"ent_coef": 0.01}}))
-    out = _cli("verify", str(tmp_path / "missing"), "--patch", str(patch_file), "--kb", str(tmp_path / "kb"))
-    assert out.returncode == 1
-    assert "does not exist" in out.stderr and "Traceback" not in out.stderr
+    code, _, err = _cli(monkeypatch, capsys, "verify", str(tmp_path / "missing"), "--patch", str(patch_file))
+    assert code == 1 and "does not exist" in err and len(err.strip().splitlines()) == 1
+    bad_zip = tmp_path / "run"
+    bad_zip.mkdir()
+    (bad_zip / "run.yaml").write_text(PATIENT.to_yaml())
+    (bad_zip / "model.zip").write_bytes(b"not a zip")
+    code, _, err = _cli(monkeypatch, capsys, "verify", str(bad_zip), "--patch", str(patch_file))
+    assert code == 1 and "model.zip" in err and len(err.strip().splitlines()) == 1

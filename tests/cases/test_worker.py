@@ -111,3 +111,29 @@ def test_child_cannot_reach_a_listener_the_parent_opened():
         server.listen(1)
         open_limits = Limits(cpu_s=20, memory_mb=1024, wall_s=30, no_network=False)
         assert run_limited(_connect, server.getsockname()[1], limits=open_limits) == "connected"
+
+
+def _fork_a_sleeper() -> int:
+    pid = os.fork()
+    if pid == 0:  # the grandchild keeps the result pipe open and would outlive the job
+        time.sleep(60)
+        os._exit(0)
+    return pid
+
+
+def _gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    return state in ("Z", "X")  # a zombie waiting for init to reap it is dead too
+
+
+def test_a_forked_grandchild_neither_blocks_the_answer_nor_survives():
+    start = time.monotonic()
+    pid = run_limited(_fork_a_sleeper, limits=Limits(cpu_s=20, memory_mb=1024, wall_s=50))
+    assert time.monotonic() - start < 40  # the answer came back without waiting for the sleeper
+    deadline = time.monotonic() + 10
+    while not _gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _gone(pid)

@@ -129,3 +129,13 @@ def filled_kb(tmp_path_factory, embedder):
     with KnowledgeBase.open(tmp_path_factory.mktemp("filled") / "kb", embedder=embedder) as kb:
         kb.add_many(corpus_cases())
         yield kb
+
+
+@pytest.fixture(scope="session")
+def corpus_file(tmp_path_factory) -> Path:
+    """The corpus as a JSONL file (read-only)."""
+    from remedy.cases.io import write_cases
+
+    path = tmp_path_factory.mktemp("corpus") / "corpus.jsonl"
+    write_cases(path, corpus_cases())
+    return path

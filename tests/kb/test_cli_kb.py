@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from importlib import resources
 from pathlib import Path
 
 import duckdb
@@ -14,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from remedy.cases.errors import ImportFileError, KBNotFoundError
+from remedy.cases.errors import ImportFileError, KBNotFoundError, KBVersionError
 from remedy.cases.io import case_to_json, write_cases
 from remedy.kb.cli import app
 from remedy.kb.facade import example_files
@@ -44,19 +45,34 @@ def _assert_one_error_line(proc: subprocess.CompletedProcess, *fragments: str) -
         assert f in lines[0], lines[0]
 
 
-@pytest.fixture
-def cli_kb(tmp_path: Path, corpus) -> Path:
-    """A KB created through the CLI with the five corpus cases imported."""
-    kb = tmp_path / "kb"
+@pytest.fixture(autouse=True)
+def wide_console(monkeypatch):
+    """Tables wider than the runner's 80 columns, so cell text is not folded across lines."""
+    from remedy.kb.cli_common import console
+
+    monkeypatch.setattr(console, "width", 200)
+
+
+def _make_kb(kb: Path, corpus_file: Path) -> Path:
     _ok("kb", "init", "--kb", kb, "--no-examples")
-    write_cases(tmp_path / "corpus.jsonl", corpus)
-    out = _ok("kb", "import", tmp_path / "corpus.jsonl", "--kb", kb).output
-    assert "5 added, 0 unchanged" in out
+    assert "5 added, 0 unchanged" in _ok("kb", "import", corpus_file, "--kb", kb).output
     return kb
 
 
-def test_import_is_idempotent_and_export(cli_kb, tmp_path):
-    assert "0 added, 5 unchanged" in _ok("kb", "import", tmp_path / "corpus.jsonl", "--kb", cli_kb).output
+@pytest.fixture(scope="module")
+def cli_kb(tmp_path_factory, corpus_file) -> Path:
+    """A KB created through the CLI with the five corpus cases imported (read-only tests)."""
+    return _make_kb(tmp_path_factory.mktemp("cli") / "kb", corpus_file)
+
+
+@pytest.fixture
+def fresh_kb(tmp_path, corpus_file) -> Path:
+    """Like ``cli_kb`` but private to one test, which may change it."""
+    return _make_kb(tmp_path / "kb", corpus_file)
+
+
+def test_import_is_idempotent_and_export(cli_kb, corpus_file, tmp_path):
+    assert "0 added, 5 unchanged" in _ok("kb", "import", corpus_file, "--kb", cli_kb).output
     _ok("kb", "export", tmp_path / "out.parquet", "--kb", cli_kb)
     assert pq.read_table(tmp_path / "out.parquet").num_rows == 5
     stats = json.loads(_ok("kb", "stats", "--kb", cli_kb, "--json").output)
@@ -101,7 +117,8 @@ def test_reindex(cli_kb):
     assert "Reindexed 5 cases" in _ok("kb", "reindex", "--kb", cli_kb).output
 
 
-def test_malformed_import_imports_nothing(cli_kb, tmp_path, corpus):
+def test_malformed_import_imports_nothing(fresh_kb, tmp_path, corpus):
+    cli_kb = fresh_kb
     bad = json.loads(case_to_json(corpus[0]))
     bad["case_id"] = "c-new"
     bad["diagnosis"]["causes"][0]["cause"] = "gremlins"
@@ -130,6 +147,16 @@ def test_init_loads_bundled_examples(tmp_path):
         assert len(rows) == 3 and all(r["source"] == "example" for r in rows)
 
 
+def test_similar_run_dir(cli_kb):
+    run_dir = Path(str(resources.files("remedy.cases") / "scenarios" / "checkpoints" / "cartpole_undertrained"))
+    if not (run_dir / "run.yaml").is_file():
+        pytest.skip("bundled CartPole checkpoint not present")
+    out = _ok("similar", run_dir, "--kb", cli_kb, "--episodes", "2", "--k", "2", "--json").output
+    data = json.loads(out)
+    assert "CartPole-v1" in data["signature"]["summary"]
+    assert len(data["similar"]) == 2 and {r["action_space"] for r in data["similar"]} == {"discrete"}
+
+
 # -- errors through main(): exit 1, one red line on stderr, no traceback ----------------------
 
 
@@ -140,11 +167,13 @@ def test_script_kb_path_is_a_file(tmp_path):
     assert f.read_text() == "keep me"
 
 
-def test_script_newer_kb(cli_kb):
-    con = duckdb.connect(str(cli_kb / "remedy.duckdb"))
+def test_newer_kb(fresh_kb):
+    con = duckdb.connect(str(fresh_kb / "remedy.duckdb"))
     con.execute("UPDATE meta SET value = '42' WHERE key = 'schema_version'")
     con.close()
-    _assert_one_error_line(_script("case", "show", "c-lander-hover", "--kb", cli_kb), "schema 42", "upgrade remedy")
+    result = runner.invoke(app, ["case", "show", "c-lander-hover", "--kb", str(fresh_kb)])
+    assert result.exit_code == 1 and isinstance(result.exception, KBVersionError)
+    assert "schema 42, this one knows" in str(result.exception) and "upgrade remedy" in str(result.exception)
 
 
 def test_script_locked_kb(cli_kb):

@@ -193,7 +193,7 @@ def shared_store(tmp_path_factory) -> CaseStore:
     return CaseStore(tmp_path_factory.mktemp("prop") / "remedy.duckdb")
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(case=_cases)
 def test_roundtrip_property(shared_store, case):
     shared_store.add(case)

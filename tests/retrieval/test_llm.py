@@ -188,6 +188,7 @@ def test_real_lm_path_recovers_after_one_malformed_answer(fake_openai):
     server = fake_openai("malformed_then_valid.json")
     report = LLMDiagnoser(lm=_lm(server.api_base), max_retries=1).diagnose(_ctx())
     assert report.top_cause == RootCause.reward_misspecification and len(server.requests) == 2
+    assert server.requests[0]["temperature"] == 0.0 and server.requests[1]["temperature"] == 0.7  # retry samples warmer
 
 
 def test_real_lm_path_hostile_code_is_rejected_by_the_sandbox(fake_openai):

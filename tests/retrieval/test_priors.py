@@ -29,6 +29,8 @@ SUBJECTS = [
     Subject(env_id="Pendulum-v1", algo="TD3", train_steps=20_000,
             traits=EnvTraits(action_space="continuous", obs_dim=3, action_dim=1)),
 ]
+#: declared safety constraints (true when violated) per env, as run directories carry them
+CONSTRAINTS = {"LunarLander-v3": ("abs(obs[0]) > 0.2",), "Pendulum-v1": ("abs(action[0]) > 1.5", "abs(obs[2]) > 6.0")}
 SIGNATURE = Signature(features={"ep_len_mean": 200.0, "ep_len_frac": 1.0, "action_jerk": 0.6, "reward_per_step": -1.0},
                       symptoms=[], summary="probe")
 
@@ -37,7 +39,7 @@ def _all_patches():
     """(subject, rule id, family, patch) for every template that builds for every subject."""
     out = []
     for subject in SUBJECTS:
-        facts = Facts(subject, SIGNATURE)
+        facts = Facts(subject, SIGNATURE, CONSTRAINTS.get(subject.env_id, ()))
         for rule in PRIORS:
             for tmpl in rule.templates:
                 patch = tmpl.build(facts)
@@ -88,10 +90,30 @@ def test_every_code_template_passes_the_sandbox():
         if key in seen:
             continue
         seen.add(key)
-        report = check_patch(patch, subject.env_id, subject.env_kwargs, subject.algo, n_random=50)
+        report = check_patch(patch, subject.env_id, subject.env_kwargs, subject.algo, n_random=20)
         assert report.ok, f"{rule_id} for {subject.env_id}: {report.rule}: {report.message}"
         checked += 1
-    assert checked >= 6  # time cost, sparse success, potential shaping (several envs), safety band
+    assert checked >= 6  # time cost, sparse success, potential shaping (several envs), safety predicates
+
+
+def test_safety_template_enforces_the_declared_constraint():
+    sig = Signature(features={"constraint_violation_rate": 0.3}, symptoms=["constraint_violations"], summary="x")
+    assert [m.rule.id for m in match_priors(SUBJECTS[0], sig)] == ["prior-constraints"]
+    assert match_priors(SUBJECTS[0], sig)[0].patches == ()  # nothing declared: nothing to enforce
+    (tmpl, patch), = match_priors(SUBJECTS[0], sig, constraints=("abs(obs[0]) > 0.2",))[0].patches
+    assert patch.parts[0].predicate == "abs(obs[0]) > 0.2" and patch.parts[0].mode == "penalty"
+
+
+def test_learning_rate_priors_compare_with_the_algorithm_default():
+    sig = Signature(symptoms=["low_success", "unstable_learning"], summary="x")
+    high = SUBJECTS[3].model_copy(update={"hyperparams": {"learning_rate": 0.05}})  # A2C default 7e-4
+    ids = [m.rule.id for m in match_priors(high, sig)]
+    assert "prior-lr-too-high" in ids and "prior-lr-too-low" not in ids
+    low = SUBJECTS[3].model_copy(update={"hyperparams": {"learning_rate": 1e-6}})
+    matches = {m.rule.id: m for m in match_priors(low, sig)}
+    assert matches["prior-lr-too-low"].patches[0][1].parts[0].changes == {"learning_rate": 7e-4}
+    # the generic "unstable" prior must not push an already tiny learning rate lower still
+    assert all(p.parts[0].kind != "hyperparameters" for _, p in matches["prior-unstable"].patches)
 
 
 def test_time_cost_restores_the_original_reward_and_charges_per_step():

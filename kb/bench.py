@@ -1,0 +1,363 @@
+"""The benchmark: run the fix loop on every fault scenario and score it; the cold-vs-warm curve.
+
+For each scenario the patient is built (shipped, cached, or trained once) and the
+fix loop runs on it with the scenario's own cases excluded from retrieval, so
+the diagnosis never sees its answer. Scored per scenario and overall:
+
+- top-1 / top-3 root-cause accuracy of the FIRST diagnosis: the top cause (any
+  of the top three) is one of the scenario's ground-truth causes;
+- verified-fix rate: the loop found a patch verified ``improved``;
+- attempts, env steps and wall time to the first verified fix.
+
+Attempts are stored as cases (source ``bench``, scenario set). Reports are
+written as JSON and Markdown under ``reports/bench/`` (a timestamped file plus
+``latest.json`` / ``latest.md``). :func:`run_curve` runs the suite cold (an empty
+KB) and then warm (a KB holding the cold pass's cases: each scenario sees only
+the OTHER scenarios' cases) — the meta-learning curve.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from remedy.cases.model import Case, RootCause, Source
+from remedy.cases.scenarios import Scenario, build, load_scenarios
+from remedy.cases.verify import VerifyConfig
+
+from .fixloop import FixResult, fix
+
+__all__ = [
+    "BenchSettings",
+    "ScenarioResult",
+    "BenchSummary",
+    "BenchReport",
+    "CurveReport",
+    "BenchProgress",
+    "select_scenarios",
+    "score_causes",
+    "run_bench",
+    "run_curve",
+    "summarize",
+    "write_report",
+    "render_markdown",
+    "DEFAULT_REPORT_DIR",
+]
+
+DEFAULT_REPORT_DIR = Path("reports") / "bench"
+
+#: ``progress(scenario, message, done, total)``.
+BenchProgress = Callable[[str, str, int, int], None]
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    """How much the bench spends per scenario (``budget`` None: each scenario's own fine-tune budget)."""
+
+    diagnoser: str = "offline"
+    rounds: int = 3
+    candidates: int = 2
+    seeds: int = 3
+    budget: int | None = None
+    eval_episodes: int | None = None  # None: the scenario's eval_episodes
+    n_envs: int = 8
+    executor: str = "local"
+    exhaustive: bool = False
+    k: int = 10
+    diagnose_episodes: int = 20
+
+    def verify_config(self, scenario: Scenario) -> VerifyConfig:
+        """The verification settings for ``scenario``."""
+        return VerifyConfig(seeds=self.seeds, budget_steps=self.budget if self.budget is not None else scenario.budget,
+                            eval_episodes=self.eval_episodes or scenario.eval_episodes, n_envs=self.n_envs,
+                            executor=self.executor)
+
+
+@dataclass(frozen=True)
+class ScenarioResult:
+    """One scenario's score."""
+
+    scenario: str
+    env_id: str
+    ground_truth: list[str]
+    expected_families: list[str]
+    first_causes: list[str]
+    top1: bool
+    top3: bool
+    fixed: bool
+    attempts: int
+    attempts_to_fix: int | None
+    env_steps_to_fix: int | None
+    wall_time_to_fix_s: float | None
+    total_env_steps: int
+    total_wall_time_s: float
+    winning_patch: str | None
+    winning_effect: dict[str, float] | None
+    cited_cases: list[str]
+    case_ids: list[str]
+    statuses: list[str]
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class BenchSummary:
+    """Overall figures: accuracies and fix rate over all scenarios; costs over the fixed ones (means)."""
+
+    n: int
+    top1_accuracy: float
+    top3_accuracy: float
+    fix_rate: float
+    mean_attempts_to_fix: float | None
+    mean_env_steps_to_fix: float | None
+    mean_wall_time_to_fix_s: float | None
+    total_env_steps: int
+    total_wall_time_s: float
+
+
+@dataclass(frozen=True)
+class BenchReport:
+    """One pass of the suite."""
+
+    label: str  # "kb", "cold" or "warm"
+    kb: str | None
+    settings: BenchSettings
+    scenarios: list[ScenarioResult]
+    summary: BenchSummary
+    started_at: str
+    wall_time_s: float
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready report."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class CurveReport:
+    """The same suite cold then warm."""
+
+    cold: BenchReport
+    warm: BenchReport
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready report."""
+        return {"kind": "curve", "cold": self.cold.as_dict(), "warm": self.warm.as_dict()}
+
+
+def select_scenarios(pattern: str | None = None, quick: bool = False) -> list[Scenario]:
+    """Bundled scenarios matching ``pattern`` (a name glob, or a YAML path/dir/glob); only quick ones if asked."""
+    return [s for s in load_scenarios(pattern) if s.quick or not quick]
+
+
+def score_causes(causes: Sequence[RootCause | str], ground_truth: Sequence[RootCause | str]) -> tuple[bool, bool]:
+    """``(top1, top3)``: the top cause, or any of the top three, is a ground-truth cause."""
+    truth = {str(getattr(g, "value", g)) for g in ground_truth}
+    ranked = [str(getattr(c, "value", c)) for c in causes]
+    return bool(ranked[:1]) and ranked[0] in truth, any(c in truth for c in ranked[:3])
+
+
+def _mean(values: Sequence[float | int | None]) -> float | None:
+    kept = [float(v) for v in values if v is not None]
+    return statistics.fmean(kept) if kept else None
+
+
+def summarize(results: Sequence[ScenarioResult]) -> BenchSummary:
+    """Overall figures of a pass (scenarios that errored count as not diagnosed right and not fixed)."""
+    n = len(results)
+    frac = (lambda xs: sum(xs) / n if n else 0.0)
+    fixed = [r for r in results if r.fixed]
+    return BenchSummary(
+        n=n, top1_accuracy=frac([r.top1 for r in results]), top3_accuracy=frac([r.top3 for r in results]),
+        fix_rate=frac([r.fixed for r in results]), mean_attempts_to_fix=_mean([r.attempts_to_fix for r in fixed]),
+        mean_env_steps_to_fix=_mean([r.env_steps_to_fix for r in fixed]),
+        mean_wall_time_to_fix_s=_mean([r.wall_time_to_fix_s for r in fixed]),
+        total_env_steps=sum(r.total_env_steps for r in results),
+        total_wall_time_s=sum(r.total_wall_time_s for r in results),
+    )
+
+
+def _scenario_result(s: Scenario, res: FixResult) -> ScenarioResult:
+    first = res.first_diagnosis
+    causes = [c.cause.value for c in first.diagnosis.causes] if first is not None else []
+    top1, top3 = score_causes(causes, s.ground_truth)
+    w = res.winner
+    eff = None
+    if w is not None and w.effect is not None:
+        eff = {"metric": w.effect.metric, "diff": w.effect.diff, "ci_low": w.effect.ci_low, "ci_high": w.effect.ci_high}
+    return ScenarioResult(
+        scenario=s.name, env_id=s.env_id, ground_truth=[g.value for g in s.ground_truth],
+        expected_families=[f.value for f in s.expected_families], first_causes=causes, top1=top1, top3=top3,
+        fixed=res.fixed, attempts=len(res.attempts), attempts_to_fix=res.attempts_to_fix,
+        env_steps_to_fix=res.env_steps_to_fix,
+        wall_time_to_fix_s=None if res.wall_time_to_fix_s is None else round(res.wall_time_to_fix_s, 2),
+        total_env_steps=res.total_env_steps, total_wall_time_s=round(res.total_wall_time_s, 2),
+        winning_patch=None if w is None else w.patch.summary(), winning_effect=eff,
+        cited_cases=list(first.diagnosis.cited_cases) if first is not None else [],
+        case_ids=[a.case_id for a in res.attempts], statuses=[a.status for a in res.attempts],
+    )
+
+
+def _errored(s: Scenario, err: Exception) -> ScenarioResult:
+    return ScenarioResult(
+        scenario=s.name, env_id=s.env_id, ground_truth=[g.value for g in s.ground_truth],
+        expected_families=[f.value for f in s.expected_families], first_causes=[], top1=False, top3=False,
+        fixed=False, attempts=0, attempts_to_fix=None, env_steps_to_fix=None, wall_time_to_fix_s=None,
+        total_env_steps=0, total_wall_time_s=0.0, winning_patch=None, winning_effect=None, cited_cases=[],
+        case_ids=[], statuses=[], error=f"{type(err).__name__}: {err}",
+    )
+
+
+def run_bench(
+    kb: Any,
+    scenarios: Sequence[Scenario],
+    settings: BenchSettings = BenchSettings(),
+    *,
+    store: Any = "kb",
+    label: str = "kb",
+    cache_dir: str | Path | None = None,
+    progress: BenchProgress | None = None,
+) -> BenchReport:
+    """Run the fix loop on each scenario against ``kb`` (None: cold) and score it.
+
+    Attempts are stored as ``bench`` cases in ``store`` (default ``kb``; None: nowhere).
+    A scenario that cannot be built or crashes the loop is scored as not fixed, with the
+    error, and the suite goes on.
+    """
+    started, t0 = datetime.now(timezone.utc).isoformat(timespec="seconds"), time.perf_counter()
+    results = []
+    for s in scenarios:
+        say = (lambda msg, d, t, name=s.name: progress(name, msg, d, t)) if progress else None
+        try:
+            if say:
+                say("building the patient", 0, 0)
+            run = build(s, cache_dir=cache_dir)
+            res = fix(kb, run, rounds=settings.rounds, candidates=settings.candidates, diagnoser=settings.diagnoser,
+                      exhaustive=settings.exhaustive, scenario=s, exclude_scenario=s.name, store=store,
+                      source=Source.bench, verify_config=settings.verify_config(s), progress=say, k=settings.k,
+                      n_episodes=settings.diagnose_episodes, out_dir=_fix_dir(store, kb))
+            results.append(_scenario_result(s, res))
+        except Exception as err:  # noqa: BLE001 - one broken scenario is a scored failure, not a stopped suite
+            results.append(_errored(s, err))
+    kb_root = getattr(kb, "root", None)
+    return BenchReport(label=label, kb=None if kb_root is None else str(kb_root), settings=settings,
+                       scenarios=results, summary=summarize(results), started_at=started,
+                       wall_time_s=round(time.perf_counter() - t0, 2))
+
+
+def _fix_dir(store: Any, kb: Any) -> Path | None:
+    target = kb if store == "kb" else store
+    root = getattr(target, "root", None)
+    return Path(root) / "fixes" if root is not None else Path(tempfile.gettempdir()) / "remedy-bench-fixes"
+
+
+def run_curve(
+    scenarios: Sequence[Scenario],
+    settings: BenchSettings = BenchSettings(),
+    *,
+    work_kb: Any,
+    cache_dir: str | Path | None = None,
+    progress: BenchProgress | None = None,
+) -> CurveReport:
+    """Cold pass (retrieval sees nothing; attempts stored in ``work_kb``), then warm pass against ``work_kb``.
+
+    ``work_kb`` must start empty: warm diagnoses then see exactly the cold pass's cases of
+    the OTHER scenarios (each scenario's own are excluded). Warm attempts are not stored in
+    ``work_kb``, so every warm scenario sees the same KB whatever the order; they are
+    returned as the warm report's case ids and kept by the caller if wanted.
+    """
+    tag = (lambda phase: (lambda name, msg, d, t: progress(f"{phase} {name}", msg, d, t))) if progress else None
+    cold = run_bench(None, scenarios, settings, store=work_kb, label="cold", cache_dir=cache_dir,
+                     progress=tag("cold") if tag else None)
+    warm_store = _Collector()
+    warm = run_bench(work_kb, scenarios, settings, store=warm_store, label="warm", cache_dir=cache_dir,
+                     progress=tag("warm") if tag else None)
+    work_kb.add_many(warm_store.cases)  # kept after the pass, so the pass itself never saw them
+    return CurveReport(cold=cold, warm=warm)
+
+
+class _Collector:
+    """A store that only collects cases (the warm pass stores after it finishes)."""
+
+    def __init__(self) -> None:
+        self.cases: list[Case] = []
+        self.root = None
+
+    def add(self, case: Case) -> bool:
+        self.cases.append(case)
+        return True
+
+
+# --------------------------------------------------------------------------- reports
+
+
+def _fmt(v: float | None, spec: str = ".0f") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def _scenario_rows(report: BenchReport) -> list[str]:
+    rows = ["| scenario | ground truth | first diagnosis (top 3) | top-1 | top-3 | fixed | attempts to fix "
+            "| env steps to fix | wall s to fix | winning patch | effect [CI] |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in report.scenarios:
+        e = r.winning_effect
+        eff = "-" if e is None else f"{e['diff']:+.3g} [{e['ci_low']:+.3g}, {e['ci_high']:+.3g}] {e['metric']}"
+        diag = ", ".join(r.first_causes[:3]) or (f"error: {r.error}" if r.error else "-")
+        rows.append(f"| {r.scenario} | {', '.join(r.ground_truth)} | {diag} | {'yes' if r.top1 else 'no'} "
+                    f"| {'yes' if r.top3 else 'no'} | {'yes' if r.fixed else 'no'} | {_fmt(r.attempts_to_fix)} "
+                    f"| {_fmt(r.env_steps_to_fix, ',.0f')} | {_fmt(r.wall_time_to_fix_s)} | {r.winning_patch or '-'} "
+                    f"| {eff} |")
+    return rows
+
+
+def _summary_rows(reports: Sequence[BenchReport]) -> list[str]:
+    head = "| figure | " + " | ".join(r.label for r in reports) + " |"
+    rows = [head, "| --- |" + " --- |" * len(reports)]
+    figures = (("scenarios", lambda s: str(s.n)), ("top-1 accuracy", lambda s: f"{s.top1_accuracy:.0%}"),
+               ("top-3 accuracy", lambda s: f"{s.top3_accuracy:.0%}"), ("verified-fix rate", lambda s: f"{s.fix_rate:.0%}"),
+               ("mean attempts to fix", lambda s: _fmt(s.mean_attempts_to_fix, ".2f")),
+               ("mean env steps to fix", lambda s: _fmt(s.mean_env_steps_to_fix, ",.0f")),
+               ("mean wall s to fix", lambda s: _fmt(s.mean_wall_time_to_fix_s, ".0f")),
+               ("total env steps", lambda s: f"{s.total_env_steps:,}"),
+               ("total wall s", lambda s: f"{s.total_wall_time_s:.0f}"))
+    for name, get in figures:
+        rows.append(f"| {name} | " + " | ".join(get(r.summary) for r in reports) + " |")
+    return rows
+
+
+def render_markdown(report: BenchReport | CurveReport) -> str:
+    """The report as Markdown: overall figures, then one table per pass."""
+    passes = [report.cold, report.warm] if isinstance(report, CurveReport) else [report]
+    s = passes[0].settings
+    title = "Meta-learning curve (cold vs warm)" if isinstance(report, CurveReport) else "Bench run"
+    lines = [f"# {title}", "", f"Started {passes[0].started_at}; diagnoser `{s.diagnoser}`, {s.rounds} round(s), "
+             f"{s.candidates} candidate(s) per round, {s.seeds} seed(s) per arm, budget "
+             f"{'per scenario' if s.budget is None else f'{s.budget:,} steps'}.", "",
+             "Accuracy scores the first diagnosis against the scenario's ground truth; costs are means over "
+             "the scenarios that were fixed. Retrieval excludes each scenario's own cases.", "", "## Overall", "",
+             *_summary_rows(passes)]
+    for p in passes:
+        lines += ["", f"## Scenarios ({p.label})", "", *_scenario_rows(p)]
+    return "\n".join(lines) + "\n"
+
+
+def write_report(report: BenchReport | CurveReport, out_dir: str | Path = DEFAULT_REPORT_DIR) -> list[Path]:
+    """Write ``<stamp>-<kind>.json/.md`` and ``latest.json/.md`` under ``out_dir``; returns the paths."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    kind = "curve" if isinstance(report, CurveReport) else report.label
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    data = json.dumps(report.as_dict(), indent=2, default=str) + "\n"
+    text = render_markdown(report)
+    paths = []
+    for stem in (f"{stamp}-{kind}", "latest"):
+        for suffix, body in ((".json", data), (".md", text)):
+            path = out / f"{stem}{suffix}"
+            path.write_text(body)
+            paths.append(path)
+    return paths

@@ -1,0 +1,315 @@
+"""The fix loop: diagnose → verify the top candidates → store every attempt → diagnose again.
+
+Each round diagnoses the run (with what earlier rounds tried and what happened),
+verifies the top ``candidates`` patches not tried yet one after another, and
+stores every attempt as a case — refused, crashed and useless patches too, since
+a patch that did nothing is knowledge. The loop stops at the first ``improved``
+verification unless ``exhaustive``; the winning patch is written as a YAML file
+the user can apply with ``remedy verify --patch``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from remedy.cases.model import Case, Effect, Provenance, Source, Status, Verification, new_case_id
+from remedy.cases.patches.io import save_patch
+from remedy.cases.patches.spec import Patch
+from remedy.cases.rundir import RunDir
+from remedy.cases.verify import VerifyConfig, verify_patch, versions
+from remedy.retrieval.diagnosis import Attempt, CandidatePatch, Diagnoser, DiagnosisReport
+
+from .diagnose import diagnose_run
+
+__all__ = ["AttemptRecord", "FixResult", "FixProgress", "fix", "stored_case"]
+
+#: ``progress(message, done, total)``: each stage and each verification job as it finishes.
+FixProgress = Callable[[str, int, int], None]
+
+
+@dataclass(frozen=True)
+class AttemptRecord:
+    """One verified (or refused) candidate: where it came from, what it did, where it is stored."""
+
+    round: int
+    case_id: str
+    patch: Patch
+    family: str
+    status: str
+    effect: Effect | None
+    env_steps: int
+    wall_time_s: float
+    reason: str = ""
+    parent_id: str | None = None
+
+    @property
+    def improved(self) -> bool:
+        """True when verification found the task metric clearly better than the control."""
+        return self.status == Status.improved.value
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready summary (the patch as its parts)."""
+        e = self.effect
+        return {
+            "round": self.round, "case_id": self.case_id, "parent_id": self.parent_id, "family": self.family,
+            "patch": self.patch.summary(), "patch_parts": [p.model_dump(mode="json") for p in self.patch.parts],
+            "status": self.status, "env_steps": self.env_steps, "wall_time_s": round(self.wall_time_s, 2),
+            "effect": None if e is None else {"metric": e.metric, "diff": e.diff, "ci_low": e.ci_low,
+                                              "ci_high": e.ci_high, "treatment": e.treatment, "control": e.control},
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class FixResult:
+    """What a fix loop tried, what won, and what reaching the first verified fix cost."""
+
+    run_dir: Path
+    scenario: str | None
+    attempts: tuple[AttemptRecord, ...]
+    diagnoses: tuple[DiagnosisReport, ...]
+    rounds_used: int
+    winner: AttemptRecord | None = None
+    patch_path: Path | None = None
+    env_steps_to_fix: int | None = None
+    wall_time_to_fix_s: float | None = None
+    attempts_to_fix: int | None = None
+    total_env_steps: int = 0
+    total_wall_time_s: float = 0.0
+    stop_reason: str = ""
+    warnings: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def fixed(self) -> bool:
+        """True when some attempt was verified ``improved``."""
+        return self.winner is not None
+
+    @property
+    def first_diagnosis(self) -> DiagnosisReport | None:
+        """The diagnosis of round 1 (what benchmarks score against the ground truth)."""
+        return self.diagnoses[0] if self.diagnoses else None
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready result (what ``remedy fix --json`` prints)."""
+        first = self.first_diagnosis
+        return {
+            "run_dir": str(self.run_dir), "scenario": self.scenario, "fixed": self.fixed,
+            "rounds_used": self.rounds_used, "stop_reason": self.stop_reason,
+            "first_diagnosis": None if first is None else {
+                "causes": [{"cause": c.cause.value, "confidence": c.confidence} for c in first.diagnosis.causes],
+                "cited_cases": list(first.diagnosis.cited_cases), "cited_rules": list(first.diagnosis.cited_rules)},
+            "attempts": [a.as_dict() for a in self.attempts],
+            "winner": None if self.winner is None else self.winner.as_dict(),
+            "patch_path": None if self.patch_path is None else str(self.patch_path),
+            "attempts_to_fix": self.attempts_to_fix, "env_steps_to_fix": self.env_steps_to_fix,
+            "wall_time_to_fix_s": None if self.wall_time_to_fix_s is None else round(self.wall_time_to_fix_s, 2),
+            "total_env_steps": self.total_env_steps, "total_wall_time_s": round(self.total_wall_time_s, 2),
+            "warnings": list(self.warnings),
+        }
+
+
+@dataclass
+class _Loop:
+    """State of one fix loop (internal)."""
+
+    kb: Any  # retrieval source, or None (cold: priors only)
+    store: Any  # where attempts are stored, or None
+    run: RunDir
+    config: VerifyConfig
+    executor: Any
+    scenario: Any
+    source: Source
+    progress: FixProgress | None
+    started: float = field(default_factory=time.perf_counter)
+    attempts: list[AttemptRecord] = field(default_factory=list)
+    cases: list[Case] = field(default_factory=list)
+    diagnoses: list[DiagnosisReport] = field(default_factory=list)
+    steps: int = 0
+    fix_at: tuple[int, float, int] | None = None  # (env steps, wall s, attempts) at the first improvement
+
+    def say(self, message: str, done: int = 0, total: int = 0) -> None:
+        if self.progress is not None:
+            self.progress(message, done, total)
+
+    @property
+    def scenario_name(self) -> str | None:
+        return getattr(self.scenario, "name", None)
+
+    def tried(self) -> tuple[Attempt, ...]:
+        return tuple(Attempt.from_case(c) for c in self.cases)
+
+
+def _scenario(scenario: Any) -> Any:
+    """A scenario object for verify_patch (``name`` and ``shifted``) from a Scenario, a name or None."""
+    if scenario is None or not isinstance(scenario, str):
+        return scenario
+    return SimpleNamespace(name=scenario, shifted=())
+
+
+def stored_case(case: Case, report: DiagnosisReport | None, *, source: Source, parent_id: str | None,
+                scenario: str | None) -> Case:
+    """The case as the fix loop stores it: the diagnosis that proposed it, the loop's source, its parent.
+
+    The id is the verifier's id, re-derived when the source or parent differ so that a
+    bench attempt never overwrites a user's verified case of the same patch.
+    """
+    case_id = case.case_id
+    if source != case.source or parent_id is not None:
+        case_id = new_case_id(case.case_id, source.value, parent_id)
+    update: dict[str, Any] = {"case_id": case_id, "source": source, "parent_id": parent_id,
+                              "scenario": scenario or case.scenario}
+    if report is not None:
+        update["diagnosis"] = report.diagnosis
+    return case.model_copy(update=update)
+
+
+def _failed_case(loop: _Loop, cand: CandidatePatch, report: DiagnosisReport, err: Exception) -> Case:
+    """A ``failed`` case for a candidate whose verification raised instead of returning a case."""
+    v = versions()
+    reason = f"verification raised {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+    return Case(
+        case_id=new_case_id("fix-failed", loop.run.config.model_dump(mode="json"), cand.patch.model_dump(mode="json"),
+                            loop.scenario_name),
+        source=Source.verified, subject=loop.run.subject(), signature=report.signature, patch=cand.patch,
+        verification=Verification(status=Status.failed, reason=reason, seeds=loop.config.seeds),
+        provenance=Provenance(remedy_version=v.get("remedy", ""), versions=v), scenario=loop.scenario_name,
+    )
+
+
+def _verify(loop: _Loop, cand: CandidatePatch, report: DiagnosisReport, label: str) -> Case:
+    """Verify one candidate; any exception becomes a ``failed`` case (the loop records it and goes on)."""
+    def tick(message: str, done: int, total: int) -> None:
+        loop.say(f"{label}: {message}", done, total)
+
+    try:
+        return verify_patch(loop.run, cand.patch, loop.config, executor=loop.executor, scenario=loop.scenario,
+                            progress=tick)
+    except Exception as err:  # noqa: BLE001 - a broken candidate is a recorded failure, never a stopped loop
+        return _failed_case(loop, cand, report, err)
+
+
+def _record(loop: _Loop, rnd: int, cand: CandidatePatch, report: DiagnosisReport, case: Case) -> AttemptRecord:
+    parent = loop.cases[-1].case_id if loop.cases else None
+    case = stored_case(case, report, source=loop.source, parent_id=parent, scenario=loop.scenario_name)
+    if loop.store is not None:
+        loop.store.add(case)
+    loop.cases.append(case)
+    v = case.verification
+    rec = AttemptRecord(round=rnd, case_id=case.case_id, patch=case.patch, family=cand.family.value,
+                        status=case.status, effect=v.effect if v else None, env_steps=v.env_steps if v else 0,
+                        wall_time_s=v.wall_time_s if v else 0.0, reason=v.reason if v else "", parent_id=parent)
+    loop.attempts.append(rec)
+    loop.steps += rec.env_steps
+    if rec.improved and loop.fix_at is None:
+        loop.fix_at = (loop.steps, time.perf_counter() - loop.started, len(loop.attempts))
+    return rec
+
+
+def _fresh(report: DiagnosisReport, loop: _Loop, k: int) -> list[CandidatePatch]:
+    """The top ``k`` candidates whose patch this loop has not verified yet."""
+    seen = {c.patch.model_dump_json() for c in loop.cases}
+    return [c for c in report.candidates if c.patch.model_dump_json() not in seen][:k]
+
+
+def fix(
+    kb: Any,
+    run_dir: str | Path | RunDir,
+    *,
+    rounds: int = 3,
+    candidates: int = 2,
+    seeds: int = 3,
+    budget: int | None = None,
+    executor: str | Any = "local",
+    diagnoser: str | Diagnoser = "offline",
+    exhaustive: bool = False,
+    scenario: Any = None,
+    progress: FixProgress | None = None,
+    out_dir: str | Path | None = None,
+    exclude_scenario: str | None = None,
+    store: Any = "kb",
+    source: Source = Source.verified,
+    verify_config: VerifyConfig | None = None,
+    k: int = 10,
+    n_episodes: int = 20,
+    seed: int = 0,
+) -> FixResult:
+    """Diagnose, verify the top ``candidates`` patches, store every attempt, repeat up to ``rounds`` times.
+
+    ``kb`` is what retrieval sees (None: an empty KB, built-in priors only); attempts are
+    stored in ``store`` (default: ``kb``; None: nowhere). ``scenario`` (a Scenario or
+    its name) names the stored cases and supplies shifted-env variants; benchmarks pass
+    its name as ``exclude_scenario`` so retrieval never sees the scenario's own cases.
+    ``verify_config`` overrides ``seeds``/``budget``/``executor``. The winning patch is
+    written under ``out_dir`` (default ``<store>/fixes``, else ``./remedy-fixes``).
+    """
+    run = run_dir if isinstance(run_dir, RunDir) else RunDir.load(run_dir)
+    config = verify_config or VerifyConfig(seeds=seeds, budget_steps=budget,
+                                           executor=executor if isinstance(executor, str) else "local")
+    config.check()
+    owned = isinstance(executor, str)
+    from remedy.cases.executors import get_executor
+
+    runner = get_executor(config.executor) if owned else executor
+    loop = _Loop(kb=kb, store=kb if store == "kb" else store, run=run, config=config, executor=runner,
+                 scenario=_scenario(scenario), source=source, progress=progress)
+    try:
+        stop = _rounds(loop, rounds, candidates, diagnoser, exhaustive, exclude_scenario, k, n_episodes, seed)
+    finally:
+        if owned and hasattr(runner, "shutdown"):
+            runner.shutdown()
+    return _result(loop, stop, out_dir)
+
+
+def _rounds(loop: _Loop, rounds: int, k_cands: int, diagnoser: Any, exhaustive: bool, exclude: str | None,
+            k: int, n_episodes: int, seed: int) -> str:
+    """Run the rounds; returns why the loop stopped."""
+    for rnd in range(1, rounds + 1):
+        loop.say(f"round {rnd}/{rounds}: diagnosing")
+        report = diagnose_run(loop.kb, loop.run, diagnoser=diagnoser, k=k, n_episodes=n_episodes, seed=seed,
+                              exclude_scenario=exclude, tried=loop.tried())
+        loop.diagnoses.append(report)
+        chosen = _fresh(report, loop, k_cands)
+        if not chosen:
+            return f"round {rnd}: the diagnosis offered no candidate that was not tried already"
+        for i, cand in enumerate(chosen, start=1):
+            label = f"round {rnd}/{rounds}, candidate {i}/{len(chosen)} ({cand.patch.summary()})"
+            loop.say(f"{label}: verifying")
+            rec = _record(loop, rnd, cand, report, _verify(loop, cand, report, label))
+            loop.say(f"{label}: {rec.status}")
+            if rec.improved and not exhaustive:
+                return f"round {rnd}: verified improvement"
+    return f"{rounds} round(s) done" + ("" if loop.fix_at else " without a verified improvement")
+
+
+def _patch_path(loop: _Loop, winner: AttemptRecord, out_dir: str | Path | None) -> Path:
+    if out_dir is not None:
+        base = Path(out_dir)
+    else:
+        root = getattr(loop.store, "root", None)
+        base = Path(root) / "fixes" if root is not None else Path("remedy-fixes")
+    name = loop.scenario_name or Path(loop.run.path).resolve().name
+    path = base / f"{name}-{winner.family}-{winner.case_id}.yaml"
+    save_patch(winner.patch, path)
+    return path
+
+
+def _result(loop: _Loop, stop: str, out_dir: str | Path | None) -> FixResult:
+    improved = [a for a in loop.attempts if a.improved]
+    winner = None
+    if improved:  # exhaustive: the largest effect wins; otherwise there is exactly the first one
+        winner = max(improved, key=lambda a: a.effect.diff if a.effect is not None else float("-inf"))
+    path = _patch_path(loop, winner, out_dir) if winner is not None else None
+    fix_at = loop.fix_at or (None, None, None)
+    warnings = tuple(w for d in loop.diagnoses for w in d.warnings)
+    return FixResult(
+        run_dir=Path(loop.run.path), scenario=loop.scenario_name, attempts=tuple(loop.attempts),
+        diagnoses=tuple(loop.diagnoses), rounds_used=len(loop.diagnoses), winner=winner, patch_path=path,
+        env_steps_to_fix=fix_at[0], wall_time_to_fix_s=fix_at[1], attempts_to_fix=fix_at[2],
+        total_env_steps=loop.steps, total_wall_time_s=time.perf_counter() - loop.started, stop_reason=stop,
+        warnings=tuple(dict.fromkeys(warnings)),
+    )

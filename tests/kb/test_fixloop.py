@@ -1,0 +1,121 @@
+"""The fix loop on a tiny CartPole patient: real diagnosis, real verification in worker processes, real KB.
+
+A scripted diagnoser (the ``Diagnoser`` seam) fixes which candidates each round
+offers, so the loop's own behaviour is what is tested: every attempt stored with
+its diagnosis and parent, hostile candidates recorded as ``failed`` without
+stopping the loop, what was tried handed to the next diagnosis, already-tried
+patches never verified twice, and the stop at the first improvement.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from remedy.cases.model import Cause, Diagnosis, RemedyFamily, RootCause, Source, Status
+from remedy.cases.patches.io import load_patch
+from remedy.cases.patches.spec import Patch
+from remedy.cases.rundir import RunConfig
+from remedy.cases.verify import VerifyConfig
+from remedy.kb.fixloop import FixResult, fix
+from remedy.retrieval.diagnosis import CandidatePatch, DiagnosisContext, DiagnosisReport
+
+TINY = VerifyConfig(seeds=1, budget_steps=256, eval_episodes=3, n_envs=2, n_boot=200)
+
+PATIENT = RunConfig(
+    env_id="CartPole-v1", algo="PPO", train_steps=1024, n_envs=2,
+    hyperparams={"n_steps": 64, "batch_size": 64, "n_epochs": 2, "policy_kwargs": {"net_arch": [16]}},
+    success={"kind": "return_threshold", "threshold": 100},
+)
+
+
+def _hostile(i: int) -> Patch:
+    code = f"import os\n\ndef shaped_reward(obs, action, reward, next_obs, terminated, truncated, info):\n" \
+           f"    os.system('touch /tmp/remedy_pwned_{i}')\n    return reward\n"
+    return Patch.from_data({"kind": "reward_shaping", "description": f"hostile {i}", "code": code})
+
+
+class Scripted:
+    """A Diagnoser that offers ``offers[round]`` and remembers every context it was given."""
+
+    name = "scripted"
+
+    def __init__(self, offers: list[list[Patch]]) -> None:
+        self.offers, self.seen = offers, []
+
+    def diagnose(self, ctx: DiagnosisContext) -> DiagnosisReport:
+        self.seen.append(ctx)
+        patches = self.offers[min(len(self.seen), len(self.offers)) - 1]
+        cands = [CandidatePatch(patch=p, family=RemedyFamily(p.parts[0].kind), rationale="scripted") for p in patches]
+        diag = Diagnosis(causes=[Cause(cause=RootCause.undertraining, confidence=0.9)], backend="scripted")
+        return DiagnosisReport(signature=ctx.signature, diagnosis=diag, candidates=cands)
+
+
+@pytest.fixture(scope="module")
+def patient(tmp_path_factory):
+    from remedy.cases.training import train
+
+    return train(PATIENT, tmp_path_factory.mktemp("fixloop") / "run", seed=0).path
+
+
+def _check_stored(kb, result: FixResult, scenario: str | None) -> None:
+    """Every attempt is a stored case carrying its diagnosis, the scenario and the link to the attempt before."""
+    previous = None
+    for a in result.attempts:
+        case = kb.get(a.case_id)
+        assert case.status == a.status and case.patch == a.patch
+        assert case.diagnosis is not None and case.scenario == scenario
+        assert case.parent_id == previous == a.parent_id
+        previous = a.case_id
+
+
+def test_hostile_candidates_are_recorded_as_failed_and_the_loop_goes_on(kb, patient, tmp_path):
+    # every round re-offers hostile 1 first: the loop must skip it (already tried) and take the next one
+    script = Scripted([[_hostile(1)], [_hostile(1), _hostile(2)], [_hostile(1), _hostile(2), _hostile(3)]])
+    result = fix(kb, patient, rounds=3, candidates=1, diagnoser=script, verify_config=TINY, scenario="tiny_hostile",
+                 out_dir=tmp_path / "fixes", n_episodes=3)
+    assert [a.patch for a in result.attempts] == [_hostile(1), _hostile(2), _hostile(3)]
+    assert all(a.status == Status.failed.value and a.effect is None and a.reason for a in result.attempts)
+    assert [a.round for a in result.attempts] == [1, 2, 3] and result.rounds_used == 3
+    assert not result.fixed and result.patch_path is None and result.attempts_to_fix is None
+    assert not (tmp_path / "fixes").exists()
+    # round n's diagnosis saw what rounds 1..n-1 tried and that it failed
+    assert [[(t.patch, t.status) for t in ctx.tried] for ctx in script.seen] == [
+        [], [(_hostile(1), "failed")], [(_hostile(1), "failed"), (_hostile(2), "failed")]]
+    _check_stored(kb, result, "tiny_hostile")
+    assert kb.count() == 3 and all(kb.get(a.case_id).source is Source.verified for a in result.attempts)
+
+
+def test_loop_stops_when_nothing_new_is_offered(kb, patient):
+    script = Scripted([[_hostile(1)]])  # the same single candidate every round
+    result = fix(kb, patient, rounds=3, candidates=2, diagnoser=script, verify_config=TINY, n_episodes=3)
+    assert len(result.attempts) == 1 and result.rounds_used == 2
+    assert "not tried already" in result.stop_reason
+
+
+def test_real_candidates_after_a_hostile_one(kb, patient, tmp_path):
+    """Structure that holds whatever the numbers: a hostile first candidate, then real fine-tunes."""
+    budget = Patch.from_data({"kind": "training_budget", "extra_steps": 512})
+    lr = Patch.from_data({"kind": "hyperparameters", "changes": {"learning_rate": 0.001}})
+    script = Scripted([[_hostile(1), budget], [lr]])
+    result = fix(kb, patient, rounds=2, candidates=2, diagnoser=script, verify_config=TINY, scenario="tiny_real",
+                 out_dir=tmp_path / "fixes", n_episodes=3, source=Source.bench)
+    first = result.attempts[0]
+    assert first.patch == _hostile(1) and first.status == "failed" and len(result.attempts) >= 2
+    assert result.attempts[1].patch == budget and result.attempts[1].status in {s.value for s in Status}
+    statuses = [a.status for a in result.attempts]
+    if "improved" in statuses:  # stopped at the first improvement, and it is the winner written to disk
+        i = statuses.index("improved")
+        assert len(result.attempts) == i + 1 and result.winner == result.attempts[i]
+        assert result.attempts_to_fix == i + 1
+        assert result.env_steps_to_fix == sum(a.env_steps for a in result.attempts)
+        assert load_patch(result.patch_path) == result.winner.patch
+        assert result.winner.effect.ci_low > 0
+    else:  # no fix: every offered candidate was verified and stored
+        assert [a.patch for a in result.attempts] == [_hostile(1), budget, lr] and result.winner is None
+    for a in result.attempts[1:]:
+        assert a.status == "failed" or (a.effect is not None and a.env_steps > 0)
+    _check_stored(kb, result, "tiny_real")
+    assert all(kb.get(a.case_id).source is Source.bench for a in result.attempts)
+    assert result.total_env_steps == sum(a.env_steps for a in result.attempts)
+    data = result.as_dict()
+    assert data["attempts"][0]["status"] == "failed" and data["fixed"] == result.fixed
