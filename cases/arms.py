@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from . import stats
-from .patches.spec import Patch, RewardShaping
+from .patches.spec import ActionRepeat, Patch, RewardShaping
 
 __all__ = [
     "ARM_JOB",
@@ -126,6 +126,23 @@ def _shaped_returns(model: Any, run: Any, spec: ArmSpec, vecnormalize: Any) -> t
     return tuple(float(r.train_ret) for r in records)
 
 
+def _control_wrapper(patch_json: str | None) -> Callable[[Any], Any]:
+    """How the agent acts on the evaluation env: with the patch's action repeat, if any (it is part
+    of the agent's control interface, like an observation wrapper), else unchanged. Original
+    rewards are summed over repeated steps, so returns stay on the original task's scale."""
+    if patch_json is None:
+        return lambda env: env
+    n = 1
+    for part in Patch.model_validate_json(patch_json).parts:
+        if isinstance(part, ActionRepeat):
+            n *= part.n
+    if n == 1:
+        return lambda env: env
+    from .patches.apply import ActionRepeatWrapper
+
+    return lambda env: ActionRepeatWrapper(env, n)
+
+
 def run_arm(spec: ArmSpec) -> ArmResult:
     """Fine-tune one arm (see :func:`remedy.cases.training.finetune`) and evaluate it; a worker job."""
     from .envs import make_env
@@ -142,12 +159,13 @@ def run_arm(spec: ArmSpec) -> ArmResult:
     c = run.config
     model = run.load_model()
     vn = _obs_normalizer(run)
-    nominal = _evaluate(model, lambda: run.make_env(for_evaluation=True), run, spec, vn)
+    control = _control_wrapper(spec.patch_json)
+    nominal = _evaluate(model, lambda: control(run.make_env(for_evaluation=True)), run, spec, vn)
     shifted = {}
     for name, kwargs_json in spec.shifted:
         kwargs = {**c.env_kwargs, **json.loads(kwargs_json)}
-        factory = lambda kw=kwargs: make_env(c.env_id, kw, wrappers=c.wrappers, for_evaluation=True,  # noqa: E731
-                                             max_episode_steps=c.max_episode_steps)
+        factory = lambda kw=kwargs: control(make_env(c.env_id, kw, wrappers=c.wrappers,  # noqa: E731
+                                                     for_evaluation=True, max_episode_steps=c.max_episode_steps))
         shifted[name] = _evaluate(model, factory, run, spec, vn)
     shaped = _shaped_returns(model, run, spec, vn) if spec.score_patch_json else None
     return ArmResult(**base, nominal=nominal, shifted=shifted, shaped_returns=shaped)

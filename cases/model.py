@@ -114,7 +114,8 @@ class Source(StrEnum):
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # NaN features are meaningful ("not measurable"); keep them through JSON round trips.
+    model_config = ConfigDict(frozen=True, extra="forbid", ser_json_inf_nan="strings")
 
 
 class EnvTraits(_Frozen):

@@ -184,8 +184,14 @@ def _resolve_one(pattern: str) -> list[Path]:
 
 
 def scenario_hash(s: Scenario) -> str:
-    """Stable hash of everything that shapes the trained patient (its run config and the training version)."""
-    payload = {"training_version": TRAINING_VERSION, "config": s.run_config().model_dump(mode="json")}
+    """Stable hash of everything that shapes the trained patient (and the training version).
+
+    Built from the scenario's own training fields, not from ``RunConfig``'s
+    schema, so a new optional field there does not invalidate shipped builds.
+    """
+    fields = ("env_id", "env_kwargs", "algo", "hyperparams", "train_steps", "n_envs", "seed", "wrappers",
+              "max_episode_steps")
+    payload = {"training_version": TRAINING_VERSION, **s.model_dump(mode="json", include=set(fields))}
     text = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 

@@ -29,6 +29,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -275,8 +276,10 @@ def _run_child(head: dict, payload: bytes, cwd: Path, limits: Limits, log_file: 
         os.close(write_fd)
         raise SandboxError(f"cannot start a worker process: {ex}") from ex
     os.close(write_fd)
+    # fed from a thread: a large job fills the pipe, and a child that never reads must not block the deadline
+    feeder = threading.Thread(target=_feed, args=(proc, head, payload), daemon=True)
+    feeder.start()
     try:
-        _feed(proc, head, payload)
         data, timed_out = _collect(read_fd, time.monotonic() + float(limits.wall_s))
         if not timed_out:
             _await_exit(proc.pid, 5.0)
@@ -284,6 +287,7 @@ def _run_child(head: dict, payload: bytes, cwd: Path, limits: Limits, log_file: 
         os.close(read_fd)
         _kill_group(proc.pid)  # the leader is alive or a zombie here, so its group id is still ours
         proc.wait()
+        feeder.join(timeout=5)
     if timed_out:
         return "timeout", None
     return ("answer", data) if data else ("died", proc.returncode)

@@ -292,6 +292,8 @@ ScenariosOption = Annotated[
     str | None, typer.Option("--scenarios", help="Name glob over the bundled scenarios ('cartpole_*'), or YAML path/dir/glob.")]
 QuickOption = Annotated[bool, typer.Option("--quick", help="Only the quick default subset (shipped checkpoints).")]
 ReportsOption = Annotated[Path, typer.Option("--reports", help="Where the JSON and Markdown reports go.")]
+CacheOption = Annotated[
+    Path | None, typer.Option("--cache", help="Scenario build cache (default ~/.cache/remedy/scenarios).")]
 
 
 def _register_bench(bench_app) -> None:
@@ -307,6 +309,7 @@ def _register_bench(bench_app) -> None:
         cold: Annotated[bool, typer.Option("--cold", help="Diagnose against an empty KB (built-in priors only).")] = False,
         quick: QuickOption = False,
         reports: ReportsOption = Path("reports/bench"),
+        cache: CacheOption = None,
         kb: KbOption = Path(DEFAULT_KB),
         as_json: JsonOption = False,
     ) -> None:
@@ -319,7 +322,7 @@ def _register_bench(bench_app) -> None:
         _backend(diagnoser)
         with KnowledgeBase.open(kb, create=True) as base, _Live(disable=as_json) as live:
             report = run_bench(None if cold else base, chosen, settings, store=base, label="cold" if cold else "kb",
-                               progress=live.scenario)
+                               cache_dir=cache, progress=live.scenario)
         paths = write_report(report, reports)
         if as_json:
             print_json({**report.as_dict(), "written": [str(p) for p in paths]})
@@ -339,6 +342,7 @@ def _register_bench(bench_app) -> None:
         executor: ExecutorOption = "local",
         quick: QuickOption = False,
         reports: ReportsOption = Path("reports/bench"),
+        cache: CacheOption = None,
         keep: Annotated[Path | None, typer.Option("--keep-kb", help="Keep the curve's KB (cold and warm cases) here "
                                                                     "instead of a temporary folder.")] = None,
         as_json: JsonOption = False,
@@ -357,7 +361,7 @@ def _register_bench(bench_app) -> None:
             with KnowledgeBase.open(where, create=True) as work, _Live(disable=as_json) as live:
                 if work.count():
                     raise KBPathError(f"--keep-kb {where} already holds cases; the cold pass needs an empty KB")
-                curve = run_curve(chosen, settings, work_kb=work, progress=live.scenario)
+                curve = run_curve(chosen, settings, work_kb=work, cache_dir=cache, progress=live.scenario)
         paths = write_report(curve, reports)
         if as_json:
             print_json({**curve.as_dict(), "written": [str(p) for p in paths]})

@@ -15,6 +15,11 @@ Configuration (README): ``REMEDY_LM`` (any litellm model string),
 ``REMEDY_LM_API_BASE``, ``REMEDY_LM_API_KEY`` (else the provider's own variable),
 ``REMEDY_LM_ENGINE`` (``auto`` | ``litellm`` | ``lm15``), ``REMEDY_LM_TEMPERATURE``,
 ``REMEDY_LM_MAX_TOKENS``, ``REMEDY_LM_NUM_RETRIES``, ``REMEDY_LM_TIMEOUT``.
+A local OpenAI-compatible server (vLLM, llama.cpp, LM Studio) works with
+``REMEDY_LM=openai/<served-model-name> REMEDY_LM_API_BASE=http://localhost:8000/v1``;
+Ollama with ``REMEDY_LM=ollama_chat/llama3.1 REMEDY_LM_API_BASE=http://localhost:11434/v1``.
+DSPy's default engine sends ``max_completion_tokens``; an older server that wants
+``max_tokens`` needs ``REMEDY_LM_ENGINE=litellm``.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # never fetch a p
 import dspy  # noqa: E402
 from dspy.utils.exceptions import AdapterParseError  # noqa: E402
 from dspy.utils.exceptions import LMError as DSPyLMError  # noqa: E402
+from dspy.utils.exceptions import LMTimeoutError, LMTransportError  # noqa: E402
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator  # noqa: E402
 
 from remedy.cases.errors import LMError, PatchRejectedError, RemedyError  # noqa: E402
@@ -355,13 +361,17 @@ def _endpoint(lm: Any) -> str:
     return str(kw.get("api_base") or kw.get("base_url") or "the provider's default endpoint")
 
 
-def _transport_message(lm: Any, ex: Exception) -> str:
-    text = re.sub(r"^\[[^\]]*\]\s*", "", str(ex)).strip()
-    if "refused" in text.lower():
-        text = "connection refused"
+def _lm_failure(lm: Any, ex: Exception) -> str:
+    """One line naming the endpoint and model: unreachable, or reachable but refusing the call."""
+    text = re.sub(r"^\[[^\]]*\]\s*", "", str(ex)).strip().splitlines()[0] if str(ex).strip() else type(ex).__name__
     model = getattr(lm, "model", "?")
-    return (f"could not reach the LM at {_endpoint(lm)} ({model}): {text[:300]}; "
-            "check REMEDY_LM_API_BASE or use --diagnoser offline")
+    if isinstance(ex, (LMTransportError, LMTimeoutError)) or "connect" in text.lower():
+        if "refused" in text.lower():
+            text = "connection refused"
+        return (f"could not reach the LM at {_endpoint(lm)} ({model}): {text[:300]}; "
+                "check REMEDY_LM_API_BASE or use --diagnoser offline")
+    return (f"the LM at {_endpoint(lm)} ({model}) refused the request: {text[:300]}; "
+            "check REMEDY_LM, REMEDY_LM_API_KEY or use --diagnoser offline")
 
 
 class LLMDiagnoser:
@@ -422,13 +432,15 @@ class LLMDiagnoser:
             except _Malformed as ex:
                 problems.append(f"attempt {attempt + 1}: {ex}")
             except DSPyLMError as ex:
-                raise LMError(_transport_message(lm, ex)) from ex
+                raise LMError(_lm_failure(lm, ex)) from ex
         raise LMError(f"the LM {getattr(lm, 'model', '?')} gave malformed output {self.max_retries + 1} times "
                       f"({problems[-1]}); try a stronger model or --diagnoser offline")
 
     def _candidates(self, ctx: DiagnosisContext, patches: list, warnings: list[str]) -> list[CandidatePatch]:
         out: list[CandidatePatch] = []
         for patch, meta in patches:
+            if len(out) >= self.max_candidates:
+                break
             ok, why = sandbox_check(patch, ctx)
             if not ok:
                 warnings.append(f"rejected LLM candidate '{patch.summary()[:80]}' by the sandbox: {why}")
@@ -438,7 +450,7 @@ class LLMDiagnoser:
                                       expected_effect=meta.expected_effect, side_effects=meta.side_effects,
                                       compute_cost=meta.compute_cost, cites=meta.cites,
                                       score=round(1.0 / (rank + 1), 4)))
-        return out[: self.max_candidates]
+        return out
 
 
 class AutoDiagnoser:

@@ -43,6 +43,7 @@ __all__ = ["OfflineDiagnoser", "OFFLINE_PROGRAM"]
 
 OFFLINE_PROGRAM = "offline-1"
 
+_OFFER_TEXT = {"improved": "verified to fix", "example": "a literature remedy for", "unverified": "proposed for"}
 _COST = {"training_budget": "medium", "curriculum": "medium", "reward_shaping": "medium", "frame_stack": "medium"}
 
 
@@ -55,7 +56,6 @@ class _Tally:
     # family -> [(weight, cause the vote addresses or None)]; weighted by that cause's score at the end
     family_votes: dict[RemedyFamily, list[tuple[float, RootCause | None]]] = field(
         default_factory=lambda: defaultdict(list))
-    family_why: dict[RemedyFamily, list[tuple[float, str]]] = field(default_factory=lambda: defaultdict(list))
     family_cites: dict[RemedyFamily, list[str]] = field(default_factory=lambda: defaultdict(list))
     # family -> [(weight, order, CandidatePatch)] concrete patches offered for it
     offers: dict[RemedyFamily, list[tuple[float, int, CandidatePatch]]] = field(default_factory=lambda: defaultdict(list))
@@ -66,9 +66,8 @@ class _Tally:
         self.causes[c] += w
         self.cause_why[c].append((w, why))
 
-    def family(self, f: RemedyFamily, w: float, why: str, cite: str, cause: RootCause | None) -> None:
+    def family(self, f: RemedyFamily, w: float, cite: str, cause: RootCause | None) -> None:
         self.family_votes[f].append((w, cause))
-        self.family_why[f].append((w, why))
         if w > 0 and cite not in self.family_cites[f]:
             self.family_cites[f].append(cite)
 
@@ -163,7 +162,7 @@ class OfflineDiagnoser:
                     expected_effect=tmpl.expected_effect, side_effects=tmpl.side_effects,
                     compute_cost=tmpl.compute_cost, cites=[m.rule.id]), w)
             for family, w in best.items():
-                tally.family(family, w, m.rule.id, m.rule.id, main)
+                tally.family(family, w, m.rule.id, main)
             tally.cite_rule(m.rule.id)
 
     def _vote_rules(self, ctx: DiagnosisContext, tally: _Tally) -> None:
@@ -178,7 +177,7 @@ class OfflineDiagnoser:
             patch = _patch(_get(rec, "patch", None))
             family = patch_family(patch) if patch else _enum(RemedyFamily, _get(rec, "family", None))
             if family is not None:
-                tally.family(family, w, f"rule {rid}", rid, cause)
+                tally.family(family, w, rid, cause)
             if patch is not None:
                 tally.offer(CandidatePatch(patch=patch, family=family, rationale=f"accepted rule {rid}",
                                            compute_cost=_COST.get(family.value, "low"), cites=[rid]), w)
@@ -211,18 +210,18 @@ class OfflineDiagnoser:
         factor, label = self._outcome_weight(case)
         base = self.w_similarity * rc.similarity
         why = f"case {case.case_id} ({label}, sim {rc.similarity:.2f})"
-        cause_factor = factor if factor > 0 or label == "failed" else factor * self.against_cause_weight
-        if label != "failed":
+        cause_factor = factor if factor > 0 else factor * self.against_cause_weight
+        if label != "failed":  # a patch that crashed says nothing about the diagnosis
             for rank, cause in enumerate(case.diagnosis.causes if case.diagnosis else []):
                 tally.cause(cause.cause, base * cause_factor * cause.confidence / (1 + rank), why)
         family = patch_family(case.patch)
         top = case.diagnosis.causes[0].cause if case.diagnosis and case.diagnosis.causes else None
-        tally.family(family, base * factor, why, case.case_id, top)
+        tally.family(family, base * factor, case.case_id, top)
         if factor > 0:
             patch = _adapt_patch(case, ctx)
             if patch is not None:
                 tally.offer(CandidatePatch(
-                    patch=patch, family=family, rationale=f"fixed a similar failure: {why}",
+                    patch=patch, family=family, rationale=f"{_OFFER_TEXT.get(label, 'used on')} a similar failure: {why}",
                     expected_effect=_effect_text(case), compute_cost=_COST.get(family.value, "low"),
                     cites=[case.case_id]), base * factor)
         tally.cite_case(case.case_id)
@@ -265,12 +264,16 @@ class OfflineDiagnoser:
         return score
 
     def _pick(self, ctx: DiagnosisContext, offers: list, warnings: list[str]) -> CandidatePatch | None:
-        """The strongest offered patch of a family that fits the subject."""
+        """The strongest offered patch of a family that fits the subject (a warning when none does)."""
+        reasons = []
         for _, _, cand in sorted(offers, key=lambda o: (-o[0], o[1])):
             ok, reason = fits_subject(cand.patch, ctx.subject)
             if ok:
                 return cand
-            warnings.append(f"dropped candidate '{cand.patch.summary()}': {reason}")
+            reasons.append(f"'{cand.patch.summary()[:60]}' ({reason})")
+        if reasons:
+            warnings.append(f"no {offers[0][2].family.value} patch fits {ctx.subject.algo} on {ctx.subject.env_id}: "
+                            + "; ".join(reasons[:2]))
         return None
 
     def _tried_factor(self, patch: Patch, family: RemedyFamily, tried: tuple[Attempt, ...]) -> float:
@@ -312,9 +315,10 @@ def _adapt_patch(case: Case, ctx: DiagnosisContext) -> Patch | None:
     if "reward_shaping" in patch.kinds and case.subject.env_id != ctx.subject.env_id:
         return None
     if patch.kinds == ["training_budget"] and case.subject.train_steps and ctx.subject.train_steps:
-        frac = patch.parts[0].extra_steps / case.subject.train_steps
+        # same fraction of this run's training, at most doubling it (a budget patch must stay a fine-tune)
+        frac = min(1.0, patch.parts[0].extra_steps / case.subject.train_steps)
         steps = max(1_000, int(round(frac * ctx.subject.train_steps, -3)))
-        return Patch(parts=[TrainingBudget(extra_steps=steps)], description=patch.description)
+        return Patch(parts=[TrainingBudget(extra_steps=steps)])  # the case's own wording named its step count
     return patch
 
 

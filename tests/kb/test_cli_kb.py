@@ -16,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from remedy.cases.errors import ImportFileError, KBNotFoundError, KBVersionError
-from remedy.cases.io import case_to_json, write_cases
+from remedy.cases.io import case_to_json
 from remedy.kb.cli import app
 from remedy.kb.facade import example_files
 

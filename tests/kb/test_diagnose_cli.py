@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from remedy.cases.errors import DiagnosisError
+from remedy.cases.errors import DiagnosisError, LMError
 from remedy.cases.model import (
     Case,
     Cause,
@@ -172,6 +172,12 @@ def test_cli_table_without_a_kb_warns_and_creates_nothing(run_dir, tmp_path):
 def test_cli_unknown_diagnoser_fails_before_any_rollout(tmp_path):
     result = CliRunner().invoke(app, ["diagnose", str(tmp_path), "--diagnoser", "oracle"])
     assert isinstance(result.exception, DiagnosisError) and "unknown diagnoser 'oracle'" in str(result.exception)
+
+
+def test_cli_llm_without_an_lm_says_what_to_set(tmp_path, monkeypatch):
+    monkeypatch.delenv("REMEDY_LM", raising=False)
+    result = CliRunner().invoke(app, ["diagnose", str(tmp_path), "--diagnoser", "llm"])
+    assert isinstance(result.exception, LMError) and "REMEDY_LM" in str(result.exception)
 
 
 def test_cli_bad_run_dir_is_one_red_line(tmp_path, monkeypatch, capsys):

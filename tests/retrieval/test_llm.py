@@ -123,8 +123,10 @@ class _FakeOpenAI:
                     self.send_error(404)
                     return
                 fake.requests.append(body)
-                data = json.dumps(fake.responses[min(len(fake.requests), len(fake.responses)) - 1]).encode()
-                self.send_response(200)
+                answer = dict(fake.responses[min(len(fake.requests), len(fake.responses)) - 1])
+                status = answer.pop("_status", 200)
+                data = json.dumps(answer).encode()
+                self.send_response(status)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(data)))
                 self.end_headers()
@@ -197,6 +199,15 @@ def test_real_lm_path_hostile_code_is_rejected_by_the_sandbox(fake_openai):
     assert [c.family for c in report.candidates] == [RemedyFamily.training_budget]
     assert any("rejected LLM candidate" in w and "sandbox" in w for w in report.warnings)
     assert not any("import os" in c.patch.model_dump_json() for c in report.candidates)
+
+
+def test_provider_error_is_one_lmerror_naming_endpoint_and_model(fake_openai):
+    server = fake_openai("auth_error.json")
+    with pytest.raises(LMError) as err:
+        LLMDiagnoser(lm=_lm(server.api_base)).diagnose(_ctx())
+    msg = str(err.value)
+    assert server.api_base in msg and "openai/recorded" in msg and "REMEDY_LM_API_KEY" in msg
+    assert len(server.requests) == 1  # not retried as if it were a malformed answer
 
 
 def _closed_port() -> int:

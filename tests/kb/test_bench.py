@@ -1,0 +1,121 @@
+"""The bench on one tiny CartPole scenario: reports with the accuracy fields, stored bench cases, no leaks.
+
+The scenario is written to ``tmp_path`` (1k training steps, 2 envs) and built
+into a temporary cache; verification uses one seed and a few hundred steps.
+The figures are not the point; the report's shape and the exclusion are.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from remedy.cases.model import Cause, Diagnosis, Effect, RootCause, Source, Verification
+from remedy.cases.scenarios import build, load_scenarios
+from remedy.kb.bench import BenchSettings, run_bench, score_causes, summarize, write_report
+from remedy.kb.cli import app
+from remedy.kb.diagnose import diagnose_run
+
+SCENARIO = {
+    "name": "tiny_cartpole_undertrained",
+    "description": "PPO CartPole stopped after 1k steps (test scenario).",
+    "env_id": "CartPole-v1",
+    "algo": "PPO",
+    "hyperparams": {"n_steps": 64, "batch_size": 64, "n_epochs": 2, "policy_kwargs": {"net_arch": [16]}},
+    "train_steps": 1024,
+    "n_envs": 2,
+    "fault": "training stopped far too early",
+    "ground_truth": ["undertraining"],
+    "expected_families": ["training_budget"],
+    "success": {"kind": "return_threshold", "threshold": 100},
+    "eval_episodes": 3,
+    "finetune_budget": 256,
+}
+TINY = BenchSettings(rounds=1, candidates=1, seeds=1, eval_episodes=3, n_envs=2, diagnose_episodes=3)
+
+
+@pytest.fixture(scope="module")
+def scenario_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("scenarios") / "tiny.yaml"
+    path.write_text(yaml.safe_dump(SCENARIO))
+    return path
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory, scenario_file):
+    """The built patient, cached once for the module."""
+    cache = tmp_path_factory.mktemp("cache")
+    build(load_scenarios(str(scenario_file))[0], cache_dir=cache)
+    return cache
+
+
+def test_score_causes_against_ground_truth():
+    truth = [RootCause.undertraining, RootCause.sparse_reward]
+    assert score_causes(["undertraining", "unknown"], truth) == (True, True)
+    assert score_causes(["unknown", "action_jitter", "sparse_reward", "undertraining"], truth) == (False, True)
+    assert score_causes(["unknown", "action_jitter", "reward_hacking", "undertraining"], truth) == (False, False)
+    assert score_causes([], truth) == (False, False)
+    assert summarize([]).n == 0 and summarize([]).fix_rate == 0.0
+
+
+def test_bench_run_cli_writes_json_and_markdown(tmp_path, scenario_file, cache):
+    kb, reports = tmp_path / "kb", tmp_path / "reports"
+    res = CliRunner().invoke(app, ["bench", "run", "--scenarios", str(scenario_file), "--cold", "--rounds", "1",
+                                   "--candidates", "1", "--seeds", "1", "--budget", "256", "--kb", str(kb),
+                                   "--reports", str(reports), "--cache", str(cache), "--json"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert data["label"] == "cold" and data["kb"] is None  # cold: retrieval saw no KB
+    (row,) = data["scenarios"]
+    assert row["scenario"] == SCENARIO["name"] and row["error"] == "" and row["attempts"] >= 1
+    assert row["first_causes"] and row["top1"] == (row["first_causes"][0] == "undertraining")
+    for key in ("top1_accuracy", "top3_accuracy", "fix_rate", "mean_attempts_to_fix", "mean_env_steps_to_fix",
+                "mean_wall_time_to_fix_s"):
+        assert key in data["summary"]
+    assert data["summary"]["fix_rate"] == (1.0 if row["fixed"] else 0.0)
+    names = {p.name for p in reports.iterdir()}
+    assert {"latest.json", "latest.md"} <= names and len(names) == 4
+    assert json.loads((reports / "latest.json").read_text())["summary"] == data["summary"]
+    md = (reports / "latest.md").read_text()
+    assert "top-1 accuracy" in md and "top-3 accuracy" in md and SCENARIO["name"] in md
+    # the attempts were stored in --kb as bench cases of the scenario
+    from remedy.kb.facade import KnowledgeBase
+
+    with KnowledgeBase.open(kb, create=False) as base:
+        stored = [base.get(cid) for cid in row["case_ids"]]
+    assert all(c.source is Source.bench and c.scenario == SCENARIO["name"] and c.diagnosis for c in stored)
+
+
+def _planted(case, scenario: str, cid: str):
+    """A copy of ``case`` as an improved case of ``scenario`` (same signature: the nearest possible neighbour)."""
+    eff = Effect(metric="return_iqm", treatment=100.0, control=20.0, diff=80.0, ci_low=40.0, ci_high=120.0)
+    return case.model_copy(update={
+        "case_id": cid, "scenario": scenario, "source": Source.bench,
+        "verification": Verification(status="improved", effect=eff, seeds=3),
+        "diagnosis": Diagnosis(causes=[Cause(cause=RootCause.undertraining, confidence=0.9)])})
+
+
+def test_bench_never_cites_the_evaluated_scenarios_own_cases(kb, scenario_file, cache, tmp_path):
+    (s,) = load_scenarios(str(scenario_file))
+    run = build(s, cache_dir=cache)
+    probe = diagnose_run(None, run, n_episodes=3)
+    from remedy.cases.model import Case, Subject
+    from remedy.cases.patches.spec import Patch
+
+    base = Case(case_id="c-probe", source=Source.bench, subject=run.subject(), signature=probe.signature,
+                patch=Patch.from_data({"kind": "training_budget", "extra_steps": 2000}))
+    own, other = _planted(base, s.name, "c-own"), _planted(base, "some_other_scenario", "c-other")
+    kb.add_many([own, other])
+    # without exclusion the planted case of this very scenario is the nearest and gets cited
+    assert "c-own" in diagnose_run(kb, run, n_episodes=3).diagnosis.cited_cases
+    report = run_bench(kb, [s], TINY, cache_dir=cache)
+    (row,) = report.scenarios
+    assert row.error == "" and row.cited_cases
+    assert "c-own" not in row.cited_cases and "c-other" in row.cited_cases
+    for cid in row.case_ids:  # and the bench attempts went to the KB with the scenario set
+        assert kb.get(cid).scenario == s.name and kb.get(cid).source is Source.bench
+    paths = write_report(report, tmp_path / "r")
+    assert {p.name for p in paths} >= {"latest.json", "latest.md"}
