@@ -250,33 +250,39 @@ def run_size(size: int, args: argparse.Namespace, workdir: Path) -> SizeResult:
     return _measure(size, real, raw_s, ingest_s, fill_s, opt_s, index, vecs, cases, args)
 
 
+def _ids(hits: list) -> set[int]:
+    return {int(h.case_id.split("-")[1]) for h in hits}
+
+
+def _latencies(fn: Callable[[int], object], n: int) -> tuple[list[object], list[float]]:
+    """Call ``fn(i)`` for i in range(n) back to back; return results and wall times."""
+    outs, times = [], []
+    for i in range(n):
+        out, dt = _timed(lambda: fn(i))
+        outs.append(out)
+        times.append(dt)
+    return outs, times
+
+
 def _measure(size, real, raw_s, ingest_s, fill_s, opt_s, index, vecs, cases, args) -> SizeResult:
     emb = index.embedder
-    qtexts = [s for s, *_ in (synth_summary(np.random.default_rng(args.seed + 100 + i)) for i in range(args.queries))]
+    n = args.queries
+    qtexts = [s for s, *_ in (synth_summary(np.random.default_rng(args.seed + 100 + i)) for i in range(n))]
     rng = np.random.default_rng(args.seed + 2)
+    envs = [ENVS[int(rng.integers(len(ENVS)))][0] for _ in range(n)]
     env_of = np.array([c.subject.env_id for c in cases])
-    es, s_only, exact, hyb, filt = [], [], [], [], []
-    recalls, frecalls, qvecs, tops = [], [], [], []
-    for qt in qtexts:
-        t0 = time.perf_counter()
-        q = emb.encode([qt])[0]
-        t1 = time.perf_counter()
-        hits = index.search(q, k=10)
-        t2 = time.perf_counter()
-        es.append(t2 - t0)
-        s_only.append(t2 - t1)
-        top, dt = _timed(lambda: _exact_top(vecs, q, 10))
-        exact.append(dt)
-        qvecs.append(q)
-        tops.append(set(top.tolist()))
-        recalls.append(len({int(h.case_id.split("-")[1]) for h in hits} & set(top.tolist())) / 10)
-        env = ENVS[int(rng.integers(len(ENVS)))][0]
-        fhits, dt = _timed(lambda: index.search(q, k=10, filters=SearchFilters(env_id=env)))
-        filt.append(dt)
-        ftop = _exact_top(vecs, q, 10, env_of == env)
-        frecalls.append(len({int(h.case_id.split("-")[1]) for h in fhits} & set(ftop.tolist())) / 10)
-        _, dt = _timed(lambda: index.search(q, k=10, text=qt, mode="hybrid"))
-        hyb.append(dt)
+    # Each figure gets its own loop: torch's threads keep spinning for a while after an
+    # encode, and interleaving would charge that to the search on a 2-core machine.
+    _, es = _latencies(lambda i: index.search(emb.encode([qtexts[i]])[0], k=10), n)
+    qvecs = emb.encode(qtexts)
+    hits, s_only = _latencies(lambda i: index.search(qvecs[i], k=10), n)
+    tops, exact = _latencies(lambda i: _exact_top(vecs, qvecs[i], 10), n)
+    fhits, filt = _latencies(lambda i: index.search(qvecs[i], k=10, filters=SearchFilters(env_id=envs[i])), n)
+    _, hyb = _latencies(lambda i: index.search(qvecs[i], k=10, text=qtexts[i], mode="hybrid"), n)
+    tops = [set(t.tolist()) for t in tops]
+    recalls = [len(_ids(h) & t) / 10 for h, t in zip(hits, tops)]
+    ftops = [set(_exact_top(vecs, qvecs[i], 10, env_of == envs[i]).tolist()) for i in range(n)]
+    frecalls = [len(_ids(h) & t) / 10 for h, t in zip(fhits, ftops)]
     return SizeResult(
         size=size,
         embedded_real=real,
@@ -286,7 +292,7 @@ def _measure(size, real, raw_s, ingest_s, fill_s, opt_s, index, vecs, cases, arg
         fill_s=fill_s,
         optimize_s=opt_s,
         ann_index=index.has_ann_index(),
-        queries=len(qtexts),
+        queries=n,
         embed_search_p50_ms=_pct(es, 50),
         embed_search_p95_ms=_pct(es, 95),
         search_p50_ms=_pct(s_only, 50),
@@ -312,7 +318,7 @@ def _sweep(index: VectorIndex, qvecs: list[np.ndarray], tops: list[set[int]]) ->
             for q, top in zip(qvecs, tops):
                 hits, dt = _timed(lambda: index.search(q, k=10))
                 times.append(dt)
-                recalls.append(len({int(h.case_id.split("-")[1]) for h in hits} & top) / 10)
+                recalls.append(len(_ids(hits) & top) / 10)
             out.append({"ef": ef, "refine": rf or 0, "p50_ms": _pct(times, 50), "recall": float(np.mean(recalls))})
     index.ef, index.refine_factor = ef0, rf0
     return out

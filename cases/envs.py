@@ -25,6 +25,9 @@ from .wrappers import WrapperSpec, apply_wrappers
 
 __all__ = [
     "SPARSE_REWARD_ENVS",
+    "CONTINUING_ENVS",
+    "is_continuing",
+    "registered_time_limit",
     "make_env",
     "env_traits",
     "traits_of_spaces",
@@ -37,6 +40,26 @@ __all__ = [
 
 #: envs whose reward says little until the goal is reached (prefix match on the id's name).
 SPARSE_REWARD_ENVS: tuple[str, ...] = ("MountainCar", "MountainCarContinuous", "Acrobot", "FrozenLake")
+#: envs without terminal states: every episode ends at the time limit, so timeouts say nothing there.
+CONTINUING_ENVS: tuple[str, ...] = ("Pendulum", "HalfCheetah", "Swimmer", "Reacher", "Pusher", "HumanoidStandup")
+
+
+def _base_name(env_id: str) -> str:
+    return env_id.split(":")[-1].split("-v")[0]
+
+
+def is_continuing(env_id: str) -> bool:
+    """True for envs that never terminate (Pendulum, HalfCheetah, ...): episodes only end at the time limit."""
+    return _base_name(env_id) in CONTINUING_ENVS
+
+
+def registered_time_limit(env_id: str) -> int | None:
+    """The time limit the env is registered with (None when unknown or unlimited)."""
+    try:
+        spec = gym.spec(env_id)
+    except Exception:  # unknown ids, "module:id" not imported yet
+        return None
+    return int(spec.max_episode_steps) if spec.max_episode_steps else None
 
 
 def registered_env_ids() -> list[str]:
@@ -106,7 +129,7 @@ def _space_dim(space: gym.Space) -> int:
 def traits_of_spaces(env_id: str, observation_space: gym.Space, action_space: gym.Space) -> EnvTraits:
     """Coarse traits from spaces plus the known sparse-reward table."""
     discrete = isinstance(action_space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary))
-    name = env_id.split(":")[-1].split("-v")[0]
+    name = _base_name(env_id)
     sparse = name in SPARSE_REWARD_ENVS or "sparse" in env_id.lower()
     return EnvTraits(
         action_space=ActionSpaceType.discrete if discrete else ActionSpaceType.continuous,

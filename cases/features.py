@@ -16,6 +16,7 @@ from collections.abc import Callable
 import gymnasium as gym
 import numpy as np
 
+from .envs import registered_time_limit
 from .evidence import EpisodeRecord, EvidenceBundle, TrainingLog
 from .model import ActionSpaceType, Subject
 from .vocab import COMPONENT_PREFIX, FEATURES
@@ -305,12 +306,13 @@ def curve_final_slope(b: EvidenceBundle, s: Subject) -> float:
 
 
 def curve_collapse(b: EvidenceBundle, s: Subject) -> float:
-    """Drop from the best to the final smoothed training return, over max(|best|, 1)."""
+    """Drop from the best to the final smoothed training return, over max(|best|, |final|, 1)."""
     c = _curve(b.log)
     if c is None:
         return _NAN
-    best = float(np.max(c))
-    return float(max(0.0, best - c[-1]) / max(abs(best), 1.0))
+    best, final = float(np.max(c)), float(c[-1])
+    # |final| in the scale keeps a best near zero (e.g. a lucky early goal) from blowing the ratio up
+    return float(max(0.0, best - final) / max(abs(best), abs(final), 1.0))
 
 
 def curve_oscillation(b: EvidenceBundle, s: Subject) -> float:
@@ -370,6 +372,12 @@ def shifted_gap(b: EvidenceBundle, s: Subject) -> float:
     return _NAN
 
 
+def time_limit_ratio(b: EvidenceBundle, s: Subject) -> float:
+    """The episode time limit used over the env's registered limit (below 1 = shortened); NaN if either is unknown."""
+    registered = registered_time_limit(s.env_id)
+    return float(b.time_limit / registered) if b.time_limit and registered else _NAN
+
+
 def train_steps(b: EvidenceBundle, s: Subject) -> float:
     """Training steps of the agent (from run.yaml), NaN when unknown."""
     return float(s.train_steps) if s.train_steps is not None else _NAN
@@ -383,7 +391,7 @@ FEATURE_FUNCS: dict[str, Callable[[EvidenceBundle, Subject], float]] = {
         obs_scale_ratio, reward_success_corr, reward_per_step, det_stoch_gap, return_spread, curve_plateau,
         curve_collapse, curve_oscillation, entropy_final, entropy_drop, approx_kl_max, constraint_violation_rate,
         nan_detected, shifted_gap, train_return_mean, reward_gap, reward_informative_frac, curve_final_slope,
-        train_steps,
+        train_steps, time_limit_ratio,
     )
 }
 

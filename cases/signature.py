@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .envs import is_continuing
 from .errors import ValidationError
 from .evidence import EvidenceBundle, collect_evidence
 from .features import FEATURE_FUNCS, PLATEAU_SLOPE, Features, compute_features, iqm, smooth_curve
@@ -56,6 +57,7 @@ __all__ = [
     "SPARSE_INFORMATIVE_FRAC",
     "SHIFT_GAP",
     "UNDERTRAINED_SLOPE",
+    "SHORT_LIMIT_RATIO",
 ]
 
 # ---------------------------------------------------------------- thresholds (named, so rules can cite them)
@@ -68,7 +70,7 @@ ENTROPY_COLLAPSE_DROP = 0.8  #: fraction of initial policy entropy lost
 COLLAPSE_DROP = 0.5  #: drop from best to final of at least half the best's magnitude
 OSCILLATION_LEVEL = 0.3  #: detrended std over mean magnitude
 KL_UNSTABLE = 0.2  #: PPO approx_kl above this means too-large updates
-REWARD_GAP_HACKING = 0.5  #: training-reward return exceeds the original by half its magnitude
+REWARD_GAP_HACKING = 0.25  #: training-reward return exceeds the original by a quarter of its magnitude
 REWARD_CORR_HACKING = -0.2  #: training return anti-correlated with success
 VIOLATION_RATE = 0.01  #: more than 1% of steps break a constraint
 EARLY_TERMINATION_RATE = 0.5  #: half the episodes end early without success
@@ -79,6 +81,7 @@ SHORT_EPISODE_FRAC = 0.2  #: episodes under a fifth of the time limit
 SPARSE_INFORMATIVE_FRAC = 0.1  #: reward informative on under 10% of steps
 SHIFT_GAP = -0.3  #: shifted-env return 30% below nominal
 UNDERTRAINED_SLOPE = 0.15  #: learning curve still rising by 15% of its range over the last third
+SHORT_LIMIT_RATIO = 0.5  #: time limit at most half the registered one
 
 _NAN = math.nan
 
@@ -102,9 +105,10 @@ def _lt(f: Features, k: str, t: float) -> bool:
 
 
 SYMPTOM_RULES: dict[str, Callable[[Features, Subject], bool]] = {
-    "timeouts": lambda f, s: _ge(f, "truncation_rate", TIMEOUT_RATE),
+    # a continuing env (Pendulum) always runs to the limit: that is its nature, not a symptom
+    "timeouts": lambda f, s: _ge(f, "truncation_rate", TIMEOUT_RATE) and not is_continuing(s.env_id),
     "hovering": lambda f, s: _ge(f, "truncation_rate", TIMEOUT_RATE) and _le(f, "success_rate", HOVER_MAX_SUCCESS)
-    and s.traits.reward_density == RewardDensity.dense,
+    and s.traits.reward_density == RewardDensity.dense and not is_continuing(s.env_id),
     "never_succeeds": lambda f, s: _le(f, "success_rate", 0.0),
     "low_success": lambda f, s: _lt(f, "success_rate", LOW_SUCCESS_RATE),
     "jerky_actions": lambda f, s: _ge(f, "action_jerk", JERK_THRESHOLD),
@@ -126,6 +130,7 @@ SYMPTOM_RULES: dict[str, Callable[[Features, Subject], bool]] = {
     "poor_generalization": lambda f, s: _le(f, "shifted_gap", SHIFT_GAP),
     "undertrained": lambda f, s: _ge(f, "curve_final_slope", UNDERTRAINED_SLOPE) and _lt(f, "success_rate", 0.8),
     "numerical_instability": lambda f, s: _ge(f, "nan_detected", 1.0),
+    "short_time_limit": lambda f, s: _le(f, "time_limit_ratio", SHORT_LIMIT_RATIO) and _ge(f, "truncation_rate", 0.5),
 }
 
 
@@ -152,6 +157,7 @@ _PHRASES = {
     "sparse_signal": "reward is constant on most steps (sparse signal)",
     "undertrained": "returns still rising at the end of training",
     "numerical_instability": "NaN or inf appeared in the rollouts",
+    "short_time_limit": "the time limit is cut to {time_limit_ratio:.0%} of the registered one",
 }
 
 

@@ -17,6 +17,7 @@ import math
 import shutil
 import tempfile
 import time
+import zipfile
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -136,10 +137,16 @@ class _ProgressCallback:
         from stable_baselines3.common.callbacks import BaseCallback
 
         class _CB(BaseCallback):
+            def _on_training_start(self) -> None:
+                self._start = self.num_timesteps  # a fine-tune keeps counting from the checkpoint's steps
+
             def _on_step(self) -> bool:
                 if self.n_calls % 64 == 0:
-                    progress(min(self.num_timesteps, total), total)
+                    progress(min(self.num_timesteps - self._start, total), total)
                 return True
+
+            def _on_training_end(self) -> None:
+                progress(min(self.num_timesteps - self._start, total), total)
 
         return _CB()
 
@@ -240,12 +247,22 @@ def _small_budget_overrides(saved: dict[str, Any], overrides: dict[str, Any], n_
 
 
 def _saved_params(run: RunDir) -> dict[str, Any]:
-    """Constructor values stored in the checkpoint that the budget logic needs (no torch load)."""
-    from stable_baselines3.common.save_util import load_from_zip_file
+    """Plain constructor values stored in the checkpoint's ``data`` JSON (no torch load, no unpickling)."""
+    keys = ("n_steps", "batch_size", "gamma", "num_timesteps", "learning_starts")
+    try:
+        with zipfile.ZipFile(run.model_path) as zf:
+            data = json.loads(zf.read("data"))
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile):
+        return {}
+    return {k: data.get(k) for k in keys if isinstance(data.get(k), (int, float))}
 
-    data, _, _ = load_from_zip_file(str(run.model_path), device="cpu", load_data=True)
-    data = data or {}
-    return {k: data.get(k) for k in ("n_steps", "batch_size", "gamma", "num_timesteps", "learning_starts")}
+
+def _load_for_training(run: RunDir, venv, overrides: dict[str, Any]):
+    """One ``Algo.load(path, env=venv, **overrides)``; on failure, the run dir's loader explains why."""
+    try:
+        return get_algo(run.config.algo).load(str(run.model_path), env=venv, device="cpu", **overrides)
+    except (ValueError, KeyError, RuntimeError, AttributeError):
+        return run.load_model(env=venv, **overrides)  # raises CheckpointError with the mismatch spelled out
 
 
 def _params_finite(model) -> bool:
@@ -313,7 +330,7 @@ def finetune(
     env_fn = make_patched_env_fn(c.env_id, c.env_kwargs, c.wrappers, plan, None,
                                  max_episode_steps=c.max_episode_steps, schedule=schedule)
     venv = _wrap_normalization(run, make_vec_env(env_fn, n, log), plan, float(saved.get("gamma") or 0.99))
-    model = run.load_model(env=venv, **overrides)
+    model = _load_for_training(run, venv, overrides)
     model.set_random_seed(int(seed))
     before = int(model.num_timesteps)
     reason = _learn(model, total, _ProgressCallback.make(progress, total))

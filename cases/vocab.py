@@ -34,7 +34,7 @@ FEATURES: dict[str, str] = {
     "det_stoch_gap": "deterministic minus stochastic policy mean return, over the return spread",
     "return_spread": "IQR of returns over |median| + 1 (relative spread)",
     "curve_plateau": "1 if the learning curve flattened over its last third (relative slope < 5%), else 0",
-    "curve_collapse": "drop from the best to the final smoothed training return, over the best's magnitude",
+    "curve_collapse": "drop from the best to the final smoothed training return, over max(|best|, |final|, 1)",
     "curve_oscillation": "std of the detrended smoothed learning curve over its mean magnitude",
     "entropy_final": "final policy entropy from training logs (NaN without logs)",
     "entropy_drop": "fraction of the initial policy entropy lost by the end of training",
@@ -47,6 +47,7 @@ FEATURES: dict[str, str] = {
     "reward_informative_frac": "fraction of steps whose original reward differs from its most common per-step value",
     "curve_final_slope": "rise of the smoothed learning curve over its last third, over the curve's range (still rising > 0)",
     "train_steps": "training steps of the agent (from run.yaml), NaN when unknown",
+    "time_limit_ratio": "the episode time limit used over the env's registered limit (below 1 = shortened)",
 }
 
 #: symptom tag -> what it means. Tags are derived from features by named thresholds.
@@ -71,4 +72,5 @@ SYMPTOMS: dict[str, str] = {
     "poor_generalization": "performance drops on shifted-env variants",
     "undertrained": "few training steps for the task and returns still rising",
     "numerical_instability": "NaN or inf appeared in observations, actions or rewards",
+    "short_time_limit": "the episode time limit is well below the env's registered one and episodes hit it",
 }

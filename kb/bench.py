@@ -32,7 +32,7 @@ from remedy.cases.model import Case, RootCause, Source
 from remedy.cases.scenarios import Scenario, build, load_scenarios
 from remedy.cases.verify import VerifyConfig
 
-from .fixloop import FixResult, fix
+from .fixloop import FixResult, fix, one_torch_thread
 
 __all__ = [
     "BenchSettings",
@@ -230,6 +230,7 @@ def run_bench(
     error, and the suite goes on.
     """
     started, t0 = datetime.now(timezone.utc).isoformat(timespec="seconds"), time.perf_counter()
+    one_torch_thread()
     results = []
     for s in scenarios:
         say = (lambda msg, d, t, name=s.name: progress(name, msg, d, t)) if progress else None

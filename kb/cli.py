@@ -21,7 +21,7 @@ from rich.console import Console  # noqa: E402
 
 from remedy.cases.errors import RemedyError  # noqa: E402
 
-from . import cli_diagnose, cli_kb, cli_patch, cli_signature, cli_verify  # noqa: E402
+from . import cli_bench_build, cli_diagnose, cli_kb, cli_patch, cli_signature, cli_verify  # noqa: E402
 
 __all__ = ["app", "main"]
 
@@ -45,6 +45,7 @@ cli_kb.register(app, kb_app, case_app)
 cli_signature.register(app)
 cli_patch.register(patch_app)
 cli_verify.register(app, bench_app)
+cli_bench_build.register_bench_build(bench_app)
 cli_diagnose.register(app, bench_app)
 
 _err = Console(stderr=True)

@@ -234,8 +234,9 @@ def _register_fix(app) -> None:
     ) -> None:
         """Diagnose → verify the top candidates → store every attempt → repeat until a fix is verified."""
         from remedy.kb.facade import KnowledgeBase
-        from remedy.kb.fixloop import fix
+        from remedy.kb.fixloop import fix, one_torch_thread
 
+        one_torch_thread()
         backend = _backend(diagnoser)
         with KnowledgeBase.open(kb, create=True) as base, _Live(disable=as_json) as live:
             result = fix(base, run_dir, rounds=rounds, candidates=candidates, seeds=seeds, budget=budget,

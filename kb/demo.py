@@ -22,7 +22,7 @@ from remedy.cases.scenarios import Scenario, build, load_scenarios
 from remedy.cases.verify import VerifyConfig
 
 from .facade import DB_FILE, KnowledgeBase, SimilarCase
-from .fixloop import FixResult, fix
+from .fixloop import FixResult, fix, one_torch_thread
 
 __all__ = ["DemoSettings", "DemoRow", "DemoResult", "DemoProgress", "run_demo", "demo_scenarios"]
 
@@ -120,6 +120,7 @@ def run_demo(
     """Fresh KB + examples → fix loop on each quick scenario → query; writes ``<kb>/demo-summary.json``."""
     t0, kb_path = time.perf_counter(), Path(kb_path)
     say = progress or (lambda *_: None)
+    one_torch_thread()
     if fresh:
         _fresh_kb(kb_path)
     rows: list[DemoRow] = []

@@ -26,10 +26,22 @@ from remedy.retrieval.diagnosis import Attempt, CandidatePatch, Diagnoser, Diagn
 
 from .diagnose import diagnose_run
 
-__all__ = ["AttemptRecord", "FixResult", "FixProgress", "fix", "stored_case"]
+__all__ = ["AttemptRecord", "FixResult", "FixProgress", "fix", "stored_case", "one_torch_thread"]
 
 #: ``progress(message, done, total)``: each stage and each verification job as it finishes.
 FixProgress = Callable[[str, int, int], None]
+
+
+def one_torch_thread() -> None:
+    """Run this process's rollouts on one torch thread.
+
+    Evidence rollouts push one observation at a time through a tiny MLP: a second
+    thread buys nothing, and on a shared 2-core machine the threads' spin-waits made
+    each rollout several times slower. Entry points (CLI, bench, demo) call this.
+    """
+    import torch
+
+    torch.set_num_threads(1)
 
 
 @dataclass(frozen=True)

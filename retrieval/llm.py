@@ -336,9 +336,9 @@ def lm_from_env(environ: Mapping[str, str] | None = None) -> dspy.LM:
         raise LMError("no LM configured: set REMEDY_LM (e.g. openai/gpt-4o-mini or ollama_chat/llama3.1) "
                       "or use --diagnoser offline")
     kwargs: dict[str, Any] = {
-        "temperature": float(env.get("REMEDY_LM_TEMPERATURE", "0.0")),
-        "max_tokens": int(env.get("REMEDY_LM_MAX_TOKENS", "4000")),
-        "num_retries": int(env.get("REMEDY_LM_NUM_RETRIES", "2")),
+        "temperature": _setting(env, "REMEDY_LM_TEMPERATURE", 0.0, float),
+        "max_tokens": _setting(env, "REMEDY_LM_MAX_TOKENS", 4000, int),
+        "num_retries": _setting(env, "REMEDY_LM_NUM_RETRIES", 2, int),
         "engine": env.get("REMEDY_LM_ENGINE", "auto"),
         "cache": False,
     }
@@ -349,11 +349,21 @@ def lm_from_env(environ: Mapping[str, str] | None = None) -> dspy.LM:
     elif kwargs.get("api_base") and model.startswith("openai/") and not env.get("OPENAI_API_KEY"):
         kwargs["api_key"] = "not-needed"  # local OpenAI-compatible servers ignore the key but clients want one
     if env.get("REMEDY_LM_TIMEOUT"):
-        kwargs["timeout"] = float(env["REMEDY_LM_TIMEOUT"])
+        kwargs["timeout"] = _setting(env, "REMEDY_LM_TIMEOUT", 120.0, float)
     try:
         return dspy.LM(model, **kwargs)
     except (ValueError, TypeError) as ex:
         raise LMError(f"cannot configure the LM '{model}': {ex}; check REMEDY_LM and REMEDY_LM_ENGINE") from ex
+
+
+def _setting(env: Mapping[str, str], key: str, default: Any, cast: type) -> Any:
+    raw = env.get(key, "")
+    if not str(raw).strip():
+        return default
+    try:
+        return cast(raw)
+    except ValueError:
+        raise LMError(f"{key}={raw!r} is not a valid {cast.__name__}; fix or unset it") from None
 
 
 def _endpoint(lm: Any) -> str:

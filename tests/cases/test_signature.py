@@ -76,8 +76,20 @@ def test_random_pendulum_is_jerky():
     bundle, subject = _random_bundle("Pendulum-v1", ReturnThreshold(threshold=-200), n=3)
     sig = compute_signature(bundle, subject)
     assert sig.features["action_jerk"] > 0.25
-    assert "jerky_actions" in sig.symptoms and "timeouts" in sig.symptoms
+    assert "jerky_actions" in sig.symptoms
+    # Pendulum never terminates: running to the limit is its nature, not a timeout or hovering
+    assert "timeouts" not in sig.symptoms and "hovering" not in sig.symptoms
     assert "truncated at the 200-step limit" in sig.summary and "jerky" in sig.summary
+
+
+def test_shortened_time_limit_is_flagged():
+    bundle, subject = _random_bundle("Pendulum-v1", ReturnThreshold(threshold=-200), n=2,
+                                     wrappers=[WrapperSpec(kind="time_limit", params={"max_episode_steps": 50})])
+    sig = compute_signature(bundle, subject)
+    assert sig.features["time_limit_ratio"] == 0.25 and "short_time_limit" in sig.symptoms
+    assert "cut to 25% of the registered one" in sig.summary
+    plain, _ = _random_bundle("Pendulum-v1", ReturnThreshold(threshold=-200), n=1)
+    assert "short_time_limit" not in compute_signature(plain, subject).symptoms
 
 
 def test_scaled_observations_are_flagged():

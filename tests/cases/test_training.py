@@ -97,3 +97,22 @@ def test_off_policy_finetune_starts_with_an_empty_buffer(tmp_path):
     assert res.env_steps == 200 and not res.diverged
     assert any("replay buffer starts empty" in n for n in res.notes)
     assert RunDir.load(res.run_dir).load_model().num_timesteps == 400
+
+
+def test_checkpoint_whose_spaces_disagree_is_a_clear_error(tiny_run, tmp_path):
+    from remedy.cases.errors import CheckpointError
+
+    src = tmp_path / "wrong_env"
+    src.mkdir()
+    (src / "run.yaml").write_text((tiny_run.path / "run.yaml").read_text().replace("CartPole-v1", "Acrobot-v1"))
+    shutil.copyfile(tiny_run.model_path, src / "model.zip")
+    with pytest.raises(CheckpointError, match="does not match"):
+        finetune(str(src), None, budget_steps=64, seed=0, n_envs=2, out_dir=str(tmp_path / "o"))
+
+
+def test_progress_counts_from_the_start_of_the_finetune(tiny_run, tmp_path):
+    seen: list[tuple[int, int]] = []
+    finetune(str(tiny_run.path), None, budget_steps=256, seed=0, n_envs=4, out_dir=str(tmp_path / "p"),
+             progress=lambda done, total: seen.append((done, total)))
+    assert seen and seen[-1] == (256, 256)
+    assert all(0 <= d <= t for d, t in seen)

@@ -16,7 +16,7 @@ from remedy.cases.patches.io import load_patch
 from remedy.cases.patches.spec import Patch
 from remedy.cases.rundir import RunConfig
 from remedy.cases.verify import VerifyConfig
-from remedy.kb.fixloop import FixResult, fix
+from remedy.kb.fixloop import FixResult, fix, one_torch_thread
 from remedy.retrieval.diagnosis import CandidatePatch, DiagnosisContext, DiagnosisReport
 
 TINY = VerifyConfig(seeds=1, budget_steps=256, eval_episodes=3, n_envs=2, n_boot=200)
@@ -54,6 +54,7 @@ class Scripted:
 def patient(tmp_path_factory):
     from remedy.cases.training import train
 
+    one_torch_thread()  # what the CLI does: evidence rollouts on one thread
     return train(PATIENT, tmp_path_factory.mktemp("fixloop") / "run", seed=0).path
 
 

@@ -245,3 +245,10 @@ def test_llm_without_configuration_says_what_to_set(monkeypatch):
     monkeypatch.delenv("REMEDY_LM", raising=False)
     with pytest.raises(LMError, match="REMEDY_LM"):
         LLMDiagnoser().diagnose(_ctx())
+
+
+def test_bad_lm_settings_are_one_clear_error():
+    with pytest.raises(LMError, match="REMEDY_LM_TEMPERATURE='warm' is not a valid float"):
+        lm_from_env({"REMEDY_LM": "openai/x", "REMEDY_LM_TEMPERATURE": "warm"})
+    lm = lm_from_env({"REMEDY_LM": "openai/x", "REMEDY_LM_API_BASE": "http://127.0.0.1:1/v1"})
+    assert lm.model == "openai/x" and lm.kwargs["api_base"] == "http://127.0.0.1:1/v1" and lm.kwargs["api_key"]

@@ -216,3 +216,10 @@ def test_registry():
     assert get_diagnoser("offline", k=3).k == 3
     with pytest.raises(DiagnosisError, match="unknown diagnoser 'oracle'"):
         get_diagnoser("oracle")
+
+
+def test_report_round_trips_through_json():
+    from remedy.retrieval.diagnosis import DiagnosisReport
+
+    report = OfflineDiagnoser().diagnose(_ctx(PENDULUM, JERKY))
+    assert DiagnosisReport.model_validate_json(report.model_dump_json()) == report
