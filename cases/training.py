@@ -176,6 +176,10 @@ def train(config: RunConfig, out_dir: str | Path, *, seed: int, progress: Progre
     hyper = dict(config.hyperparams)
     policy = hyper.pop("policy", "MlpPolicy")
     model = get_algo(config.algo)(policy, venv, seed=seed, device="cpu", verbose=0, **hyper)
+    # progress.csv carries entropy/KL/loss scalars, which the signature's learning-curve features read.
+    from stable_baselines3.common.logger import configure
+
+    model.set_logger(configure(str(out), ["csv"]))
     model.learn(int(config.train_steps), callback=_ProgressCallback.make(progress, int(config.train_steps)))
     stored = config.model_copy(update={"seed": seed})
     run = write_run_dir(out, model, stored)

@@ -7,7 +7,7 @@ kind is registered once in :data:`WRAPPERS` with a factory and what it
 affects. Reward wrappers keep the env's ORIGINAL reward in
 ``info["original_reward"]`` (the innermost one wins, so chains stay honest),
 which is what evaluation and success tests read; ``for_evaluation=True``
-drops reward-only wrappers altogether.
+drops reward-only and training-only wrappers (a setup time limit) altogether.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ ORIGINAL_REWARD_KEY = "original_reward"
 #: info key holding a dict of named reward terms (for reward reflection).
 REWARD_COMPONENTS_KEY = "reward_components"
 
-Affects = Literal["reward", "observation", "dynamics"]
+Affects = Literal["reward", "observation", "dynamics", "training"]
 
 
 class WrapperSpec(BaseModel):
@@ -274,7 +274,8 @@ WRAPPERS: dict[str, WrapperEntry] = {
     "reward_noise": WrapperEntry(RewardNoise, "reward"),
     "survival_reward": WrapperEntry(SurvivalReward, "reward"),
     "exploitable_shaping": WrapperEntry(ExploitableShaping, "reward"),
-    "time_limit": WrapperEntry(set_time_limit, "dynamics"),
+    # A setup time limit is a training choice; evaluation uses the task's own horizon.
+    "time_limit": WrapperEntry(set_time_limit, "training"),
     "action_noise": WrapperEntry(ActionNoise, "dynamics"),
     "sticky_actions": WrapperEntry(StickyActions, "dynamics"),
 }
@@ -298,14 +299,14 @@ def _entry(kind: str) -> WrapperEntry:
 def apply_wrappers(env: gym.Env, specs: Sequence[WrapperSpec | dict], *, for_evaluation: bool = False) -> gym.Env:
     """Wrap ``env`` with ``specs`` in order (first spec innermost).
 
-    ``for_evaluation`` drops wrappers that only change the reward, so the env pays
-    the original task reward; observation and dynamics wrappers stay (the agent
+    ``for_evaluation`` drops wrappers that only change the reward (so the env pays
+    the original task reward) and training-only choices such as a setup time limit; observation and dynamics wrappers stay (the agent
     was trained on them and its spaces depend on them).
     """
     for raw in specs:
         spec = raw if isinstance(raw, WrapperSpec) else WrapperSpec.model_validate(raw)
         entry = _entry(spec.kind)
-        if for_evaluation and entry.affects == "reward":
+        if for_evaluation and entry.affects in ("reward", "training"):
             continue
         try:
             env = entry.factory(env, **spec.params)

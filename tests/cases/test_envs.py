@@ -148,3 +148,10 @@ def test_constraint_expressions_evaluate_and_refuse_hostile_code():
             compile_constraint(bad)
     with pytest.raises(ValueError):  # pydantic wraps the refusal when a run.yaml declares it
         Constraint(name="bad", expr="exec('1')")
+
+
+def test_setup_time_limit_is_training_only():
+    """A too-short setup time limit is a training choice: evaluation uses the task's horizon."""
+    spec = WrapperSpec(kind="time_limit", params={"max_episode_steps": 37})
+    assert time_limit_of(make_env("Acrobot-v1", wrappers=[spec])) == 37
+    assert time_limit_of(make_env("Acrobot-v1", wrappers=[spec], for_evaluation=True)) == 500

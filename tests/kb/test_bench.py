@@ -119,3 +119,51 @@ def test_bench_never_cites_the_evaluated_scenarios_own_cases(kb, scenario_file, 
         assert kb.get(cid).scenario == s.name and kb.get(cid).source is Source.bench
     paths = write_report(report, tmp_path / "r")
     assert {p.name for p in paths} >= {"latest.json", "latest.md"}
+
+
+class _Hostile:
+    """A registered diagnoser that offers one hostile patch (refused before any training) and logs what it saw."""
+
+    name = "test-hostile"
+    seen: list = []
+
+    def diagnose(self, ctx):
+        from remedy.cases.model import RemedyFamily
+        from remedy.cases.patches.spec import Patch
+        from remedy.retrieval.diagnosis import CandidatePatch, DiagnosisReport
+
+        _Hostile.seen.append(ctx)
+        code = ("import os\n\ndef shaped_reward(obs, action, reward, next_obs, terminated, truncated, info):\n"
+                "    return float(os.getpid())\n")
+        patch = Patch.from_data({"kind": "reward_shaping", "description": "hostile", "code": code})
+        diag = Diagnosis(causes=[Cause(cause=RootCause.undertraining, confidence=0.5)], backend=self.name)
+        return DiagnosisReport(signature=ctx.signature, diagnosis=diag,
+                               candidates=[CandidatePatch(patch=patch, family=RemedyFamily.reward_shaping)])
+
+
+def test_curve_warm_pass_sees_only_the_other_scenarios_cold_cases(kb, tmp_path, cache):
+    from remedy.kb.bench import run_curve
+    from remedy.retrieval.diagnosis import register_diagnoser
+
+    register_diagnoser("test-hostile", _Hostile)
+    paths = []
+    for name in ("tiny_a", "tiny_b"):
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump({**SCENARIO, "name": name}))
+        paths.append(str(path))
+    scenarios = load_scenarios(paths)
+    _Hostile.seen = []
+    settings = BenchSettings(diagnoser="test-hostile", rounds=1, candidates=1, seeds=1, eval_episodes=3, n_envs=2,
+                             diagnose_episodes=3)
+    curve = run_curve(scenarios, settings, work_kb=kb, cache_dir=cache)
+    cold_a, cold_b, warm_a, warm_b = _Hostile.seen
+    assert cold_a.cases == () and cold_b.cases == ()  # cold: retrieval saw nothing, not even tiny_a's cases
+    assert {r.case.scenario for r in warm_a.cases} == {"tiny_b"}
+    assert {r.case.scenario for r in warm_b.cases} == {"tiny_a"}
+    assert [r.label for r in (curve.cold, curve.warm)] == ["cold", "warm"]
+    assert all(r.statuses == ["failed"] and not r.fixed for r in curve.cold.scenarios + curve.warm.scenarios)
+    assert curve.cold.summary.fix_rate == 0.0 and curve.warm.summary.n == 2
+    stored = {c.case_id for c in kb.cases()}  # cold cases, then the warm ones kept after the pass
+    assert {cid for r in curve.cold.scenarios + curve.warm.scenarios for cid in r.case_ids} <= stored
+    md = write_report(curve, tmp_path / "r")[1].read_text()
+    assert "| top-1 accuracy |" in md and "cold" in md and "warm" in md
