@@ -23,7 +23,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -320,7 +320,8 @@ def _summary_rows(reports: Sequence[BenchReport]) -> list[str]:
     head = "| figure | " + " | ".join(r.label for r in reports) + " |"
     rows = [head, "| --- |" + " --- |" * len(reports)]
     figures = (("scenarios", lambda s: str(s.n)), ("top-1 accuracy", lambda s: f"{s.top1_accuracy:.0%}"),
-               ("top-3 accuracy", lambda s: f"{s.top3_accuracy:.0%}"), ("verified-fix rate", lambda s: f"{s.fix_rate:.0%}"),
+               ("top-3 accuracy", lambda s: f"{s.top3_accuracy:.0%}"),
+               ("verified-fix rate", lambda s: f"{s.fix_rate:.0%}"),
                ("mean attempts to fix", lambda s: _fmt(s.mean_attempts_to_fix, ".2f")),
                ("mean env steps to fix", lambda s: _fmt(s.mean_env_steps_to_fix, ",.0f")),
                ("mean wall s to fix", lambda s: _fmt(s.mean_wall_time_to_fix_s, ".0f")),

@@ -177,7 +177,7 @@ class _Live:
 
 def _attempts_table(result, title: str = "What was tried") -> Table:
     t = Table(title=title, title_justify="left")
-    for col, kw in (("round", {"justify": "right"}), ("family", {}), ("patch", {"overflow": "fold"}),
+    for col, kw in (("round", {"justify": "right"}), ("family", {"overflow": "fold"}), ("patch", {"overflow": "fold"}),
                     ("status", {}), ("effect [95% CI]", {}), ("env steps", {"justify": "right"}),
                     ("case", {"overflow": "fold"})):
         t.add_column(col, **kw)
@@ -193,6 +193,9 @@ def _render_fix(result) -> None:
         causes = ", ".join(f"{c.cause.value} ({c.confidence:.0%})" for c in first.diagnosis.causes[:3]) or "none"
         console.print(f"[bold]Diagnosis[/] (round 1): {causes}", highlight=False)
     console.print(_attempts_table(result))
+    for a in result.attempts:
+        if a.status == "failed":
+            console.print(f"[red]failed[/] round {a.round} ({a.patch.summary()}): {a.reason[:300]}", highlight=False)
     console.print(f"{result.rounds_used} round(s); stopped: {result.stop_reason}", highlight=False)
     if result.winner is not None:
         w = result.winner
@@ -227,19 +230,23 @@ def _register_fix(app) -> None:
         budget: BudgetOption = None,
         executor: ExecutorOption = "local",
         diagnoser: DiagnoserOption = "offline",
-        exhaustive: Annotated[bool, typer.Option("--exhaustive", help="Verify every round's candidates even after a fix.")] = False,
-        out: Annotated[Path | None, typer.Option("--out", help="Where to write the winning patch (default <kb>/fixes).")] = None,
+        exhaustive: Annotated[
+            bool, typer.Option("--exhaustive", help="Verify every round's candidates even after a fix.")] = False,
+        out: Annotated[
+            Path | None, typer.Option("--out", help="Where to write the winning patch (default <kb>/fixes).")] = None,
         kb: KbOption = Path(DEFAULT_KB),
         as_json: JsonOption = False,
     ) -> None:
         """Diagnose → verify the top candidates → store every attempt → repeat until a fix is verified."""
         from remedy.kb.facade import KnowledgeBase
+        from remedy.cases.rundir import RunDir
         from remedy.kb.fixloop import fix, one_torch_thread
 
         one_torch_thread()
+        run = RunDir.load(run_dir)  # a directory that is not a run fails here, before a KB is created
         backend = _backend(diagnoser)
         with KnowledgeBase.open(kb, create=True) as base, _Live(disable=as_json) as live:
-            result = fix(base, run_dir, rounds=rounds, candidates=candidates, seeds=seeds, budget=budget,
+            result = fix(base, run, rounds=rounds, candidates=candidates, seeds=seeds, budget=budget,
                          executor=executor, diagnoser=backend, exhaustive=exhaustive, out_dir=out,
                          progress=live.update)
         if as_json:
@@ -290,7 +297,8 @@ def _scenario_table(report) -> Table:
 
 
 ScenariosOption = Annotated[
-    str | None, typer.Option("--scenarios", help="Name glob over the bundled scenarios ('cartpole_*'), or YAML path/dir/glob.")]
+    str | None,
+    typer.Option("--scenarios", help="Name glob over the bundled scenarios ('cartpole_*'), or YAML path/dir/glob.")]
 QuickOption = Annotated[bool, typer.Option("--quick", help="Only the quick default subset (shipped checkpoints).")]
 ReportsOption = Annotated[Path, typer.Option("--reports", help="Where the JSON and Markdown reports go.")]
 CacheOption = Annotated[
@@ -307,7 +315,8 @@ def _register_bench(bench_app) -> None:
         seeds: SeedsOption = 3,
         budget: BudgetOption = None,
         executor: ExecutorOption = "local",
-        cold: Annotated[bool, typer.Option("--cold", help="Diagnose against an empty KB (built-in priors only).")] = False,
+        cold: Annotated[
+            bool, typer.Option("--cold", help="Diagnose against an empty KB (built-in priors only).")] = False,
         quick: QuickOption = False,
         reports: ReportsOption = Path("reports/bench"),
         cache: CacheOption = None,
@@ -377,7 +386,8 @@ def _register_demo(app) -> None:
     @app.command("demo")
     def demo_cmd(
         kb: KbOption = Path(DEFAULT_KB),
-        fresh: Annotated[bool, typer.Option("--fresh/--keep", help="Start from a fresh KB (default) or keep its cases.")] = True,
+        fresh: Annotated[
+            bool, typer.Option("--fresh/--keep", help="Start from a fresh KB (default) or keep its cases.")] = True,
         scenarios: ScenariosOption = None,
         as_json: JsonOption = False,
     ) -> None:

@@ -263,6 +263,7 @@ def fix(
     config = verify_config or VerifyConfig(seeds=seeds, budget_steps=budget,
                                            executor=executor if isinstance(executor, str) else "local")
     config.check()
+    config.budget_for(run.config.train_steps)  # no budget at all is the user's to fix, not every candidate's failure
     owned = isinstance(executor, str)
     from remedy.cases.executors import get_executor
 

@@ -102,7 +102,7 @@ def test_bench_never_cites_the_evaluated_scenarios_own_cases(kb, scenario_file, 
     (s,) = load_scenarios(str(scenario_file))
     run = build(s, cache_dir=cache)
     probe = diagnose_run(None, run, n_episodes=3)
-    from remedy.cases.model import Case, Subject
+    from remedy.cases.model import Case
     from remedy.cases.patches.spec import Patch
 
     base = Case(case_id="c-probe", source=Source.bench, subject=run.subject(), signature=probe.signature,

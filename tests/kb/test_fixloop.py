@@ -120,3 +120,16 @@ def test_real_candidates_after_a_hostile_one(kb, patient, tmp_path):
     assert result.total_env_steps == sum(a.env_steps for a in result.attempts)
     data = result.as_dict()
     assert data["attempts"][0]["status"] == "failed" and data["fixed"] == result.fixed
+
+
+def test_cli_fix_on_a_directory_that_is_not_a_run(tmp_path, monkeypatch, capsys):
+    import sys
+
+    from remedy.kb.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["remedy", "fix", str(tmp_path), "--kb", str(tmp_path / "kb")])
+    with pytest.raises(SystemExit) as ex:
+        main()
+    err = capsys.readouterr().err
+    assert ex.value.code == 1 and "run.yaml" in err and "Traceback" not in err
+    assert not (tmp_path / "kb").exists()  # nothing created for a bad input
