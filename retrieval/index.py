@@ -268,7 +268,8 @@ class VectorIndex:
         or both fused by reciprocal rank (``hybrid``), after ``filters``.
 
         ``Hit.similarity`` is always the cosine between the query vector and the hit's vector
-        (for ``text`` without a vector it is 0.0); in hybrid mode the fusion decides the order.
+        (for ``text`` without a vector it is 0.0). In hybrid mode reciprocal-rank fusion of the
+        vector and BM25 results picks a pool of 2k candidates, which is then ordered by cosine.
         """
         if mode not in _MODES:
             raise ValueError(f"unknown search mode {mode!r}; use one of {', '.join(_MODES)}")
@@ -304,8 +305,11 @@ class VectorIndex:
             .text(text)
             .distance_type("cosine")
         )
-        query = self._apply_ann(query, filters).select(["id", "vector"]).limit(k)
-        return _hits(self._filtered(query, filters).to_arrow(), q)
+        # Fusion picks the candidate pool (keyword hits get in even when their cosine is
+        # modest); the final order is by cosine so ranks agree with the similarity shown.
+        pool = self._apply_ann(query, filters).select(["id", "vector"]).limit(max(2 * k, k + 10))
+        hits = _hits(self._filtered(pool, filters).to_arrow(), q)
+        return sorted(hits, key=lambda h: -h.similarity)[:k]
 
     def _apply_ann(self, query: Any, filters: SearchFilters) -> Any:
         """Use the ANN index with our ef, unless there is none or the filter leaves few rows."""
