@@ -15,7 +15,6 @@ install: $(STAMP)
 # torch is installed first, pinned, so no resolver pulls a multi-GB CUDA build.
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e ".[test,ray]"
 	touch $(STAMP)

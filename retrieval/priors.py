@@ -564,8 +564,15 @@ def _build_default_lr(facts: Facts) -> Patch:
 
 
 def _budget_steps(facts: Facts, fraction: float) -> int:
+    # An undertrained agent usually needs a multiple of its budget, not a top-up (a CartPole
+    # patient stopped at 8k steps gained nothing from +4k and balanced after +20k); the Zoo's
+    # tuned budget for the env caps the cost.
     steps = facts.subject.train_steps or 100_000
-    return max(1_000, int(round(steps * fraction, -3)))
+    extra = steps * fraction
+    cap = ZOO_STEPS.get(facts.env_name)
+    if cap:
+        extra = min(extra, max(cap - steps, steps * 0.25))
+    return max(1_000, int(round(extra, -3)))
 
 
 def _build_budget(fraction: float) -> Callable[[Facts], Patch]:
@@ -630,10 +637,10 @@ _T_POTENTIAL = Template(
     "potential-based shaping adds a dense hint without changing the optimal policy",
     "the agent finds the goal sooner", "a badly chosen potential slows learning", "low")
 _T_BUDGET = Template(
-    _F.training_budget, _build_budget(0.5), "more training at the same settings",
+    _F.training_budget, _build_budget(2.5), "more training at the same settings",
     "returns keep rising where the curve had not flattened", "none on behaviour; costs env steps", "medium")
 _T_BUDGET_SMALL = Template(
-    _F.training_budget, _build_budget(0.25), "a modest extra budget", "small gains if still learning",
+    _F.training_budget, _build_budget(1.0), "a modest extra budget", "small gains if still learning",
     "costs env steps", "medium", 0.6)
 _T_EXPLORE = Template(
     _F.exploration_bonus, _build_exploration, "more exploration keeps the policy from locking in early",

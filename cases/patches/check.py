@@ -249,6 +249,7 @@ def check_patch(
     reports: list[FuzzReport] = []
     try:
         check_fit(patch, traits, algo, observation_space=obs_space)
+        _check_curriculum_stages(patch, env_id, env_kwargs or {}, obs_space, act_space)
         for part in patch.parts:
             report = _check_code_part(part, obs_space, act_space, n_random, seed, fuzz_timeout_s)
             if report is not None:
@@ -257,6 +258,28 @@ def check_patch(
         failed = getattr(err, "report", None)
         return CheckReport(False, err.rule or "rejected", str(err), _merge([*reports, failed] if failed else reports))
     return CheckReport(True, None, "accepted", _merge(reports))
+
+
+def _check_curriculum_stages(patch: Patch, env_id: str, env_kwargs: dict, obs_space: Any, act_space: Any) -> None:
+    """Build each curriculum stage's env now, so bad kwargs fail here and not after a control arm trained."""
+    from ..envs import make_env
+    from ..errors import EnvError
+
+    for part in patch.parts:
+        if not isinstance(part, Curriculum):
+            continue
+        for i, stage in enumerate(part.stages):
+            kwargs = {**env_kwargs, **stage.env_kwargs}
+            try:
+                env = make_env(env_id, kwargs)
+            except EnvError as err:
+                raise PatchRejectedError(f"curriculum stage {i + 1} cannot build {env_id} with {stage.env_kwargs}: {err}",
+                                         rule="curriculum_env_kwargs") from err
+            same = env.observation_space == obs_space and env.action_space == act_space
+            env.close()
+            if not same:
+                raise PatchRejectedError(f"curriculum stage {i + 1} ({stage.env_kwargs}) changes the observation or "
+                                         "action space; stages may only change dynamics", rule="curriculum_env_kwargs")
 
 
 def _check_code_part(part: Any, obs_space: Any, act_space: Any, n_random: int, seed: int, timeout_s: float) -> FuzzReport | None:

@@ -99,7 +99,15 @@ def test_budget_scales_with_the_original_training_steps():
     report = OfflineDiagnoser().diagnose(_ctx(CARTPOLE, sig))
     assert report.top_cause == RootCause.undertraining
     budget = next(c for c in report.candidates if c.family == RemedyFamily.training_budget)
-    assert budget.patch.parts[0].extra_steps == 25_000  # half of 50k
+    assert budget.patch.parts[0].extra_steps == 50_000  # 2.5 x 50k, capped at the Zoo's 100k in total
+
+
+def test_small_budgets_get_a_multiple_of_themselves():
+    sig = Signature(features={"curve_final_slope": 0.4}, symptoms=["undertrained", "low_success"], summary="still rising")
+    subject = CARTPOLE.model_copy(update={"train_steps": 8_000})
+    report = OfflineDiagnoser().diagnose(_ctx(subject, sig))
+    budget = next(c for c in report.candidates if c.family == RemedyFamily.training_budget)
+    assert budget.patch.parts[0].extra_steps == 20_000  # 2.5 x 8k
 
 
 def test_nothing_matched_is_unknown():
