@@ -37,7 +37,7 @@ from .diagnosis import (
     patch_family,
     register_diagnoser,
 )
-from .priors import PRIORS, PriorRule, match_priors
+from .priors import MAX_BUDGET_MULTIPLE, PRIORS, PriorRule, match_priors
 
 __all__ = ["OfflineDiagnoser", "OFFLINE_PROGRAM"]
 
@@ -315,8 +315,8 @@ def _adapt_patch(case: Case, ctx: DiagnosisContext) -> Patch | None:
     if "reward_shaping" in patch.kinds and case.subject.env_id != ctx.subject.env_id:
         return None
     if patch.kinds == ["training_budget"] and case.subject.train_steps and ctx.subject.train_steps:
-        # same fraction of this run's training, at most doubling it (a budget patch must stay a fine-tune)
-        frac = min(1.0, patch.parts[0].extra_steps / case.subject.train_steps)
+        # the same multiple of this run's training, capped like the priors' budgets
+        frac = min(MAX_BUDGET_MULTIPLE, patch.parts[0].extra_steps / case.subject.train_steps)
         steps = max(1_000, int(round(frac * ctx.subject.train_steps, -3)))
         return Patch(parts=[TrainingBudget(extra_steps=steps)])  # the case's own wording named its step count
     return patch

@@ -563,6 +563,10 @@ def _build_default_lr(facts: Facts) -> Patch:
                  description=f"learning rate back to SB3's default {facts.default_learning_rate:g}")
 
 
+#: The largest extra training budget Remedy proposes, as a multiple of the run's own steps.
+MAX_BUDGET_MULTIPLE = 2.5
+
+
 def _budget_steps(facts: Facts, fraction: float) -> int:
     # An undertrained agent usually needs a multiple of its budget, not a top-up (a CartPole
     # patient stopped at 8k steps gained nothing from +4k and balanced after +20k); the Zoo's
@@ -637,7 +641,7 @@ _T_POTENTIAL = Template(
     "potential-based shaping adds a dense hint without changing the optimal policy",
     "the agent finds the goal sooner", "a badly chosen potential slows learning", "low")
 _T_BUDGET = Template(
-    _F.training_budget, _build_budget(2.5), "more training at the same settings",
+    _F.training_budget, _build_budget(MAX_BUDGET_MULTIPLE), "more training at the same settings",
     "returns keep rising where the curve had not flattened", "none on behaviour; costs env steps", "medium")
 _T_BUDGET_SMALL = Template(
     _F.training_budget, _build_budget(1.0), "a modest extra budget", "small gains if still learning",
