@@ -105,6 +105,9 @@ class OfflineDiagnoser:
         cause_link_floor: float = 0.25,
         max_candidates: int = 8,
         max_causes: int = 5,
+        sim_floor: float = 0.6,
+        sim_power: float = 2.0,
+        other_env_weight: float = 0.5,
         priors: tuple[PriorRule, ...] = PRIORS,
     ) -> None:
         self.k, self.w_similarity, self.w_effect = k, w_similarity, w_effect
@@ -114,6 +117,7 @@ class OfflineDiagnoser:
         self.tried_penalty, self.tried_family_penalty = tried_penalty, tried_family_penalty
         self.max_candidates, self.max_causes = max_candidates, max_causes
         self.cause_link_floor = cause_link_floor
+        self.sim_floor, self.sim_power, self.other_env_weight = sim_floor, sim_power, other_env_weight
         self.priors = priors
 
     @property
@@ -121,7 +125,8 @@ class OfflineDiagnoser:
         """The tunable knobs, for provenance and the optimizer."""
         keys = ("k", "w_similarity", "w_effect", "w_rules", "w_prior", "min_similarity", "example_weight",
                 "unverified_weight", "against_cause_weight", "unknown_mass", "tried_penalty",
-                "tried_family_penalty", "cause_link_floor", "max_candidates", "max_causes")
+                "tried_family_penalty", "cause_link_floor", "max_candidates", "max_causes", "sim_floor",
+                "sim_power", "other_env_weight")
         return {key: getattr(self, key) for key in keys}
 
     @property
@@ -205,10 +210,18 @@ class OfflineDiagnoser:
             return self.example_weight, "example"
         return self.unverified_weight, "unverified"
 
+    def _kernel(self, similarity: float) -> float:
+        """How much a neighbour counts: summaries of the same kind of agent already sit near 0.7
+        cosine with the bundled model, so weight rises sharply only above ``sim_floor``."""
+        x = max(0.0, (similarity - self.sim_floor) / max(1e-9, 1.0 - self.sim_floor))
+        return x ** self.sim_power
+
     def _vote_case(self, ctx: DiagnosisContext, rc: RetrievedCase, tally: _Tally) -> None:
         case = rc.case
         factor, label = self._outcome_weight(case)
-        base = self.w_similarity * rc.similarity
+        base = self.w_similarity * self._kernel(rc.similarity)
+        if case.subject.env_id != ctx.subject.env_id:
+            base *= self.other_env_weight
         why = f"case {case.case_id} ({label}, sim {rc.similarity:.2f})"
         cause_factor = factor if factor > 0 else factor * self.against_cause_weight
         if label != "failed":  # a patch that crashed says nothing about the diagnosis
