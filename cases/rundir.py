@@ -25,7 +25,6 @@ from typing import Any
 import gymnasium as gym
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
-from pydantic import ValidationError as PydanticValidationError
 
 from .algos import canonical_algo, get_algo
 from .constraints import Constraint
@@ -34,6 +33,7 @@ from .errors import AlgorithmError, CheckpointError, RunDirError
 from .model import Subject
 from .success import SuccessSpec
 from .wrappers import WRAPPERS, WrapperSpec
+from .yamlfile import load_yaml_model
 
 __all__ = [
     "RUN_YAML",
@@ -85,23 +85,7 @@ class RunConfig(BaseModel):
     @classmethod
     def from_yaml_file(cls, path: Path) -> "RunConfig":
         """Read and validate ``run.yaml``; errors name the field."""
-        try:
-            data = yaml.safe_load(path.read_text())
-        except yaml.YAMLError as ex:
-            raise RunDirError(f"{path} is not valid YAML: {str(ex).splitlines()[0]}; fix the file") from ex
-        if not isinstance(data, dict):
-            raise RunDirError(f"{path} must be a mapping with env_id, algo and success; see README 'Run directories'")
-        try:
-            return cls.model_validate(data)
-        except PydanticValidationError as ex:
-            raise RunDirError(f"{path}: {_first_error(ex)}") from None
-
-
-def _first_error(ex: PydanticValidationError) -> str:
-    err = ex.errors()[0]
-    field = ".".join(str(p) for p in err["loc"]) or "(top level)"
-    more = f" (and {ex.error_count() - 1} more)" if ex.error_count() > 1 else ""
-    return f"field '{field}': {err['msg']}{more}"
+        return load_yaml_model(path, cls, RunDirError, "with env_id, algo and success; see README 'Run directories'")
 
 
 def _check_wrapper_kinds(path: Path, config: RunConfig) -> None:

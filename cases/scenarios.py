@@ -22,9 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
-from pydantic import ValidationError as PydanticValidationError
 
 from .algos import canonical_algo
 from .constraints import Constraint
@@ -33,6 +31,7 @@ from .model import RemedyFamily, RootCause
 from .rundir import RunConfig, RunDir
 from .success import SuccessSpec
 from .wrappers import WrapperSpec
+from .yamlfile import load_yaml_model
 
 __all__ = [
     "SCENARIO_DIR",
@@ -118,27 +117,10 @@ class Scenario(BaseModel):
         )
 
 
-def _first_error(ex: PydanticValidationError) -> str:
-    err = ex.errors()[0]
-    where = ".".join(str(p) for p in err["loc"]) or "(top level)"
-    return f"field '{where}': {err['msg']}"
-
-
 def load_scenario(path: str | Path) -> Scenario:
     """Read and validate one scenario YAML file."""
-    path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as ex:
-        raise ScenarioError(f"cannot read scenario {path}: {ex.strerror}; check the path") from ex
-    except yaml.YAMLError as ex:
-        raise ScenarioError(f"{path} is not valid YAML: {str(ex).splitlines()[0]}; fix the file") from ex
-    if not isinstance(data, dict):
-        raise ScenarioError(f"{path} must be a mapping with name, env_id, algo, train_steps, fault, ...")
-    try:
-        return Scenario.model_validate(data)
-    except PydanticValidationError as ex:
-        raise ScenarioError(f"{path}: {_first_error(ex)}") from None
+    return load_yaml_model(Path(path), Scenario, ScenarioError,
+                           "with name, env_id, algo, train_steps, fault, ...")
 
 
 def _paths_for(pattern: str) -> list[Path] | None:
