@@ -1,6 +1,6 @@
 """Speed of the fine-tuning harness (prints figures; asserts nothing).
 
-(a) wall time of ``remedy.cases.training.finetune`` against a plain SB3
+(a) wall time of ``remedy.cases.verify.training.finetune`` against a plain SB3
     ``Algo.load(...) + learn() + save()`` on the same checkpoint, env and budget
     (target ratio <= 1.05);
 (b) env steps per second with 1 vs 8 ``DummyVecEnv`` envs: raw stepping with
@@ -43,7 +43,7 @@ def plain_sb3(run, budget: int, seed: int, n_envs: int, out: Path) -> float:
 
 def harness(run, budget: int, seed: int, n_envs: int, out: Path, patch_json: str | None = None) -> tuple[float, int]:
     """One ``finetune`` call; returns (wall seconds measured outside, env steps)."""
-    from remedy.cases.training import finetune
+    from remedy.cases.verify.training import finetune
 
     start = time.perf_counter()
     res = finetune(str(run.path), patch_json, budget_steps=budget, seed=seed, n_envs=n_envs, out_dir=str(out))
@@ -53,7 +53,7 @@ def harness(run, budget: int, seed: int, n_envs: int, out: Path, patch_json: str
 def raw_steps_per_s(run, n_envs: int, steps: int) -> float:
     """Random-action stepping through the harness's vec env (recorder + Monitor + setup wrappers)."""
     from remedy.cases.patches.apply import make_patched_env_fn
-    from remedy.cases.training import EpisodeLog, make_vec_env
+    from remedy.cases.verify.training import EpisodeLog, make_vec_env
 
     c = run.config
     venv = make_vec_env(make_patched_env_fn(c.env_id, c.env_kwargs, c.wrappers, None, 0), n_envs, EpisodeLog())
@@ -76,7 +76,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)
 
-    from remedy.cases.scenarios import build, load_scenarios
+    from remedy.cases.verify.scenarios import build, load_scenarios
 
     scenario = load_scenarios(args.scenario)[0]
     run = build(scenario)

@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from remedy.cases.model import Case, RootCause, Source
-from remedy.cases.scenarios import Scenario, build, load_scenarios
-from remedy.cases.verify import VerifyConfig
+from remedy.cases.verify.scenarios import Scenario, build, load_scenarios
+from remedy.cases.verify.verification import VerifyConfig
 
 from .fixloop import FixResult, fix, one_torch_thread
 

@@ -19,8 +19,8 @@ from types import MappingProxyType
 from typing import Any
 
 from remedy.cases.errors import KBPathError
-from remedy.cases.scenarios import Scenario, build, load_scenarios
-from remedy.cases.verify import VerifyConfig
+from remedy.cases.verify.scenarios import Scenario, build, load_scenarios
+from remedy.cases.verify.verification import VerifyConfig
 
 from .facade import DB_FILE, KnowledgeBase, SimilarCase
 from .fixloop import FixResult, fix, one_torch_thread

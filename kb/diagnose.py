@@ -16,10 +16,10 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from remedy.cases.evidence import EpisodeRecord, EvidenceBundle, collect_evidence
+from remedy.cases.evidence.rollouts import EpisodeRecord, EvidenceBundle, collect_evidence
 from remedy.cases.model import EpisodeSummary, Signature, Subject
-from remedy.cases.rundir import RunDir
-from remedy.cases.signature import compute_signature
+from remedy.cases.evidence.rundir import RunDir
+from remedy.cases.evidence.signature import compute_signature
 from remedy.retrieval.diagnosis import (
     Attempt,
     Diagnoser,

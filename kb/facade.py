@@ -27,7 +27,7 @@ from remedy.retrieval import Embedder, SearchFilters, VectorIndex, case_text, de
 from remedy.retrieval.embedder import MINILM_NAME, MiniLMEmbedder
 
 if TYPE_CHECKING:
-    from remedy.cases.signature import RunSignature
+    from remedy.cases.evidence.signature import RunSignature
 
 __all__ = [
     "KnowledgeBase",
@@ -331,7 +331,7 @@ class KnowledgeBase:
         By default only cases with the same action-space type are returned (their patches fit);
         ``filters`` are those of :meth:`similar`.
         """
-        from remedy.cases.signature import signature_of_run
+        from remedy.cases.evidence.signature import signature_of_run
 
         run = signature_of_run(run_dir, n_episodes=n_episodes, seed=seed)
         if same_action_space:

@@ -20,8 +20,8 @@ from typing import Any
 from remedy.cases.model import Case, Effect, Provenance, Source, Status, Verification, new_case_id
 from remedy.cases.patches.io import save_patch
 from remedy.cases.patches.spec import Patch
-from remedy.cases.rundir import RunDir
-from remedy.cases.verify import VerifyConfig, verify_patch, versions
+from remedy.cases.evidence.rundir import RunDir
+from remedy.cases.verify.verification import VerifyConfig, verify_patch, versions
 from remedy.retrieval.diagnosis import Attempt, CandidatePatch, Diagnoser, DiagnosisReport
 
 from .diagnose import diagnose_run
@@ -265,7 +265,7 @@ def fix(
     config.check()
     config.budget_for(run.config.train_steps)  # no budget at all is the user's to fix, not every candidate's failure
     owned = isinstance(executor, str)
-    from remedy.cases.executors import get_executor
+    from remedy.cases.verify.executors import get_executor
 
     runner = get_executor(config.executor) if owned else executor
     loop = _Loop(kb=kb, store=kb if store == "kb" else store, run=run, config=config, executor=runner,

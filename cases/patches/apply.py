@@ -359,14 +359,14 @@ _REWARD_KINDS = {"reward_shaping", "action_smoothness", "action_magnitude", "cou
 
 
 def _on_reward_shaping(part: RewardShaping, acc: dict, algo: str) -> None:
-    from ..sandbox import compile_reward  # D's sandbox: static checks happen here, before any env exists
+    from .sandbox import compile_reward  # D's sandbox: static checks happen here, before any env exists
 
     compile_reward(part.code)
     acc["env_patches"].append(EnvPatch("reward_shaping", part))
 
 
 def _on_safety(part: SafetyConstraint, acc: dict, algo: str) -> None:
-    from ..sandbox import compile_predicate
+    from .sandbox import compile_predicate
 
     compile_predicate(part.predicate)
     acc["env_patches"].append(EnvPatch("safety_constraint", part))
@@ -426,11 +426,11 @@ _HANDLERS: dict[type, Callable[[Any, dict, str], None]] = {
 def _build_wrapper(ep: EnvPatch, env: gym.Env) -> gym.Env:
     part = ep.part
     if ep.kind == "reward_shaping":
-        from ..sandbox import compile_reward
+        from .sandbox import compile_reward
 
         return ShapedRewardWrapper(env, compile_reward(part.code))
     if ep.kind == "safety_constraint":
-        from ..sandbox import compile_predicate
+        from .sandbox import compile_predicate
 
         return SafetyConstraintWrapper(env, compile_predicate(part.predicate), part.mode, part.penalty)
     if ep.kind == "action_smoothness":
@@ -468,7 +468,7 @@ def make_patched_env_fn(
     ``schedule`` from :meth:`PatchPlan.curriculum_schedule`, shared by all envs
     of one vector env) merges each stage's kwargs over ``env_kwargs``.
     """
-    from ..envs import make_env  # C's env factory
+    from ..evidence.envs import make_env  # C's env factory
 
     plan = patch_plan or PatchPlan()
     base_kwargs = dict(env_kwargs or {})

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..errors import PatchRejectedError
-from ..fuzz import FuzzReport, fuzz_predicate, fuzz_reward
+from .fuzz import FuzzReport, fuzz_predicate, fuzz_reward
 from ..model import ActionSpaceType, EnvTraits
-from ..sandbox import compile_predicate, compile_reward
+from .sandbox import compile_predicate, compile_reward
 from .spec import (
     ActionMagnitude,
     ActionSmoothness,
@@ -262,7 +262,7 @@ def check_patch(
 
 def _check_curriculum_stages(patch: Patch, env_id: str, env_kwargs: dict, obs_space: Any, act_space: Any) -> None:
     """Build each curriculum stage's env now, so bad kwargs fail here and not after a control arm trained."""
-    from ..envs import make_env
+    from ..evidence.envs import make_env
     from ..errors import EnvError
 
     for part in patch.parts:
@@ -303,7 +303,7 @@ def _merge(reports: list[FuzzReport]) -> FuzzReport | None:
 
 
 def _spaces(env_id: str, env_kwargs: dict | None) -> tuple[Any, Any, EnvTraits]:
-    from ..envs import make_env, traits_of_spaces
+    from ..evidence.envs import make_env, traits_of_spaces
 
     env = make_env(env_id, env_kwargs or {})
     try:

@@ -15,7 +15,7 @@ def cartpole_run(tmp_path_factory):
     from stable_baselines3 import PPO
     from stable_baselines3.common.env_util import make_vec_env
 
-    from remedy.cases.callback import RemedyRunCallback
+    from remedy.cases.evidence.callback import RemedyRunCallback
 
     torch.set_num_threads(1)
     path = tmp_path_factory.mktemp("runs") / "cartpole"

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 
-import typer
 import yaml
 from typer.testing import CliRunner
 
-from remedy.kb.cli_bench_build import register_bench_build
+from remedy.kb.cli import app as remedy_app
 
 TINY = {
     "name": "tiny_cli_cartpole", "description": "a few hundred steps of CartPole", "env_id": "CartPole-v1",
@@ -18,16 +17,8 @@ TINY = {
 }
 
 
-def _app() -> typer.Typer:
-    app, bench = typer.Typer(), typer.Typer()
-    app.add_typer(bench, name="bench")
-    register_bench_build(bench)
-
-    @app.callback()
-    def _root() -> None:  # keep "bench" a subcommand
-        pass
-
-    return app
+def _app():
+    return remedy_app
 
 
 def test_bench_build_json_then_cached(tmp_path):

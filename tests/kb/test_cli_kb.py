@@ -48,7 +48,7 @@ def _assert_one_error_line(proc: subprocess.CompletedProcess, *fragments: str) -
 @pytest.fixture(autouse=True)
 def wide_console(monkeypatch):
     """Tables wider than the runner's 80 columns, so cell text is not folded across lines."""
-    from remedy.kb.cli_common import console
+    from remedy.kb.cli.common import console
 
     monkeypatch.setattr(console, "width", 200)
 

@@ -32,7 +32,7 @@ def test_fresh_refuses_to_delete_a_folder_that_is_not_a_kb(tmp_path):
 
 @pytest.mark.slow
 def test_demo_runs_end_to_end_on_a_small_budget(tmp_path, monkeypatch):
-    from remedy.kb import cli_diagnose
+    from remedy.kb.cli import diagnose as cli_diagnose
 
     kb = tmp_path / ".remedy"
     seen = []

@@ -122,7 +122,7 @@ def run_dir(tmp_path_factory) -> Path:
     import torch
     from stable_baselines3 import PPO
 
-    from remedy.cases.rundir import RunConfig, write_run_dir
+    from remedy.cases.evidence.rundir import RunConfig, write_run_dir
     from remedy.cases.success import Terminated
 
     torch.set_num_threads(1)

@@ -14,8 +14,8 @@ import pytest
 from remedy.cases.model import Cause, Diagnosis, RemedyFamily, RootCause, Source, Status
 from remedy.cases.patches.io import load_patch
 from remedy.cases.patches.spec import Patch
-from remedy.cases.rundir import RunConfig
-from remedy.cases.verify import VerifyConfig
+from remedy.cases.evidence.rundir import RunConfig
+from remedy.cases.verify.verification import VerifyConfig
 from remedy.kb.fixloop import FixResult, fix, one_torch_thread
 from remedy.retrieval.diagnosis import CandidatePatch, DiagnosisContext, DiagnosisReport
 
@@ -52,7 +52,7 @@ class Scripted:
 
 @pytest.fixture(scope="module")
 def patient(tmp_path_factory):
-    from remedy.cases.training import train
+    from remedy.cases.verify.training import train
 
     one_torch_thread()  # what the CLI does: evidence rollouts on one thread
     return train(PATIENT, tmp_path_factory.mktemp("fixloop") / "run", seed=0).path

@@ -11,7 +11,7 @@ import pytest
 
 from remedy.cases.model import EnvTraits, RemedyFamily, RootCause, Signature, Subject
 from remedy.cases.patches.check import check_fit, check_patch
-from remedy.cases.sandbox import compile_reward
+from remedy.cases.patches.sandbox import compile_reward
 from remedy.cases.success import FinalObs, FinalReward, InfoFlag, Terminated
 from remedy.retrieval.priors import PRIORS, Facts, match_priors, prior_by_id, success_from_text
 

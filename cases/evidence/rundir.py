@@ -1,0 +1,272 @@
+"""Run directories: how a user hands Remedy a trained agent.
+
+Layout (see README "Run directories")::
+
+    RUN_DIR/
+      run.yaml            RunConfig: env, algorithm, training, setup wrappers, success definition
+      model.zip           SB3 / sb3-contrib checkpoint (``model.save``)
+      vecnormalize.pkl    optional, VecNormalize statistics
+      *monitor.csv        optional, SB3 Monitor episode logs (any depth)
+      progress.csv        optional, SB3 CSV logger / RemedyRunCallback output (any depth)
+      events.out.tfevents.*  optional, TensorBoard scalars (any depth)
+
+:meth:`RunDir.load` validates the directory and ``run.yaml`` up front so a
+mistake surfaces as one clear line, before anything is rolled out or trained.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ..algos import canonical_algo, get_algo
+from .constraints import Constraint
+from .envs import check_env_id, check_spaces, env_traits, make_env
+from ..errors import AlgorithmError, CheckpointError, RunDirError
+from ..model import Subject
+from ..success import SuccessSpec
+from .wrappers import WRAPPERS, WrapperSpec
+from ..yamlfile import load_yaml_model
+
+__all__ = [
+    "RUN_YAML",
+    "MODEL_ZIP",
+    "VECNORMALIZE_PKL",
+    "RunConfig",
+    "RunDir",
+    "write_run_dir",
+    "write_run_yaml",
+    "sha256_file",
+    "reward_setup_text",
+]
+
+RUN_YAML = "run.yaml"
+MODEL_ZIP = "model.zip"
+VECNORMALIZE_PKL = "vecnormalize.pkl"
+
+
+class RunConfig(BaseModel):
+    """Contents of ``run.yaml``: everything needed to rebuild the agent's training setup."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    env_id: str
+    env_kwargs: dict[str, Any] = Field(default_factory=dict)
+    algo: str
+    hyperparams: dict[str, Any] = Field(default_factory=dict)
+    train_steps: int | None = Field(None, ge=0)
+    n_envs: int = Field(1, ge=1)
+    wrappers: list[WrapperSpec] = Field(default_factory=list)
+    reward_ref: str | None = None
+    success: SuccessSpec
+    constraints: list[Constraint] = Field(default_factory=list)
+    max_episode_steps: int | None = Field(None, gt=0)
+    seed: int | None = None
+    notes: str = ""
+
+    @field_validator("algo")
+    @classmethod
+    def _known_algo(cls, v: str) -> str:
+        try:
+            return canonical_algo(v)
+        except AlgorithmError as ex:
+            raise ValueError(str(ex)) from None
+
+    def to_yaml(self) -> str:
+        """YAML text of this config (what ``run.yaml`` holds)."""
+        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
+
+    @classmethod
+    def from_yaml_file(cls, path: Path) -> "RunConfig":
+        """Read and validate ``run.yaml``; errors name the field."""
+        return load_yaml_model(path, cls, RunDirError, "with env_id, algo and success; see README 'Run directories'")
+
+
+def _check_wrapper_kinds(path: Path, config: RunConfig) -> None:
+    # the registry may grow at run time, so kinds are checked on load rather than in the model
+    for i, spec in enumerate(config.wrappers):
+        if spec.kind not in WRAPPERS:
+            close = difflib.get_close_matches(spec.kind, list(WRAPPERS), n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else f"; known kinds: {', '.join(WRAPPERS)}"
+            raise RunDirError(f"{path}: field 'wrappers.{i}.kind': unknown wrapper kind '{spec.kind}'{hint}")
+
+
+def reward_setup_text(config: RunConfig) -> str | None:
+    """The run's reward reference, else a description of its reward-changing setup wrappers, else None."""
+    if config.reward_ref:
+        return config.reward_ref
+    parts = [w.describe() for w in config.wrappers if w.kind in WRAPPERS and WRAPPERS[w.kind].affects == "reward"]
+    return "env reward with " + " + ".join(parts) if parts else None
+
+
+def sha256_file(path: Path) -> str:
+    """Hex SHA-256 of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _find(root: Path, pattern: str) -> list[Path]:
+    return sorted(p for p in root.rglob(pattern) if p.is_file())
+
+
+class RunDir:
+    """A validated run directory: its config, checkpoint and log files."""
+
+    def __init__(self, path: Path, config: RunConfig):
+        self.path = Path(path)
+        self.config = config
+
+    # -- loading --------------------------------------------------------
+    @classmethod
+    def load(cls, path: str | Path) -> "RunDir":
+        """Validate ``path`` as a run directory (run.yaml valid, model.zip a readable SB3 zip)."""
+        path = Path(path)
+        if not path.is_dir():
+            what = "does not exist" if not path.exists() else "is not a directory"
+            raise RunDirError(f"{path} {what}; a run directory holds run.yaml and model.zip")
+        if not (path / RUN_YAML).is_file():
+            raise RunDirError(f"{path} has no {RUN_YAML}; it is not a run directory (see README 'Run directories')")
+        config = RunConfig.from_yaml_file(path / RUN_YAML)
+        check_env_id(config.env_id)  # unknown ids fail here, before any rollout
+        _check_wrapper_kinds(path / RUN_YAML, config)
+        run = cls(path, config)
+        run._check_checkpoint()
+        return run
+
+    def _check_checkpoint(self) -> None:
+        mp = self.model_path
+        if not mp.is_file():
+            raise CheckpointError(f"{mp} is missing; save the agent with model.save('{mp}')")
+        if not zipfile.is_zipfile(mp):
+            raise CheckpointError(f"{mp} is not a zip file (corrupt or not an SB3 checkpoint); save it again with model.save()")
+        try:
+            with zipfile.ZipFile(mp) as zf:
+                names = set(zf.namelist())
+                bad = zf.testzip()
+        except (zipfile.BadZipFile, OSError) as ex:
+            raise CheckpointError(f"{mp} is corrupt ({ex}); save it again with model.save()") from ex
+        if bad is not None or "data" not in names:
+            raise CheckpointError(f"{mp} is not a complete SB3 checkpoint (missing or damaged entries); save it again")
+
+    # -- files ------------------------------------------------------------
+    @property
+    def model_path(self) -> Path:
+        """The checkpoint file."""
+        return self.path / MODEL_ZIP
+
+    @property
+    def vecnormalize_path(self) -> Path | None:
+        """VecNormalize statistics, if saved."""
+        p = self.path / VECNORMALIZE_PKL
+        return p if p.is_file() else None
+
+    @property
+    def monitor_files(self) -> list[Path]:
+        """SB3 Monitor CSVs anywhere under the directory."""
+        return _find(self.path, "*monitor.csv")
+
+    @property
+    def progress_files(self) -> list[Path]:
+        """``progress.csv`` files (SB3 CSV logger / RemedyRunCallback)."""
+        return _find(self.path, "progress.csv")
+
+    @property
+    def tensorboard_files(self) -> list[Path]:
+        """TensorBoard event files."""
+        return _find(self.path, "events.out.tfevents.*")
+
+    @property
+    def has_logs(self) -> bool:
+        """True when any training log is present."""
+        return bool(self.monitor_files or self.progress_files or self.tensorboard_files)
+
+    def checkpoint_sha256(self) -> str:
+        """SHA-256 of model.zip."""
+        return sha256_file(self.model_path)
+
+    # -- building ----------------------------------------------------------
+    def make_env(self, *, for_evaluation: bool = False, seed: int | None = None) -> gym.Env:
+        """The run's env with its setup wrappers (reward-only ones dropped when ``for_evaluation``)."""
+        c = self.config
+        return make_env(c.env_id, c.env_kwargs, wrappers=c.wrappers, for_evaluation=for_evaluation,
+                        max_episode_steps=c.max_episode_steps, seed=seed)
+
+    def load_model(self, env: Any = None, device: str = "cpu", **overrides: Any):
+        """Load the checkpoint with its algorithm class; spaces are checked against the run's env.
+
+        ``env`` (a gym env or VecEnv) is attached for fine-tuning; ``overrides`` are
+        passed to ``Algo.load`` (e.g. ``learning_rate=1e-4``).
+        """
+        algo_cls = get_algo(self.config.algo)
+        model = self._load(algo_cls, None, device)
+        probe = env if env is not None else self.make_env()
+        try:
+            check_spaces(model, probe)
+        finally:
+            if env is None:
+                probe.close()
+        if env is None and not overrides:
+            return model
+        return self._load(algo_cls, env, device, **overrides)
+
+    def _load(self, algo_cls: type, env: Any, device: str, **overrides: Any):
+        try:
+            return algo_cls.load(str(self.model_path), env=env, device=device, **overrides)
+        except (ValueError, KeyError, RuntimeError, zipfile.BadZipFile, EOFError, OSError, AttributeError) as ex:
+            first = str(ex).splitlines()[0] if str(ex) else type(ex).__name__
+            raise CheckpointError(
+                f"cannot load {self.model_path} as {self.config.algo}: {first}; check 'algo' in run.yaml"
+            ) from ex
+
+    def load_vecnormalize(self, venv: Any):
+        """Wrap ``venv`` in the saved VecNormalize statistics (frozen, rewards unnormalized), or return it as is."""
+        if self.vecnormalize_path is None:
+            return venv
+        from stable_baselines3.common.vec_env import VecNormalize
+
+        try:
+            vn = VecNormalize.load(str(self.vecnormalize_path), venv)
+        except Exception as ex:  # pickle errors come in many types
+            raise CheckpointError(f"cannot load {self.vecnormalize_path}: {ex}; save it again with vec_env.save()") from ex
+        vn.training, vn.norm_reward = False, False
+        return vn
+
+    def subject(self) -> Subject:
+        """The case's subject part for this run (checkpoint hash and env traits included)."""
+        c = self.config
+        return Subject(
+            env_id=c.env_id, env_kwargs=c.env_kwargs, algo=c.algo, hyperparams=c.hyperparams,
+            train_steps=c.train_steps, checkpoint_sha256=self.checkpoint_sha256(), reward_ref=reward_setup_text(c),
+            success=c.success.describe(), traits=env_traits(c.env_id, c.env_kwargs),
+        )
+
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.path)!r}, env={self.config.env_id!r}, algo={self.config.algo!r})"
+
+
+def write_run_yaml(path: str | Path, config: RunConfig) -> Path:
+    """Write ``run.yaml`` into ``path`` (created if needed)."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    target = path / RUN_YAML
+    target.write_text(config.to_yaml())
+    return target
+
+
+def write_run_dir(path: str | Path, model: Any, config: RunConfig, vecnormalize: Any = None) -> RunDir:
+    """Save ``model`` (and VecNormalize statistics) with ``run.yaml`` as a run directory."""
+    path = Path(path)
+    write_run_yaml(path, config)
+    model.save(str(path / MODEL_ZIP))
+    if vecnormalize is not None:
+        vecnormalize.save(str(path / VECNORMALIZE_PKL))
+    return RunDir(path, config)

@@ -1,0 +1,7 @@
+"""Verification: fine-tuning arms, executors, statistics, the verification of a patch, and the
+fault-scenario suite used to benchmark the whole loop.
+
+``training`` trains and fine-tunes, ``arms`` runs one arm (treatment or control) of one seed,
+``executors`` runs arms on a local pool or Ray, ``stats`` holds the effect statistics,
+``verification`` ties them into a stored case, ``scenarios`` defines the fault suite.
+"""

@@ -1,0 +1,231 @@
+"""What runs inside a verification worker: one arm's fine-tune and evaluation, and the preference check.
+
+Everything here crosses a process boundary (``run_limited``, a Ray task), so
+inputs are plain values (:class:`ArmSpec`: paths, JSON text, numbers) and so
+are outputs (:class:`ArmResult`, :class:`Scores`, :class:`PreferenceResult`).
+Evaluation is always on the ORIGINAL task: the run's env with
+``for_evaluation=True`` (fault and reward wrappers dropped, observation
+wrappers kept), its success definition and its safety constraints.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from . import stats
+from ..patches.spec import ActionRepeat, Patch, RewardShaping
+
+__all__ = [
+    "ARM_JOB",
+    "ArmSpec",
+    "Scores",
+    "ArmResult",
+    "PreferenceResult",
+    "run_arm",
+    "preference_check",
+    "preference_verdict",
+]
+
+#: import path of the job function each arm runs in a worker.
+ARM_JOB = "remedy.cases.verify.arms:run_arm"
+#: the shaped return must rank a success above a failure more often than this (ties count half).
+PREFERENCE_MIN = 0.5
+
+
+@dataclass(frozen=True)
+class ArmSpec:
+    """Everything one arm job needs; plain values only so it pickles into any worker."""
+
+    arm: str  # "treatment" or "control"
+    seed: int
+    run_dir: str
+    patch_json: str | None
+    budget_steps: int
+    n_envs: int
+    learning_rate: float | None
+    eval_episodes: int
+    eval_seed: int
+    out_dir: str
+    shifted: tuple[tuple[str, str], ...] = ()  # (name, env_kwargs JSON)
+    score_patch_json: str | None = None  # evaluate the shaped return under this patch too
+
+
+@dataclass(frozen=True)
+class Scores:
+    """Per-episode evaluation results of one agent on one env variant."""
+
+    returns: tuple[float, ...]
+    successes: tuple[float, ...]
+    violations: tuple[float, ...]
+    nan: bool = False
+
+    @property
+    def finite(self) -> bool:
+        """True when every return is a finite number and no NaN was seen."""
+        return not self.nan and bool(self.returns) and all(math.isfinite(r) for r in self.returns)
+
+
+@dataclass(frozen=True)
+class ArmResult:
+    """What one arm job returns: training cost, and scores on the original task and variants."""
+
+    arm: str
+    seed: int
+    env_steps: int
+    train_wall_s: float
+    diverged: bool = False
+    reason: str = ""
+    nominal: Scores | None = None
+    shifted: dict[str, Scores] = field(default_factory=dict)
+    shaped_returns: tuple[float, ...] | None = None
+    shaped_return_train: float | None = None
+
+
+def _scores(records: Sequence[Any]) -> Scores:
+    return Scores(
+        returns=tuple(float(r.ret) for r in records),
+        successes=tuple(float(bool(r.success)) for r in records),
+        violations=tuple(float(r.violations) for r in records),
+        nan=any(bool(getattr(r, "nan", False)) for r in records),
+    )
+
+
+def _obs_normalizer(run: Any) -> Any:
+    """The run's saved VecNormalize (frozen) for normalizing observations in rollouts, or None."""
+    if run.vecnormalize_path is None:
+        return None
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    return run.load_vecnormalize(DummyVecEnv([run.make_env]))
+
+
+def _evaluate(model: Any, factory: Callable[[], Any], run: Any, spec: ArmSpec, vecnormalize: Any) -> Scores:
+    from ..evidence.rollouts import rollout
+
+    c = run.config
+    records = rollout(model, factory, n_episodes=spec.eval_episodes, seed=spec.eval_seed, deterministic=True,
+                      success=c.success, constraints=c.constraints, keep_trajectories=0, vecnormalize=vecnormalize)
+    return _scores(records)
+
+
+def _shaped_returns(model: Any, run: Any, spec: ArmSpec, vecnormalize: Any) -> tuple[float, ...]:
+    """Returns under the treatment's training reward (patched env), for the reward-hacking test."""
+    from ..evidence.envs import env_traits
+    from ..evidence.rollouts import rollout
+    from ..patches.apply import PatchPlan, make_patched_env_fn
+
+    c = run.config
+    patch = Patch.model_validate_json(spec.score_patch_json or "")
+    plan = PatchPlan.from_patch(patch, env_traits(c.env_id, c.env_kwargs), c.algo)
+    factory = make_patched_env_fn(c.env_id, c.env_kwargs, c.wrappers, plan, None, max_episode_steps=c.max_episode_steps)
+    records = rollout(model, factory, n_episodes=spec.eval_episodes, seed=spec.eval_seed, deterministic=True,
+                      success=c.success, constraints=(), keep_trajectories=0, vecnormalize=vecnormalize)
+    return tuple(float(r.train_ret) for r in records)
+
+
+def _control_wrapper(patch_json: str | None) -> Callable[[Any], Any]:
+    """How the agent acts on the evaluation env: with the patch's action repeat, if any (it is part
+    of the agent's control interface, like an observation wrapper), else unchanged. Original
+    rewards are summed over repeated steps, so returns stay on the original task's scale."""
+    if patch_json is None:
+        return lambda env: env
+    n = 1
+    for part in Patch.model_validate_json(patch_json).parts:
+        if isinstance(part, ActionRepeat):
+            n *= part.n
+    if n == 1:
+        return lambda env: env
+    from ..patches.apply import ActionRepeatWrapper
+
+    return lambda env: ActionRepeatWrapper(env, n)
+
+
+def run_arm(spec: ArmSpec) -> ArmResult:
+    """Fine-tune one arm (see :func:`remedy.cases.verify.training.finetune`) and evaluate it; a worker job."""
+    from ..evidence.envs import make_env
+    from ..evidence.rundir import RunDir
+    from .training import finetune
+
+    ft = finetune(spec.run_dir, spec.patch_json, budget_steps=spec.budget_steps, seed=spec.seed,
+                  n_envs=spec.n_envs, out_dir=spec.out_dir, learning_rate=spec.learning_rate)
+    base = dict(arm=spec.arm, seed=spec.seed, env_steps=ft.env_steps, train_wall_s=ft.wall_time_s,
+                shaped_return_train=ft.shaped_return_mean)
+    if ft.diverged:
+        return ArmResult(**base, diverged=True, reason=ft.reason or "training diverged")
+    run = RunDir.load(ft.run_dir)
+    c = run.config
+    model = run.load_model()
+    vn = _obs_normalizer(run)
+    control = _control_wrapper(spec.patch_json)
+    nominal = _evaluate(model, lambda: control(run.make_env(for_evaluation=True)), run, spec, vn)
+    shifted = {}
+    for name, kwargs_json in spec.shifted:
+        kwargs = {**c.env_kwargs, **json.loads(kwargs_json)}
+        factory = lambda kw=kwargs: control(make_env(c.env_id, kw, wrappers=c.wrappers,  # noqa: E731
+                                                     for_evaluation=True, max_episode_steps=c.max_episode_steps))
+        shifted[name] = _evaluate(model, factory, run, spec, vn)
+    shaped = _shaped_returns(model, run, spec, vn) if spec.score_patch_json else None
+    return ArmResult(**base, nominal=nominal, shifted=shifted, shaped_returns=shaped)
+
+
+# --------------------------------------------------------------------------- trajectory preference check
+
+
+@dataclass(frozen=True)
+class PreferenceResult:
+    """Does the shaped return rank successful evidence episodes above failed ones?"""
+
+    ok: bool
+    prob: float | None  # P(shaped return of a success > that of a failure), ties half; None if undecidable
+    n_success: int
+    n_failed: int
+    message: str
+
+
+def preference_check(run_dir: str, patch_json: str, n_episodes: int, seed: int) -> PreferenceResult:
+    """Replay the evidence episodes (same agent, same seeds) under the patch's reward; a worker job.
+
+    Only the patch's reward-shaping parts are applied, so the episodes are the
+    evidence episodes themselves and only their rewards change; both the
+    deterministic and the stochastic policy are rolled out, as in evidence.
+    Undecidable (all episodes succeed, or none) counts as passing.
+    """
+    from ..evidence.envs import env_traits
+    from ..evidence.rollouts import rollout
+    from ..patches.apply import PatchPlan, make_patched_env_fn
+    from ..evidence.rundir import RunDir
+
+    run = RunDir.load(run_dir)
+    c = run.config
+    shaping = [p for p in Patch.model_validate_json(patch_json).parts if isinstance(p, RewardShaping)]
+    plan = PatchPlan.from_patch(Patch(parts=shaping), env_traits(c.env_id, c.env_kwargs), c.algo)
+    factory = make_patched_env_fn(c.env_id, c.env_kwargs, c.wrappers, plan, None, max_episode_steps=c.max_episode_steps)
+    model, vn = run.load_model(), _obs_normalizer(run)
+    records = [r for det in (True, False) for r in rollout(
+        model, factory, n_episodes=n_episodes, seed=seed, deterministic=det, success=c.success,
+        keep_trajectories=0, vecnormalize=vn) if not r.nan]
+    good = [r.train_ret for r in records if r.success]
+    bad = [r.train_ret for r in records if not r.success]
+    return preference_verdict(good, bad)
+
+
+def preference_verdict(good: list[float], bad: list[float]) -> PreferenceResult:
+    """Verdict from shaped returns of successful (``good``) and failed (``bad``) episodes.
+
+    Passes when P(good > bad) + 0.5 P(tie) exceeds :data:`PREFERENCE_MIN`, so a
+    constant reward (all ties) fails; undecidable (one side empty) passes.
+    """
+    if not good or not bad:
+        what = "no episode succeeded" if not good else "every episode succeeded"
+        return PreferenceResult(True, None, len(good), len(bad), f"preference check undecidable: {what}")
+    if not all(math.isfinite(x) for x in good + bad):
+        return PreferenceResult(False, None, len(good), len(bad), "shaped return is not finite on evidence episodes")
+    p = stats.prob_improvement(good, bad)
+    ok = p > PREFERENCE_MIN
+    verdict = "ranks" if ok else "does not rank"
+    msg = (f"shaped reward {verdict} successful episodes above failed ones "
+           f"(P={p:.2f} over {len(good)} successes x {len(bad)} failures)")
+    return PreferenceResult(ok, p, len(good), len(bad), msg)

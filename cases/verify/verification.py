@@ -1,0 +1,372 @@
+"""Verification: does a patch help, measured against a same-budget control on the original task?
+
+For each seed, two fine-tunes run as executor jobs: the treatment (checkpoint +
+patch) and the control (checkpoint, no patch, same budget; for a patch that only
+adds training steps, the control is the unpatched checkpoint itself). Each job
+also evaluates its agent — on the ORIGINAL task (``for_evaluation=True``: fault
+and reward wrappers dropped, observation wrappers kept), on each shifted-env
+variant, and, for a reward-shaping patch, under the patched reward — so a job
+is one process start and everything crossing the process boundary is a small
+picklable value. The effect is treatment minus control with a stratified
+bootstrap CI (:mod:`remedy.cases.verify.stats`).
+
+Cheap checks come first: the patch must pass :func:`check_patch` (static
+sandbox rules, fuzzing, fit to env and algorithm), and a reward-shaping patch
+must rank successful evidence episodes above failed ones (trajectory
+preference check) unless ``force``. A refused patch, a crashed, timed-out or
+diverged job, or a NaN evaluation yields a ``failed`` case with the reason and
+no effect — never a zero score.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import platform
+import tempfile
+import time
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from . import stats
+from ..errors import VerificationError
+from .executors import Executor, Job, JobResult, get_executor
+from ..model import Case, Effect, Provenance, Source, Status, Verification, new_case_id
+from .arms import ARM_JOB, ArmResult, ArmSpec, preference_check
+from ..patches.spec import Patch, RewardShaping
+
+__all__ = [
+    "VerifyConfig",
+    "VerifyProgress",
+    "verify_patch",
+    "decide_status",
+    "versions",
+]
+
+#: ``progress(message, done, total)``: called at each stage and as each job finishes.
+VerifyProgress = Callable[[str, int, int], None]
+
+
+@dataclass(frozen=True)
+class VerifyConfig:
+    """How much verification to spend.
+
+    ``budget_steps`` None means ``budget_fraction`` (20%) of the subject's
+    original training steps; ``learning_rate`` applies to both arms.
+    """
+
+    seeds: int = 3
+    budget_steps: int | None = None
+    eval_episodes: int = 20
+    n_envs: int = 8
+    executor: str = "local"
+    learning_rate: float | None = None
+    force: bool = False
+    budget_fraction: float = 0.2
+    eval_seed: int = 10_000
+    seed_base: int = 0
+    n_boot: int = 2000
+    confidence: float = 0.95
+    random_state: int = 0
+    job_memory_mb: int = 4096
+    job_wall_s: float | None = None  # None: generous, from the budget
+
+    def budget_for(self, train_steps: int | None) -> int:
+        """Fine-tuning steps per arm: explicit, or a fraction of the original training."""
+        if self.budget_steps is not None:
+            return int(self.budget_steps)
+        if not train_steps:
+            raise VerificationError("run.yaml has no train_steps, so the default budget is unknown; pass --budget STEPS")
+        return max(1, int(round(self.budget_fraction * train_steps)))
+
+    def check(self) -> None:
+        """Refuse settings that cannot produce a measurement."""
+        if self.seeds < 1 or self.eval_episodes < 1 or self.n_envs < 1:
+            raise VerificationError("--seeds, --episodes and n_envs must each be at least 1")
+        if self.budget_steps is not None and self.budget_steps < 1:
+            raise VerificationError("--budget must be at least 1 env step (fine-tuning is the treatment)")
+
+
+# --------------------------------------------------------------------------- status
+
+
+def decide_status(primary: Effect | None, shaped: Effect | None = None, failure: str = "") -> Status:
+    """``failed`` on any failure; ``improved``/``worse`` when the CI excludes zero; ``reward_hacking``
+    when the shaped return rose clearly (CI above zero) while the task metric did not improve."""
+    if failure or primary is None:
+        return Status.failed
+    if primary.ci_low > 0:
+        return Status.improved
+    if shaped is not None and shaped.ci_low > 0:
+        return Status.reward_hacking
+    if primary.ci_high < 0:
+        return Status.worse
+    return Status.no_effect
+
+
+def versions() -> dict[str, str]:
+    """Versions of what produced a measurement: remedy, gymnasium, SB3, torch, numpy, python."""
+    out = {"python": platform.python_version()}
+    for name in ("remedy", "gymnasium", "stable_baselines3", "sb3_contrib", "torch", "numpy"):
+        try:
+            out[name] = metadata.version(name.replace("_", "-"))
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+# --------------------------------------------------------------------------- orchestration
+
+
+@dataclass
+class _Context:
+    """What one verification knows before any job runs (internal)."""
+
+    run: Any
+    patch: Patch
+    config: VerifyConfig
+    budget: int
+    subject: Any
+    evidence: Any
+    signature: Any
+    scenario: str | None
+    started: float
+    progress: VerifyProgress | None
+    notes: list[str] = field(default_factory=list)
+
+    def say(self, message: str, done: int = 0, total: int = 0) -> None:
+        if self.progress is not None:
+            self.progress(message, done, total)
+
+
+def _limits(config: VerifyConfig, steps: int, evaluations: int) -> Any:
+    from ..patches.worker import Limits
+
+    # generous: a shared 2-core box may run PPO at ~100 steps/s; evaluation episodes are short
+    wall = config.job_wall_s or 600.0 + steps / 50.0 + 5.0 * evaluations
+    return Limits(cpu_s=2.0 * wall, memory_mb=config.job_memory_mb, wall_s=wall, no_network=True)
+
+
+def _shifted(scenario: Any) -> tuple[tuple[str, str], ...]:
+    variants = getattr(scenario, "shifted", None) or ()
+    out = []
+    for v in variants:
+        name = v["name"] if isinstance(v, dict) else v.name
+        kwargs = v.get("env_kwargs", {}) if isinstance(v, dict) else v.env_kwargs
+        out.append((str(name), json.dumps(kwargs, sort_keys=True, default=str)))
+    return tuple(out)
+
+
+def _precheck(ctx: _Context) -> str:
+    """Why the patch must not be trained ('' when it may): sandbox and fit, then trajectory preference."""
+    from ..patches.check import check_patch
+    from ..patches.worker import run_limited
+
+    c = ctx.run.config
+    report = check_patch(ctx.patch, c.env_id, c.env_kwargs, c.algo)
+    if not report.ok:
+        return f"patch refused by pre-check ({report.rule}): {report.message}"
+    if not any(isinstance(p, RewardShaping) for p in ctx.patch.parts):
+        return ""
+    try:
+        pref = run_limited(preference_check, str(ctx.run.path), ctx.patch.model_dump_json(), ctx.config.eval_episodes,
+                           ctx.config.eval_seed, limits=_limits(ctx.config, 0, 2 * ctx.config.eval_episodes))
+    except Exception as err:  # noqa: BLE001 - the patch's code broke the check: that is the verdict
+        return f"trajectory preference check failed to run the reward code: {type(err).__name__}: {err}"
+    ctx.notes.append(pref.message)
+    if pref.ok:
+        return ""
+    if ctx.config.force:
+        ctx.notes.append("trained anyway (--force)")
+        return ""
+    return f"trajectory preference check failed: {pref.message}; pass --force to train it anyway"
+
+
+def _jobs(ctx: _Context, shifted: tuple[tuple[str, str], ...], workdir: Path) -> list[Job]:
+    from .training import arm_budgets
+
+    cfg = ctx.config
+    t_budget, c_budget = arm_budgets(ctx.patch, ctx.budget)
+    control_is_checkpoint = c_budget == 0 and t_budget == 0
+    reward_patch = any(isinstance(p, RewardShaping) for p in ctx.patch.parts)
+    extra = sum(getattr(p, "extra_steps", 0) for p in ctx.patch.parts)
+    limits = _limits(cfg, max(t_budget, c_budget) + extra, cfg.eval_episodes * (2 + len(shifted)))
+    common = dict(run_dir=str(Path(ctx.run.path).resolve()), n_envs=cfg.n_envs, learning_rate=cfg.learning_rate,
+                  eval_episodes=cfg.eval_episodes, eval_seed=cfg.eval_seed, shifted=shifted,
+                  score_patch_json=ctx.patch.model_dump_json() if reward_patch else None)
+    jobs = []
+    for i in range(cfg.seeds):
+        seed = cfg.seed_base + i
+        arms = [("treatment", ctx.patch.model_dump_json(), t_budget)]
+        if not control_is_checkpoint or i == 0:  # the checkpoint control is the same agent for every seed
+            arms.append(("control", None, c_budget))
+        for arm, patch_json, budget in arms:
+            spec = ArmSpec(arm=arm, seed=seed, patch_json=patch_json, budget_steps=budget,
+                           out_dir=str(workdir / f"{arm}-{seed}"), **common)
+            jobs.append(Job(id=f"{arm} seed {seed}", fn=ARM_JOB, kwargs={"spec": spec}, limits=limits))
+    return jobs
+
+
+def _collect(jobs: Sequence[Job], results: Sequence[JobResult]) -> tuple[dict[str, list[ArmResult]], list[str], int]:
+    """Arm results by arm, failures ('job: reason'), and env steps spent by every job that reported."""
+    arms: dict[str, list[ArmResult]] = {"treatment": [], "control": []}
+    failures, steps = [], 0
+    for job, res in zip(jobs, results):
+        if not res.ok:
+            failures.append(f"{job.id}: {res.error}")
+            continue
+        ar: ArmResult = res.value
+        steps += int(ar.env_steps)
+        if ar.diverged:
+            failures.append(f"{job.id}: {ar.reason}")
+        elif ar.nominal is None or not ar.nominal.finite or not all(s.finite for s in ar.shifted.values()):
+            failures.append(f"{job.id}: evaluation produced NaN or inf")
+        elif ar.shaped_returns is not None and not all(math.isfinite(x) for x in ar.shaped_returns):
+            failures.append(f"{job.id}: shaped return is NaN or inf")
+        else:
+            arms[ar.arm].append(ar)
+    return arms, failures, steps
+
+
+def _effects(t: list[ArmResult], c: list[ArmResult], cfg: VerifyConfig) -> tuple[str, dict[str, Effect]]:
+    """Every effect measured, and the name of the primary one."""
+
+    def eff(name: str, pick: Callable[[ArmResult], Sequence[float]], agg: Callable) -> Effect:
+        return stats.effect(name, [pick(a) for a in t], [pick(a) for a in c], aggregate=agg,
+                            n_boot=cfg.n_boot, confidence=cfg.confidence, random_state=cfg.random_state)
+
+    out = {
+        "return_iqm": eff("return_iqm", lambda a: a.nominal.returns, stats.iqm),
+        "success_rate": eff("success_rate", lambda a: a.nominal.successes, stats.mean),
+    }
+    if any(v for a in t + c for v in a.nominal.violations):
+        out["violations"] = eff("violations", lambda a: a.nominal.violations, stats.mean)
+    for name in t[0].shifted:
+        out[f"shifted:{name}:return_iqm"] = eff(f"shifted:{name}:return_iqm", lambda a: a.shifted[name].returns, stats.iqm)
+        out[f"shifted:{name}:success_rate"] = eff(
+            f"shifted:{name}:success_rate", lambda a: a.shifted[name].successes, stats.mean)
+    if all(a.shaped_returns is not None for a in t + c):
+        out["shaped_return"] = eff("shaped_return", lambda a: a.shaped_returns, stats.iqm)
+    outcomes = {s for a in t + c for s in a.nominal.successes}
+    return ("success_rate" if len(outcomes) > 1 else "return_iqm"), out
+
+
+def _violations(arms: dict[str, list[ArmResult]]) -> dict[str, float]:
+    out = {}
+    for arm, results in arms.items():
+        per_episode = [v for a in results for v in a.nominal.violations]
+        if per_episode:
+            out[f"{arm}_per_episode"] = float(np.mean(per_episode))
+    return out
+
+
+def _verification(ctx: _Context, jobs: Sequence[Job], results: Sequence[JobResult]) -> Verification:
+    arms, failures, steps = _collect(jobs, results)
+    base = dict(seeds=ctx.config.seeds, budget_steps=_treatment_steps(ctx), env_steps=steps)
+    if failures or not arms["treatment"] or not arms["control"]:
+        reason = "; ".join(failures) or "no arm produced a result"
+        return Verification(status=Status.failed, reason=_reason(ctx, reason), wall_time_s=_elapsed(ctx), **base)
+    primary_name, effects = _effects(arms["treatment"], arms["control"], ctx.config)
+    primary = effects[primary_name]
+    status = decide_status(primary, effects.get("shaped_return"))
+    summary = (f"{primary_name}: treatment {primary.treatment:.3g} vs control {primary.control:.3g}, "
+               f"diff {primary.diff:+.3g} [{primary.ci_low:+.3g}, {primary.ci_high:+.3g}]")
+    return Verification(status=status, effect=primary, secondary={k: v for k, v in effects.items() if k != primary_name},
+                        safety_violations=_violations(arms) if ctx.run.config.constraints else {},
+                        per_seed=_per_seed(arms, primary_name), reason=_reason(ctx, summary),
+                        wall_time_s=_elapsed(ctx), **base)
+
+
+def _per_seed(arms: dict[str, list[ArmResult]], metric: str) -> dict[str, list[float]]:
+    """The primary metric of each run, by arm, in seed order (for tables and later analysis)."""
+    pick = (lambda a: stats.mean(a.nominal.successes)) if metric == "success_rate" else (lambda a: stats.iqm(a.nominal.returns))
+    return {arm: [pick(a) for a in sorted(results, key=lambda a: a.seed)] for arm, results in arms.items()}
+
+
+def _treatment_steps(ctx: _Context) -> int:
+    """Fine-tuning steps of one treatment run (a budget-only patch: its extra steps)."""
+    from .training import arm_budgets
+
+    return arm_budgets(ctx.patch, ctx.budget)[0] + sum(getattr(p, "extra_steps", 0) for p in ctx.patch.parts)
+
+
+def _elapsed(ctx: _Context) -> float:
+    return max(0.0, time.perf_counter() - ctx.started)
+
+
+def _reason(ctx: _Context, text: str) -> str:
+    return "; ".join([text, *ctx.notes])
+
+
+def _case(ctx: _Context, verification: Verification) -> Case:
+    from ..evidence.rollouts import to_evidence
+
+    cfg = ctx.config
+    key = ("verified", ctx.subject.checkpoint_sha256, ctx.patch.model_dump(mode="json"), ctx.scenario, cfg.seeds,
+           ctx.budget, cfg.eval_episodes, cfg.n_envs, cfg.learning_rate, cfg.force, cfg.seed_base, cfg.eval_seed)
+    v = versions()
+    return Case(
+        case_id=new_case_id(*key), source=Source.verified, subject=ctx.subject, evidence=to_evidence(ctx.evidence),
+        signature=ctx.signature, patch=ctx.patch, verification=verification,
+        provenance=Provenance(remedy_version=v.get("remedy", ""), versions=v), scenario=ctx.scenario,
+    )
+
+
+def _context(run_dir: Any, patch: Patch, config: VerifyConfig, scenario: Any, progress: VerifyProgress | None) -> _Context:
+    from ..evidence.rollouts import collect_evidence
+    from ..evidence.rundir import RunDir
+    from ..evidence.signature import compute_signature
+
+    started = time.perf_counter()
+    run = run_dir if isinstance(run_dir, RunDir) else RunDir.load(run_dir)
+    subject = run.subject()
+    budget = config.budget_for(subject.train_steps)
+    if progress is not None:
+        progress("collecting evidence", 0, 0)
+    bundle = collect_evidence(run, n_episodes=config.eval_episodes, seed=config.eval_seed)
+    name = getattr(scenario, "name", None) if scenario is not None else None
+    return _Context(run=run, patch=patch, config=config, budget=budget, subject=subject, evidence=bundle,
+                    signature=compute_signature(bundle, subject), scenario=name, started=started, progress=progress)
+
+
+def verify_patch(
+    run_dir: Any,
+    patch: Patch,
+    config: VerifyConfig | None = None,
+    *,
+    executor: Executor | None = None,
+    scenario: Any = None,
+    progress: VerifyProgress | None = None,
+) -> Case:
+    """Verify ``patch`` on the agent in ``run_dir`` (a RunDir or a path) and return the case; the caller stores it.
+
+    Raises :class:`RemedyError` only for unusable input (missing run directory,
+    corrupt checkpoint, bad settings); a patch that is refused, crashes, times
+    out or diverges yields a ``failed`` case with the reason. ``scenario`` (a
+    fault scenario) contributes its name and shifted-env variants. With a Ray
+    executor on a cluster, ``run_dir`` must be on storage every node can read.
+    """
+    config = config or VerifyConfig()
+    config.check()
+    ctx = _context(run_dir, patch, config, scenario, progress)
+    ctx.say("pre-checks")
+    refusal = _precheck(ctx)
+    if refusal:
+        failed = Verification(status=Status.failed, reason=refusal, seeds=config.seeds, budget_steps=_treatment_steps(ctx),
+                              wall_time_s=_elapsed(ctx))
+        return _case(ctx, failed)
+    owned = executor is None
+    executor = executor or get_executor(config.executor)
+    with tempfile.TemporaryDirectory(prefix="remedy-verify-") as tmp:
+        jobs = _jobs(ctx, _shifted(scenario), Path(tmp))
+        ctx.say(f"{len(jobs)} jobs", 0, len(jobs))
+        try:
+            results = executor.run(jobs, progress=lambda r, d, n: ctx.say(f"{r.id}: {'ok' if r.ok else 'failed'}", d, n))
+        finally:
+            if owned and hasattr(executor, "shutdown"):
+                executor.shutdown()
+    return _case(ctx, _verification(ctx, jobs, results))

@@ -1,0 +1,95 @@
+"""The `remedy` command line: a thin adapter over the KnowledgeBase and the case machinery.
+
+Each command parses its arguments, calls one core function and renders the
+result (a rich table, or JSON with ``--json``). Commands live in the
+modules of this package by area; this module registers them all and maps every
+:class:`RemedyError` to one red line on stderr and exit status 1.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import typer  # noqa: E402
+from rich.console import Console  # noqa: E402
+
+from remedy.cases.errors import RemedyError  # noqa: E402
+
+from . import bench, diagnose, kb, patch, signature, verify  # noqa: E402
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="remedy",
+    help="Remedy: diagnose why a trained RL agent fails, patch it, verify the patch, and remember.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+kb_app = typer.Typer(help="Create, inspect, import, export and reindex the knowledge base.", no_args_is_help=True)
+case_app = typer.Typer(help="Look at stored cases.", no_args_is_help=True)
+patch_app = typer.Typer(help="Check patch files before they are used.", no_args_is_help=True)
+bench_app = typer.Typer(help="Fault-scenario suite: build the broken agents, run the fix loop on them.", no_args_is_help=True)
+app.add_typer(kb_app, name="kb")
+app.add_typer(case_app, name="case")
+app.add_typer(patch_app, name="patch")
+app.add_typer(bench_app, name="bench")
+
+# Every command is registered here, in one place and one style: (group, name, function).
+_COMMANDS = [
+    (kb_app, "init", kb.kb_init),
+    (kb_app, "stats", kb.kb_stats),
+    (kb_app, "schema", kb.kb_schema),
+    (kb_app, "reindex", kb.kb_reindex),
+    (kb_app, "import", kb.kb_import),
+    (kb_app, "export", kb.kb_export),
+    (app, "query", kb.query),
+    (app, "similar", kb.similar),
+    (case_app, "show", kb.case_show),
+    (app, "signature", signature.signature_command),
+    (patch_app, "check", patch.check),
+    (app, "verify", verify.verify),
+    (app, "diagnose", diagnose.diagnose),
+    (app, "fix", diagnose.fix_cmd),
+    (bench_app, "build", bench.build_cmd),
+    (bench_app, "run", diagnose.bench_run),
+    (bench_app, "curve", diagnose.bench_curve),
+    (app, "demo", diagnose.demo_cmd),
+]
+for _group, _name, _func in _COMMANDS:
+    _group.command(_name)(_func)
+
+_err = Console(stderr=True)
+
+
+def main() -> None:
+    """Entry point of the ``remedy`` console script."""
+    try:
+        code = app(standalone_mode=False)  # a command's typer.Exit(n) comes back as n here
+        if isinstance(code, int) and code:
+            sys.exit(code)
+    except RemedyError as err:
+        _err.print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
+        sys.exit(1)
+    except typer.Exit as ex:
+        sys.exit(ex.exit_code)
+    except typer.Abort:
+        _err.print("[red]aborted[/]")
+        sys.exit(130)
+    except Exception as ex:  # click usage errors arrive here in non-standalone mode
+        import click
+
+        if isinstance(ex, click.ClickException):
+            ex.show()
+            sys.exit(ex.exit_code)
+        raise
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,411 @@
+"""`remedy diagnose`, `remedy fix`, `remedy bench run|curve`, `remedy demo`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from remedy.cases.errors import KBNotFoundError, KBPathError
+from remedy.cases.patches.io import save_patch
+
+from .common import DEFAULT_KB, JsonOption, KbOption, console, print_json
+
+__all__ = ["diagnose", "fix_cmd", "bench_run", "bench_curve", "demo_cmd", "write_patches"]
+
+DiagnoserOption = Annotated[
+    str, typer.Option("--diagnoser", help="offline (no network), llm (needs REMEDY_LM), or auto (llm if configured).")
+]
+
+
+
+
+def diagnose(
+    run_dir: Annotated[Path, typer.Argument(help="Run directory (run.yaml + model.zip).")],
+    diagnoser: DiagnoserOption = "offline",
+    k: Annotated[int, typer.Option("--k", min=0, help="Similar cases to retrieve.")] = 10,
+    episodes: Annotated[int, typer.Option("--episodes", min=1, help="Evaluation episodes for the signature.")] = 20,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the evaluation rollouts.")] = 0,
+    exclude_scenario: Annotated[
+        str | None, typer.Option("--exclude-scenario", help="Leave out cases of this scenario (benchmarks).")
+    ] = None,
+    write_patches_dir: Annotated[
+        Path | None, typer.Option("--write-patches", help="Write each candidate as a YAML patch file here.")
+    ] = None,
+    kb: KbOption = Path(DEFAULT_KB),
+    as_json: JsonOption = False,
+) -> None:
+    """Say why the agent in RUN_DIR fails: ranked root causes and candidate patches.
+
+    The llm backend reads REMEDY_LM (a litellm model string such as openai/gpt-4o-mini or
+    ollama_chat/llama3.1), REMEDY_LM_API_BASE (e.g. http://localhost:8000/v1 for a local
+    OpenAI-compatible server) and REMEDY_LM_API_KEY.
+    """
+    from remedy.kb.diagnose import diagnose_run
+
+    backend = _backend(diagnoser)
+    store, warnings = _open_kb(kb)
+    try:
+        report = diagnose_run(store, run_dir, diagnoser=backend, k=k, n_episodes=episodes, seed=seed,
+                              exclude_scenario=exclude_scenario)
+    finally:
+        if store is not None:
+            store.close()
+    report = report.model_copy(update={"warnings": [*warnings, *report.warnings]})
+    written = write_patches(report.candidates, write_patches_dir) if write_patches_dir else []
+    if as_json:
+        data = report.model_dump(mode="json")
+        data["patch_files"] = [str(p) for p in written]
+        print_json(data)
+        return
+    _render(report, written)
+
+
+def _backend(name: str):
+    """The named backend, built before any rollout so a bad name or a missing LM fails fast."""
+    from remedy.retrieval.diagnosis import get_diagnoser
+
+    backend = get_diagnoser(name)
+    if name == "llm":
+        _ = backend.lm  # raises LMError now when REMEDY_LM is not set
+    return backend
+
+
+def _open_kb(path: Path):
+    """The KB at ``path``, or None (cold: priors only) with a warning when there is none yet."""
+    from remedy.kb.facade import KnowledgeBase
+
+    try:
+        return KnowledgeBase.open(path, create=False), []
+    except KBNotFoundError:
+        return None, [f"no knowledge base at {path}: advice comes from the built-in priors only "
+                      "(create one with `remedy kb init`)"]
+
+
+def write_patches(candidates, directory: Path) -> list[Path]:
+    """Write each candidate patch as ``NN-<family>.yaml`` under ``directory``; returns the paths."""
+    directory.mkdir(parents=True, exist_ok=True)
+    out = []
+    for i, cand in enumerate(candidates, start=1):
+        path = directory / f"{i:02d}-{cand.family.value}.yaml"
+        save_patch(cand.patch, path)
+        out.append(path)
+    return out
+
+
+def _render(report, written: list[Path]) -> None:
+    d, sig = report.diagnosis, report.signature
+    console.print(f"[bold]Signature[/]: {sig.summary}")
+    console.print("symptoms: " + (", ".join(sig.symptoms) or "none"), highlight=False)
+    causes = Table(title=f"Root causes ({d.backend}, {d.program_version})", title_justify="left")
+    for col in ("#", "cause", "confidence", "rationale"):
+        causes.add_column(col, overflow="fold")
+    for i, c in enumerate(d.causes, start=1):
+        causes.add_row(str(i), c.cause.value, f"{c.confidence:.2f}", c.rationale)
+    console.print(causes)
+    cands = Table(title="Candidate patches", title_justify="left")
+    for col in ("#", "family", "patch", "cost", "score", "cites"):
+        cands.add_column(col, overflow="fold")
+    for i, c in enumerate(report.candidates, start=1):
+        cands.add_row(str(i), c.family.value, c.patch.summary(), c.compute_cost, f"{c.score:.2f}", ", ".join(c.cites))
+    console.print(cands)
+    console.print("cited cases: " + (", ".join(d.cited_cases) or "none"), highlight=False)
+    console.print("cited rules: " + (", ".join(d.cited_rules) or "none"), highlight=False)
+    for path in written:
+        console.print(f"wrote {path}", highlight=False)
+    for w in report.warnings:
+        console.print(f"[yellow]warning:[/] {w}", highlight=False)
+
+
+# ---- remedy fix, remedy bench run|curve, remedy demo (the fix-loop issue) ---------------------
+
+
+def _effect_text(effect) -> str:
+    """``+0.45 ± [0.2, 0.7] success_rate`` for an Effect, ``-`` for none."""
+    if effect is None:
+        return "-"
+    return f"{effect.diff:+.3g} [{effect.ci_low:+.3g}, {effect.ci_high:+.3g}] {effect.metric}"
+
+
+_STATUS_COLOUR = {"improved": "green", "worse": "red", "reward_hacking": "magenta", "failed": "red"}
+
+
+def _status_text(status: str) -> str:
+    return f"[{_STATUS_COLOUR.get(status, 'yellow')}]{status}[/]"
+
+
+class _Live:
+    """Progress while a long command runs: a rich bar on stderr plus one kept line per finished attempt."""
+
+    def __init__(self, disable: bool = False) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                             console=Console(stderr=True), transient=True, disable=disable)
+        self._task = None
+        self.disable = disable
+
+    def __enter__(self) -> "_Live":
+        self._bar.__enter__()
+        self._task = self._bar.add_task("starting", total=None)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._bar.__exit__(*exc)
+
+    def update(self, message: str, done: int = 0, total: int = 0) -> None:
+        """Show ``message`` (and ``done/total`` jobs); keep a line for each attempt's outcome."""
+        self._bar.update(self._task, description=message[:110], completed=done, total=total or None)
+        if not self.disable and message.endswith(("improved", "no_effect", "worse", "reward_hacking", "failed")):
+            self._bar.console.print(message, highlight=False)
+
+    def scenario(self, name: str, message: str, done: int = 0, total: int = 0) -> None:
+        """``update`` with the scenario's name in front."""
+        self.update(f"{name}: {message}" if name else message, done, total)
+
+
+def _attempts_table(result, title: str = "What was tried") -> Table:
+    t = Table(title=title, title_justify="left")
+    for col, kw in (("round", {"justify": "right"}), ("family", {"overflow": "fold"}), ("patch", {"overflow": "fold"}),
+                    ("status", {}), ("effect [95% CI]", {}), ("env steps", {"justify": "right"}),
+                    ("case", {"overflow": "fold"})):
+        t.add_column(col, **kw)
+    for a in result.attempts:
+        t.add_row(str(a.round), a.family, a.patch.summary(), _status_text(a.status), _effect_text(a.effect),
+                  f"{a.env_steps:,}", a.case_id)
+    return t
+
+
+def _render_fix(result) -> None:
+    first = result.first_diagnosis
+    if first is not None:
+        causes = ", ".join(f"{c.cause.value} ({c.confidence:.0%})" for c in first.diagnosis.causes[:3]) or "none"
+        console.print(f"[bold]Diagnosis[/] (round 1): {causes}", highlight=False)
+    console.print(_attempts_table(result))
+    for a in result.attempts:
+        if a.status == "failed":
+            console.print(f"[red]failed[/] round {a.round} ({a.patch.summary()}): {a.reason[:300]}", highlight=False)
+    console.print(f"{result.rounds_used} round(s); stopped: {result.stop_reason}", highlight=False)
+    if result.winner is not None:
+        w = result.winner
+        console.print(f"[bold green]fixed[/] by {w.patch.summary()} ({_effect_text(w.effect)}) after "
+                      f"{result.attempts_to_fix} attempt(s), {result.env_steps_to_fix:,} env steps, "
+                      f"{result.wall_time_to_fix_s:.0f} s", highlight=False)
+        console.print(f"winning patch: [bold]{result.patch_path}[/] (apply or re-check it with "
+                      f"`remedy verify {result.run_dir} --patch {result.patch_path}`)", highlight=False, soft_wrap=True)
+    else:
+        console.print("[yellow]no verified fix[/]: every attempt is stored in the KB; try more --rounds, "
+                      "--candidates or a larger --budget", highlight=False)
+    for w in result.warnings:
+        console.print(f"[yellow]warning:[/] {w}", highlight=False)
+
+
+ExecutorOption = Annotated[str, typer.Option("--executor", help="Where verification jobs run: local or ray.")]
+RoundsOption = Annotated[int, typer.Option("--rounds", min=1, help="Diagnose-verify rounds at most.")]
+CandidatesOption = Annotated[int, typer.Option("--candidates", min=1, help="Candidates verified per round.")]
+SeedsOption = Annotated[int, typer.Option("--seeds", min=1, help="Training seeds per arm.")]
+BudgetOption = Annotated[
+    int | None, typer.Option("--budget", min=1, help="Fine-tuning env steps per arm (default: 20% of train_steps, "
+                                                     "or each scenario's own).")]
+
+
+def fix_cmd(
+    run_dir: Annotated[Path, typer.Argument(help="Run directory (run.yaml + model.zip).")],
+    rounds: RoundsOption = 3,
+    candidates: CandidatesOption = 2,
+    seeds: SeedsOption = 3,
+    budget: BudgetOption = None,
+    executor: ExecutorOption = "local",
+    diagnoser: DiagnoserOption = "offline",
+    exhaustive: Annotated[
+        bool, typer.Option("--exhaustive", help="Verify every round's candidates even after a fix.")] = False,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Where to write the winning patch (default <kb>/fixes).")] = None,
+    kb: KbOption = Path(DEFAULT_KB),
+    as_json: JsonOption = False,
+) -> None:
+    """Diagnose → verify the top candidates → store every attempt → repeat until a fix is verified."""
+    from remedy.kb.facade import KnowledgeBase
+    from remedy.cases.evidence.rundir import RunDir
+    from remedy.kb.fixloop import fix, one_torch_thread
+
+    one_torch_thread()
+    run = RunDir.load(run_dir)  # a directory that is not a run fails here, before a KB is created
+    backend = _backend(diagnoser)
+    with KnowledgeBase.open(kb, create=True) as base, _Live(disable=as_json) as live:
+        result = fix(base, run, rounds=rounds, candidates=candidates, seeds=seeds, budget=budget,
+                     executor=executor, diagnoser=backend, exhaustive=exhaustive, out_dir=out,
+                     progress=live.update)
+    if as_json:
+        print_json(result.as_dict())
+        return
+    _render_fix(result)
+
+
+def _bench_settings(diagnoser, rounds, candidates, seeds, budget, executor):
+    from remedy.kb.bench import BenchSettings
+
+    return BenchSettings(diagnoser=diagnoser, rounds=rounds, candidates=candidates, seeds=seeds, budget=budget,
+                         executor=executor)
+
+
+def _bench_table(reports) -> Table:
+    """Overall figures, one column per pass."""
+    t = Table(title="Overall", title_justify="left")
+    t.add_column("figure")
+    for r in reports:
+        t.add_column(r.label, justify="right")
+    pct = (lambda x: f"{x:.0%}")
+    num = (lambda spec: (lambda x: "-" if x is None else format(x, spec)))
+    for name, attr, fmt in (("scenarios", "n", str), ("top-1 accuracy", "top1_accuracy", pct),
+                            ("top-3 accuracy", "top3_accuracy", pct), ("verified-fix rate", "fix_rate", pct),
+                            ("attempts to fix (mean)", "mean_attempts_to_fix", num(".2f")),
+                            ("env steps to fix (mean)", "mean_env_steps_to_fix", num(",.0f")),
+                            ("wall s to fix (mean)", "mean_wall_time_to_fix_s", num(".0f")),
+                            ("total env steps", "total_env_steps", num(",")),
+                            ("total wall s", "total_wall_time_s", num(".0f"))):
+        t.add_row(name, *[fmt(getattr(r.summary, attr)) for r in reports])
+    return t
+
+
+def _scenario_table(report) -> Table:
+    t = Table(title=f"Scenarios ({report.label})", title_justify="left")
+    for col in ("scenario", "ground truth", "first diagnosis", "top-1", "top-3", "fixed", "attempts",
+                "env steps to fix", "wall s to fix", "winning patch"):
+        t.add_column(col, overflow="fold")
+    yes = (lambda b: "[green]yes[/]" if b else "[red]no[/]")
+    for r in report.scenarios:
+        diag = ", ".join(r.first_causes[:3]) or (f"[red]{r.error}[/]" if r.error else "-")
+        t.add_row(r.scenario, ", ".join(r.ground_truth), diag, yes(r.top1), yes(r.top3), yes(r.fixed),
+                  f"{r.attempts_to_fix or '-'}/{r.attempts}",
+                  "-" if r.env_steps_to_fix is None else f"{r.env_steps_to_fix:,}",
+                  "-" if r.wall_time_to_fix_s is None else f"{r.wall_time_to_fix_s:.0f}", r.winning_patch or "-")
+    return t
+
+
+ScenariosOption = Annotated[
+    str | None,
+    typer.Option("--scenarios", help="Name glob over the bundled scenarios ('cartpole_*'), or YAML path/dir/glob.")]
+QuickOption = Annotated[bool, typer.Option("--quick", help="Only the quick default subset (shipped checkpoints).")]
+ReportsOption = Annotated[Path, typer.Option("--reports", help="Where the JSON and Markdown reports go.")]
+CacheOption = Annotated[
+    Path | None, typer.Option("--cache", help="Scenario build cache (default ~/.cache/remedy/scenarios).")]
+
+
+def bench_run(
+    scenarios: ScenariosOption = None,
+    diagnoser: DiagnoserOption = "offline",
+    rounds: RoundsOption = 3,
+    candidates: CandidatesOption = 2,
+    seeds: SeedsOption = 3,
+    budget: BudgetOption = None,
+    executor: ExecutorOption = "local",
+    cold: Annotated[
+        bool, typer.Option("--cold", help="Diagnose against an empty KB (built-in priors only).")] = False,
+    quick: QuickOption = False,
+    reports: ReportsOption = Path("reports/bench"),
+    cache: CacheOption = None,
+    kb: KbOption = Path(DEFAULT_KB),
+    as_json: JsonOption = False,
+) -> None:
+    """Run the fix loop on each fault scenario; score diagnosis accuracy, fix rate and cost to fix."""
+    from remedy.kb.bench import run_bench, select_scenarios, write_report
+    from remedy.kb.facade import KnowledgeBase
+
+    chosen = select_scenarios(scenarios, quick)
+    settings = _bench_settings(diagnoser, rounds, candidates, seeds, budget, executor)
+    _backend(diagnoser)
+    with KnowledgeBase.open(kb, create=True) as base, _Live(disable=as_json) as live:
+        report = run_bench(None if cold else base, chosen, settings, store=base, label="cold" if cold else "kb",
+                           cache_dir=cache, progress=live.scenario)
+    paths = write_report(report, reports)
+    if as_json:
+        print_json({**report.as_dict(), "written": [str(p) for p in paths]})
+        return
+    console.print(_scenario_table(report))
+    console.print(_bench_table([report]))
+    console.print("wrote " + ", ".join(str(p) for p in paths), highlight=False, soft_wrap=True)
+
+def bench_curve(
+    scenarios: ScenariosOption = None,
+    diagnoser: DiagnoserOption = "offline",
+    rounds: RoundsOption = 3,
+    candidates: CandidatesOption = 2,
+    seeds: SeedsOption = 3,
+    budget: BudgetOption = None,
+    executor: ExecutorOption = "local",
+    quick: QuickOption = False,
+    reports: ReportsOption = Path("reports/bench"),
+    cache: CacheOption = None,
+    keep: Annotated[Path | None, typer.Option("--keep-kb", help="Keep the curve's KB (cold and warm cases) here "
+                                                                "instead of a temporary folder.")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """The meta-learning curve: the suite cold (empty KB), then warm (KB of the other scenarios' cold cases)."""
+    import tempfile
+
+    from remedy.kb.bench import run_curve, select_scenarios, write_report
+    from remedy.kb.facade import KnowledgeBase
+
+    chosen = select_scenarios(scenarios, quick)
+    settings = _bench_settings(diagnoser, rounds, candidates, seeds, budget, executor)
+    _backend(diagnoser)
+    with tempfile.TemporaryDirectory(prefix="remedy-curve-") as tmp:
+        where = keep if keep is not None else Path(tmp) / "kb"
+        with KnowledgeBase.open(where, create=True) as work, _Live(disable=as_json) as live:
+            if work.count():
+                raise KBPathError(f"--keep-kb {where} already holds cases; the cold pass needs an empty KB")
+            curve = run_curve(chosen, settings, work_kb=work, cache_dir=cache, progress=live.scenario)
+    paths = write_report(curve, reports)
+    if as_json:
+        print_json({**curve.as_dict(), "written": [str(p) for p in paths]})
+        return
+    console.print(_scenario_table(curve.cold))
+    console.print(_scenario_table(curve.warm))
+    console.print(_bench_table([curve.cold, curve.warm]))
+    console.print("wrote " + ", ".join(str(p) for p in paths), highlight=False, soft_wrap=True)
+
+
+def demo_cmd(
+    kb: KbOption = Path(DEFAULT_KB),
+    fresh: Annotated[
+        bool, typer.Option("--fresh/--keep", help="Start from a fresh KB (default) or keep its cases.")] = True,
+    scenarios: ScenariosOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """The whole loop on the quick fault scenarios: diagnose → verify → store → query (under 10 minutes)."""
+    from remedy.kb.demo import DemoSettings, run_demo
+
+    with _Live(disable=as_json) as live:
+        result = run_demo(kb, fresh=fresh, settings=DemoSettings(scenarios=scenarios), progress=live.scenario)
+    if as_json:
+        print_json(result.as_dict())
+        return
+    _render_demo(result)
+
+
+def _render_demo(result) -> None:
+    from .kb import render_similar
+
+    t = Table(title="Demo: what Remedy did", title_justify="left")
+    for col in ("scenario", "diagnosis (top 2)", "ground truth", "patch", "effect [95% CI]", "status", "attempts"):
+        t.add_column(col, overflow="fold")
+    for row in result.rows:
+        res = row.result
+        shown = res.winner or (res.attempts[-1] if res.attempts else None)
+        t.add_row(row.scenario, ", ".join(row.diagnosis[:2]) or "-", ", ".join(row.ground_truth),
+                  shown.patch.summary() if shown else "-", _effect_text(shown.effect) if shown else "-",
+                  _status_text(shown.status) if shown else "-", str(len(res.attempts)))
+    console.print(t)
+    if result.query_scenario:
+        console.print(render_similar(result.similar, title=f"remedy query: cases similar to {result.query_scenario}'s "
+                                                           "signature"))
+    console.print(f"KB {result.kb_path}: {result.cases_stored} cases ({result.examples_loaded} examples); "
+                  f"demo took {result.wall_time_s:.0f} s", highlight=False)
+    for p in result.written:
+        console.print(f"wrote {p}", highlight=False)
+    if not result.any_improved:
+        console.print("[yellow]no scenario reached a verified improvement this time[/]", highlight=False)

@@ -1,0 +1,316 @@
+"""`remedy kb ...`, `remedy query`, `remedy case show` (knowledge-base issue).
+
+Each command parses its options, calls one KnowledgeBase method and renders the
+result. The facade is imported inside the commands so `remedy --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from .common import DEFAULT_KB, JsonOption, KbOption, console, print_json
+
+if TYPE_CHECKING:
+    from remedy.cases.model import Case
+
+    from remedy.kb.facade import KBStats, SimilarCase
+
+__all__ = ["kb_init", "kb_stats", "kb_schema", "kb_reindex", "kb_import", "kb_export", "query", "similar", "case_show", "render_similar", "render_case", "format_effect"]
+
+_err = Console(stderr=True)
+
+
+class _Space(StrEnum):
+    discrete = "discrete"
+    continuous = "continuous"
+
+
+class _Mode(StrEnum):
+    hybrid = "hybrid"
+    vector = "vector"
+    text = "text"
+
+
+
+
+def _open(kb: Path, create: bool = False, reconcile: bool = True):
+    from remedy.kb.facade import KnowledgeBase
+
+    return KnowledgeBase.open(kb, create=create, reconcile=reconcile)
+
+
+@contextmanager
+def _bar(label: str) -> Iterator[Callable[[int, int], None]]:
+    """A rich progress bar on stderr (stdout stays clean for scripts); yields ``update(done, total)``."""
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=_err, transient=True) as progress:
+        task = progress.add_task(label, total=None)
+
+        def update(done: int, total: int) -> None:
+            progress.update(task, completed=done, total=total)
+
+        yield update
+
+
+# -- kb ------------------------------------------------------------------------------
+
+
+def kb_init(
+    kb: KbOption = Path(DEFAULT_KB),
+    examples: Annotated[
+        bool, typer.Option("--examples/--no-examples", help="Load the bundled example cases.")
+    ] = True,
+) -> None:
+    """Create the knowledge base (and load the bundled example cases)."""
+    with _open(kb, create=True) as base, _bar("loading examples") as update:
+        reports = base.load_examples(progress=update) if examples else []
+        total = base.count()
+    added = sum(r.added for r in reports)
+    console.print(f"KB ready at [bold]{kb}[/]: {total} cases ({added} example cases added).", soft_wrap=True)
+
+
+def kb_stats(kb: KbOption = Path(DEFAULT_KB), as_json: JsonOption = False) -> None:
+    """Case counts by source, status, env and root cause; schema version and index size."""
+    with _open(kb, reconcile=False) as base:
+        stats = base.stats()
+    if as_json:
+        print_json(asdict(stats))
+        return
+    console.print(_stats_table(stats))
+
+
+def _stats_table(stats: KBStats) -> Group:
+    s = stats.store
+    index = f"{stats.index_rows} rows" if stats.index_rows is not None else f"[red]{stats.index_problem}[/]"
+    head = (
+        f"[bold]{stats.path}[/]  {s.total} cases  schema v{stats.schema_version}  "
+        f"index: {index} ({stats.embedder})"
+    )
+    tables = []
+    for title, counts in (
+        ("source", s.by_source),
+        ("status", s.by_status),
+        ("env", s.by_env),
+        ("root cause", s.by_root_cause),
+    ):
+        t = Table(title=f"by {title}", title_justify="left")
+        t.add_column(title)
+        t.add_column("cases", justify="right")
+        for key, n in counts.items():
+            t.add_row(key, str(n))
+        tables.append(t)
+    return Group(head, *tables)
+
+
+def kb_schema() -> None:
+    """Print the JSON schema of a case (what import files must hold, one object per line)."""
+    from remedy.cases.model import Case
+
+    print_json(Case.model_json_schema())
+
+
+def kb_reindex(kb: KbOption = Path(DEFAULT_KB)) -> None:
+    """Rebuild the vector index from the store (after a crash or an embedding-model change)."""
+    with _open(kb, reconcile=False) as base, _bar("embedding") as update:
+        n = base.reindex(progress=update)
+    console.print(f"Reindexed {n} cases in {kb}.", soft_wrap=True)
+
+
+def kb_import(
+    file: Annotated[Path, typer.Argument(help="A .jsonl or .parquet file of cases.")],
+    kb: KbOption = Path(DEFAULT_KB),
+    skip_invalid: Annotated[
+        bool, typer.Option("--skip-invalid", help="Import the valid records and skip the others.")
+    ] = False,
+) -> None:
+    """Import cases; a file with invalid records imports nothing unless --skip-invalid."""
+    with _open(kb, create=True) as base, _bar(f"importing {file.name}") as update:
+        report = base.import_file(file, skip_invalid=skip_invalid, progress=update)
+    for line, msg in report.problems:
+        _err.print(f"[yellow]skipped line {line}:[/] {msg}", highlight=False, soft_wrap=True)
+    console.print(
+        f"Imported {file}: {report.added} added, {report.unchanged} unchanged, {report.skipped} skipped.",
+        soft_wrap=True,
+    )
+
+
+def kb_export(
+    file: Annotated[Path, typer.Argument(help="Output file: .jsonl or .parquet.")],
+    kb: KbOption = Path(DEFAULT_KB),
+) -> None:
+    """Export every case to JSONL or Parquet (by extension)."""
+    with _open(kb, reconcile=False) as base:
+        n = base.export(file)
+    console.print(f"Exported {n} cases to {file}.", soft_wrap=True)
+
+
+# -- query ---------------------------------------------------------------------------
+
+
+def query(
+    text: Annotated[str, typer.Argument(help="The failure, in words: 'lander hovers above the pad'.")],
+    kb: KbOption = Path(DEFAULT_KB),
+    env: Annotated[str | None, typer.Option("--env", help="Only cases on this env id.")] = None,
+    action_space: Annotated[_Space | None, typer.Option("--action-space", help="Only this action space.")] = None,
+    algo: Annotated[str | None, typer.Option("--algo", help="Only this algorithm (case-insensitive).")] = None,
+    only_improved: Annotated[bool, typer.Option("--only-improved", help="Only verified improvements.")] = False,
+    min_effect: Annotated[float | None, typer.Option("--min-effect", help="Only measured effects >= X.")] = None,
+    k: Annotated[int, typer.Option("--k", "-k", min=1, help="How many cases.")] = 10,
+    mode: Annotated[_Mode, typer.Option("--mode", help="Ranking: hybrid, vector or text.")] = _Mode.hybrid,
+    as_json: JsonOption = False,
+) -> None:
+    """What fixed similar failures: the nearest stored cases, with patch and measured effect."""
+    with _open(kb) as base:
+        hits = base.similar(
+            text,
+            k=k,
+            env_id=env,
+            action_space=action_space.value if action_space else None,
+            algo=algo,
+            only_improved=only_improved,
+            min_effect=min_effect,
+            mode=mode.value,
+        )
+    if as_json:
+        print_json([h.as_dict() for h in hits])
+    elif not hits:
+        console.print("No similar cases (try fewer filters, or `remedy kb init` to load the examples).", soft_wrap=True)
+    else:
+        console.print(render_similar(hits, title=f"cases similar to {text!r}"))
+
+
+def similar(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory (run.yaml + checkpoint).")],
+    kb: KbOption = Path(DEFAULT_KB),
+    k: Annotated[int, typer.Option("--k", "-k", min=1, help="How many cases.")] = 10,
+    episodes: Annotated[int, typer.Option("--episodes", min=1, help="Evaluation episodes to roll out.")] = 10,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the evaluation rollouts.")] = 0,
+    any_action_space: Annotated[
+        bool, typer.Option("--any-action-space", help="Also show cases from the other action-space type.")
+    ] = False,
+    only_improved: Annotated[bool, typer.Option("--only-improved", help="Only verified improvements.")] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """What fixed failures like this agent's: signature of RUN_DIR, then the nearest stored cases."""
+    with _open(kb) as base:
+        run, hits = base.similar_to_run(
+            run_dir, k=k, n_episodes=episodes, seed=seed,
+            same_action_space=not any_action_space, only_improved=only_improved,
+        )
+    if as_json:
+        print_json({"signature": run.signature.model_dump(mode="json"), "similar": [h.as_dict() for h in hits]})
+        return
+    console.print(f"[bold]signature:[/] {run.signature.summary}", soft_wrap=True)
+    console.print(render_similar(hits, title=f"cases similar to {run_dir}") if hits else "No similar cases.")
+
+
+def format_effect(case: Case) -> str:
+    """``+12.3 [4.5, 20.1] return_iqm`` for a measured effect, ``lit.`` for a cited one, else ``-``."""
+    v = case.verification
+    if v is not None and v.effect is not None:
+        e = v.effect
+        return f"{e.diff:+.3g} [{e.ci_low:.3g}, {e.ci_high:.3g}] {e.metric}"
+    return "lit." if case.literature is not None else "-"
+
+
+def render_similar(hits: list[SimilarCase], title: str = "") -> Table:
+    """The table of similar cases: rank, similarity, env, symptoms, root cause, patch, effect, status."""
+    t = Table(title=title or None, title_justify="left", show_lines=False)
+    fold = {"overflow": "fold"}  # ids and tags are single long words: fold, never cut them off
+    for col, kw in (
+        ("#", {"justify": "right"}),
+        ("sim", {"justify": "right"}),
+        ("env", fold),
+        ("symptoms", fold),
+        ("root cause", fold),
+        ("patch", {}),
+        ("effect ± CI", {}),
+        ("status", fold),
+    ):
+        t.add_column(col, **kw)
+    for h in hits:
+        c = h.case
+        t.add_row(
+            str(h.rank),
+            f"{h.similarity:.2f}",
+            f"{c.subject.env_id}\n[dim]{c.subject.algo}[/]",
+            ", ".join(c.signature.symptoms) or "-",
+            ", ".join(r.value for r in c.root_causes) or "-",
+            c.patch.summary(),
+            format_effect(c),
+            c.status,
+        )
+    return t
+
+
+# -- case ----------------------------------------------------------------------------
+
+
+def case_show(
+    case_id: Annotated[str, typer.Argument(help="The case id (see `remedy query --json`).")],
+    kb: KbOption = Path(DEFAULT_KB),
+    as_json: JsonOption = False,
+) -> None:
+    """Show one stored case in full."""
+    with _open(kb, reconcile=False) as base:
+        case = base.get(case_id)
+    if as_json:
+        print_json(json.loads(case.model_dump_json()))
+        return
+    console.print(render_case(case))
+
+
+def render_case(case: Case) -> Group:
+    """Readable panels: subject, signature, diagnosis, patch, verification, provenance."""
+    s = case.subject
+    panels = [
+        Panel(
+            f"{s.env_id} · {s.algo} · {s.traits.action_space.value} actions · "
+            f"source {case.source.value} · status [bold]{case.status}[/]"
+            + (f"\nscenario {case.scenario}" if case.scenario else "")
+            + (f"\nsuccess: {s.success}" if s.success else ""),
+            title=f"case {case.case_id}",
+            title_align="left",
+        ),
+        Panel(_signature_text(case), title="signature", title_align="left"),
+    ]
+    if case.diagnosis is not None:
+        lines = [f"{c.cause.value} ({c.confidence:.0%}) {c.rationale}" for c in case.diagnosis.causes]
+        panels.append(Panel("\n".join(lines) or "-", title=f"diagnosis ({case.diagnosis.backend})", title_align="left"))
+    parts = [f"- {p.summary()}" for p in case.patch.parts]
+    body = "\n".join([case.patch.description, *parts] if case.patch.description else parts)
+    panels.append(Panel(body, title="patch", title_align="left"))
+    panels.append(Panel(_outcome_text(case), title="outcome", title_align="left"))
+    return Group(*panels)
+
+
+def _signature_text(case: Case) -> str:
+    sig = case.signature
+    feats = ", ".join(f"{k}={v:.3g}" for k, v in sorted(sig.features.items()))
+    return f"{sig.summary}\nsymptoms: {', '.join(sig.symptoms) or '-'}\nfeatures: {feats or '-'}"
+
+
+def _outcome_text(case: Case) -> str:
+    v, lines = case.verification, []
+    if v is not None:
+        lines.append(f"{v.status.value}: effect {format_effect(case)}")
+        lines.append(f"{v.seeds} seeds, {v.budget_steps:,} budget steps, {v.env_steps:,} env steps, {v.wall_time_s:.0f} s")
+        if v.reason:
+            lines.append(f"reason: {v.reason}")
+    if case.literature is not None:
+        lines.append(f"literature: {case.literature.claim} ({case.literature.source})")
+    p = case.provenance
+    lines.append(f"created {p.created_at:%Y-%m-%d %H:%M} UTC" + (f" · remedy {p.remedy_version}" if p.remedy_version else ""))
+    return "\n".join(lines) if lines else "unverified"

@@ -1,0 +1,86 @@
+"""The fault-scenario suite: files validate, coverage, shipped checkpoints, build cache."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from remedy.cases.evidence.envs import env_traits
+from remedy.cases.errors import ScenarioError
+from remedy.cases.verify.scenarios import (
+    CHECKPOINT_DIR,
+    SCENARIO_DIR,
+    Scenario,
+    build_scenario,
+    bundled_checkpoint,
+    load_scenario,
+    load_scenarios,
+    scenario_hash,
+)
+
+TINY = {
+    "name": "tiny_cartpole", "description": "a few hundred steps of CartPole", "env_id": "CartPole-v1",
+    "algo": "PPO", "hyperparams": {"n_steps": 32, "batch_size": 64, "n_epochs": 1, "policy_kwargs": {"net_arch": [8]}},
+    "train_steps": 128, "n_envs": 2, "fault": "undertrained", "ground_truth": ["undertraining"],
+    "expected_families": ["training_budget"], "success": {"kind": "terminated", "survive": True}, "eval_episodes": 2,
+}
+
+
+def test_bundled_suite_covers_envs_causes_and_action_types():
+    scenarios = load_scenarios()
+    assert len(scenarios) >= 10
+    assert len({s.env_id for s in scenarios}) >= 6
+    assert len({c for s in scenarios for c in s.ground_truth}) >= 8
+    kinds = {env_traits(s.env_id, s.env_kwargs).action_space.value for s in scenarios}
+    assert kinds == {"discrete", "continuous"}
+    assert len(scenarios) == len(list(SCENARIO_DIR.glob("*.yaml")))
+
+
+def test_quick_subset_is_shipped_small_and_current():
+    quick = [s for s in load_scenarios() if s.quick]
+    assert 3 <= len(quick) <= 4
+    for s in quick:
+        run = bundled_checkpoint(s)
+        assert run is not None, f"{s.name}: shipped checkpoint missing or stale; rebuild it"
+        size = sum(p.stat().st_size for p in (CHECKPOINT_DIR / s.name).rglob("*") if p.is_file())
+        assert size < 1_000_000
+        assert run.config.env_id == s.env_id
+
+
+def test_name_glob_and_outside_path_load_the_same_way(tmp_path):
+    assert {s.name for s in load_scenarios("cartpole_*")} >= {"cartpole_undertrained"}
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(TINY))
+    assert [s.name for s in load_scenarios(str(tmp_path))] == ["tiny_cartpole"]
+    assert [s.name for s in load_scenarios(str(tmp_path / "*.yaml"))] == ["tiny_cartpole"]
+
+
+def test_bad_scenarios_are_clear_errors(tmp_path):
+    with pytest.raises(ScenarioError, match="no scenario matches"):
+        load_scenarios("no_such_*")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({**TINY, "ground_truth": ["not_a_cause"]}))
+    with pytest.raises(ScenarioError, match="ground_truth"):
+        load_scenario(bad)
+    (tmp_path / "broken.yaml").write_text("name: [unclosed")
+    with pytest.raises(ScenarioError, match="not valid YAML"):
+        load_scenario(tmp_path / "broken.yaml")
+
+
+def test_hash_tracks_training_content_only():
+    s = Scenario.model_validate(TINY)
+    assert scenario_hash(s) == scenario_hash(Scenario.model_validate(TINY))
+    assert scenario_hash(s) == scenario_hash(s.model_copy(update={"description": "reworded"}))
+    assert scenario_hash(s) != scenario_hash(s.model_copy(update={"train_steps": 256}))
+    assert s.budget == 128 // 5
+
+
+def test_build_caches_by_hash(tmp_path):
+    s = Scenario.model_validate(TINY)
+    first = build_scenario(s, tmp_path)
+    assert first.source == "trained" and not first.cached and first.success_rate is not None
+    stamp = first.run.model_path.stat().st_mtime_ns
+    second = build_scenario(s, tmp_path)
+    assert second.cached and second.source == "cache" and second.run.path == first.run.path
+    assert second.run.model_path.stat().st_mtime_ns == stamp  # not retrained
+    forced = build_scenario(s, tmp_path, force=True, evaluate=False)
+    assert forced.source == "trained" and forced.run.path == first.run.path

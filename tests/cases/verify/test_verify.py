@@ -1,0 +1,199 @@
+"""Verification end to end on a tiny CartPole PPO patient: real fine-tunes in worker processes.
+
+Budgets are tiny (1k steps, 2 envs, 5 evaluation episodes) so the whole file
+costs about 90 CPU-seconds; the statuses are not the point, the
+machinery is: effects with CIs, and failures contained as ``failed`` cases.
+"""
+
+import json
+import sys
+from types import SimpleNamespace
+
+import pytest
+import yaml
+
+from remedy.cases.verify.arms import preference_verdict
+from remedy.cases.model import Case, Effect, Source, Status
+from remedy.cases.patches.spec import Patch
+from remedy.cases.evidence.rundir import RunConfig
+from remedy.cases.verify.scenarios import ShiftedEnv
+from remedy.cases.verify.verification import VerifyConfig, _shifted, decide_status, verify_patch
+
+TINY = dict(budget_steps=1000, eval_episodes=5, n_envs=2, n_boot=500)
+
+# Success = return >= 100: this patient's deterministic episodes mostly reach it, its stochastic ones do
+# not, so the evidence holds both successes and failures for the trajectory preference check.
+PATIENT = RunConfig(
+    env_id="CartPole-v1", algo="PPO", train_steps=3000, n_envs=4,
+    hyperparams={"n_steps": 64, "batch_size": 64, "n_epochs": 2, "policy_kwargs": {"net_arch": [32, 32]}},
+    success={"kind": "return_threshold", "threshold": 100},
+)
+
+
+@pytest.fixture(scope="session")
+def cartpole_run(tmp_path_factory):
+    from remedy.cases.verify.training import train
+
+    return train(PATIENT, tmp_path_factory.mktemp("cartpole") / "run", seed=0).path
+
+
+def _patch(data: dict) -> Patch:
+    return Patch.from_data(data)
+
+
+def _effect(diff: float, low: float, high: float, metric: str = "success_rate") -> Effect:
+    return Effect(metric=metric, treatment=diff, control=0.0, diff=diff, ci_low=low, ci_high=high)
+
+
+# -- pure parts ------------------------------------------------------------------------------
+
+
+def test_status_from_effects():
+    assert decide_status(_effect(0.3, 0.1, 0.5)) is Status.improved
+    assert decide_status(_effect(-0.3, -0.5, -0.1)) is Status.worse
+    assert decide_status(_effect(0.1, -0.1, 0.3)) is Status.no_effect
+    shaped_up = _effect(50.0, 10.0, 90.0, "shaped_return")
+    assert decide_status(_effect(0.0, -0.2, 0.2), shaped_up) is Status.reward_hacking
+    assert decide_status(_effect(-0.3, -0.5, -0.1), shaped_up) is Status.reward_hacking
+    assert decide_status(_effect(0.3, 0.1, 0.5), shaped_up) is Status.improved
+    assert decide_status(_effect(0.3, 0.1, 0.5), failure="treatment seed 0: timed out") is Status.failed
+    assert decide_status(None) is Status.failed
+
+
+def test_preference_ranks_successes_above_failures():
+    assert preference_verdict([10.0, 12.0], [1.0, 2.0]).ok
+    bad = preference_verdict([1.0, 2.0], [10.0, 12.0])
+    assert not bad.ok and bad.prob == 0.0
+    tie = preference_verdict([1.0], [1.0])  # a constant reward does not rank anything
+    assert not tie.ok and tie.prob == 0.5
+    assert preference_verdict([], [1.0]).ok and preference_verdict([], [1.0]).prob is None  # undecidable passes
+
+
+def test_config_budget_and_shifted_variants():
+    assert VerifyConfig().budget_for(100_000) == 20_000
+    assert VerifyConfig(budget_steps=500).budget_for(None) == 500
+    with pytest.raises(Exception, match="--budget"):
+        VerifyConfig().budget_for(None)
+    with pytest.raises(Exception, match="at least 1"):
+        VerifyConfig(seeds=0).check()
+    assert _shifted(None) == ()
+    assert _shifted(type("S", (), {"shifted": [{"name": "long", "env_kwargs": {"a": 1}}]})()) == (("long", '{"a": 1}'),)
+
+
+# -- end to end --------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_verify_returns_a_case_with_effect_and_ci(cartpole_run):
+    seen = []
+    upright = _patch({"kind": "reward_shaping", "description": "bonus for an upright pole", "code": (
+        "def shaped_reward(obs, action, reward, next_obs, terminated, truncated, info):\n"
+        "    return reward + 0.5 * (1.0 - min(1.0, abs(float(next_obs[2])) / 0.21))\n")})
+    patch = upright
+    scenario = SimpleNamespace(name="cartpole-tiny", shifted=[ShiftedEnv(name="sb_reward", env_kwargs={"sutton_barto_reward": True})])
+    case = verify_patch(cartpole_run, patch, VerifyConfig(seeds=2, **TINY), scenario=scenario,
+                        progress=lambda m, d, n: seen.append(m))
+    assert isinstance(case, Case) and case.source is Source.verified
+    v = case.verification
+    assert v.status is not Status.failed, v.reason
+    assert v.effect is not None and v.effect.metric in ("success_rate", "return_iqm")
+    assert v.effect.ci_low <= v.effect.diff <= v.effect.ci_high
+    assert 0.0 <= v.effect.prob_improvement <= 1.0
+    assert {"return_iqm", "success_rate"} - {v.effect.metric} <= set(v.secondary)
+    assert "shaped_return" in v.secondary  # both arms scored under the patched reward (reward-hacking test)
+    assert "shifted:sb_reward:return_iqm" in v.secondary and case.scenario == "cartpole-tiny"
+    assert len(v.per_seed["treatment"]) == len(v.per_seed["control"]) == 2
+    assert v.seeds == 2 and v.budget_steps == 1000 and v.env_steps >= 4 * 1000 and v.wall_time_s > 0
+    assert {"remedy", "gymnasium", "stable_baselines3", "torch", "python"} <= set(case.provenance.versions)
+    assert case.subject.env_id == "CartPole-v1" and case.signature.summary and case.evidence.n_episodes == 5
+    assert any("seed 1" in m for m in seen)
+    Case.from_json(case.to_json())  # it round-trips, so the KB can store it
+
+
+def test_hostile_reward_patch_ends_as_failed_case(cartpole_run):
+    hostile = _patch({"kind": "reward_shaping", "code": (
+        "import os\n"
+        "def shaped_reward(obs, action, reward, next_obs, terminated, truncated, info):\n"
+        "    os.system('touch /tmp/pwned')\n"
+        "    return reward\n")})
+    case = verify_patch(cartpole_run, hostile, VerifyConfig(seeds=1, **TINY))
+    v = case.verification
+    assert v.status is Status.failed and v.effect is None
+    assert "refused" in v.reason and v.env_steps == 0
+
+
+@pytest.mark.slow
+def test_reward_that_prefers_failures_is_not_trained(cartpole_run):
+    # -1 per step pays short (failed) episodes more than long (successful) ones
+    inverted = _patch({"kind": "reward_shaping", "description": "time cost only", "code": (
+        "def shaped_reward(obs, action, reward, next_obs, terminated, truncated, info):\n"
+        "    return -1.0\n")})
+    v = verify_patch(cartpole_run, inverted, VerifyConfig(seeds=1, **TINY)).verification
+    assert v.status is Status.failed and v.effect is None
+    assert "preference" in v.reason and "--force" in v.reason and v.env_steps == 0
+
+
+@pytest.mark.slow
+def test_crashing_worker_fails_only_its_job(cartpole_run):
+    # a rollout buffer of 1e9 steps cannot be allocated under the worker's memory limit
+    bomb = _patch({"kind": "hyperparameters", "changes": {"n_steps": 10**9}})
+    v = verify_patch(cartpole_run, bomb, VerifyConfig(seeds=1, **TINY)).verification
+    assert v.status is Status.failed and v.effect is None
+    assert "treatment seed 0" in v.reason and "control seed 0" not in v.reason
+    assert v.env_steps > 0  # the control arm ran and its cost is still counted
+
+
+@pytest.mark.slow
+def test_diverging_training_ends_as_failed_case(cartpole_run):
+    # finite for the sandbox (float64), but returns overflow PPO's float32 buffers: inf, then NaN logits
+    nan = _patch({"kind": "reward_shaping", "description": "absurd scale", "code": (
+        "def shaped_reward(obs, action, reward, next_obs, terminated, truncated, info):\n"
+        "    return reward * 3e38\n")})
+    v = verify_patch(cartpole_run, nan, VerifyConfig(seeds=1, **TINY)).verification
+    assert v.status is Status.failed and v.effect is None
+    assert "diverged" in v.reason
+
+
+# -- CLI -------------------------------------------------------------------------------------
+
+
+def _cli(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
+    """Run ``remedy ARGS`` in this process through ``main`` (the error mapping included)."""
+    from remedy.kb import cli
+
+    monkeypatch.setattr(sys, "argv", ["remedy", *args])
+    with pytest.raises(SystemExit) as ex:
+        cli.main()
+        raise SystemExit(0)
+    out = capsys.readouterr()
+    return ex.value.code or 0, out.out, out.err
+
+
+@pytest.mark.slow
+def test_cli_verify_stores_the_case(cartpole_run, tmp_path, monkeypatch, capsys):
+    patch_file = tmp_path / "patch.yaml"
+    patch_file.write_text(yaml.safe_dump({"kind": "hyperparameters", "changes": {"ent_coef": 0.01}}))
+    kb = tmp_path / "kb"
+    code, out, err = _cli(monkeypatch, capsys, "verify", str(cartpole_run), "--patch", str(patch_file), "--seeds", "1",
+                          "--budget", "500", "--episodes", "5", "--kb", str(kb), "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["stored"] is True and data["case"]["verification"]["effect"] is not None
+
+    from remedy.kb.facade import KnowledgeBase
+
+    with KnowledgeBase.open(kb, create=False) as handle:
+        assert handle.get(data["case_id"]).verification.status.value == data["status"]
+
+
+def test_cli_verify_bad_input_is_one_error_line(tmp_path, monkeypatch, capsys):
+    patch_file = tmp_path / "patch.yaml"
+    patch_file.write_text(yaml.safe_dump({"kind": "hyperparameters", "changes": {"ent_coef": 0.01}}))
+    code, _, err = _cli(monkeypatch, capsys, "verify", str(tmp_path / "missing"), "--patch", str(patch_file))
+    assert code == 1 and "does not exist" in err and len(err.strip().splitlines()) == 1
+    bad_zip = tmp_path / "run"
+    bad_zip.mkdir()
+    (bad_zip / "run.yaml").write_text(PATIENT.to_yaml())
+    (bad_zip / "model.zip").write_bytes(b"not a zip")
+    code, _, err = _cli(monkeypatch, capsys, "verify", str(bad_zip), "--patch", str(patch_file))
+    assert code == 1 and "model.zip" in err and len(err.strip().splitlines()) == 1
