@@ -10,276 +10,24 @@
 - normalization (SB3 ``VecNormalize`` of observations and/or rewards);
 - extra training budget.
 
+What each kind contributes is its entry in :data:`remedy.cases.patches.kinds.PATCH_KINDS`.
 Parts that do not fit the env or algorithm are refused with
-:class:`PatchRejectedError` naming the rule (the rules of
-:func:`remedy.cases.patches.check.check_fit`). Every reward-changing wrapper keeps
-``info["original_reward"]`` (set by the first reward-changing wrapper in the
-chain, which may be a setup/fault wrapper) and writes ``info["shaped_reward"]``
-(the reward it hands on), so verification can compare the shaped training
-return with the original one.
+:class:`PatchRejectedError` naming the rule (:func:`remedy.cases.patches.fit.check_fit`).
+The wrappers themselves live in :mod:`remedy.cases.patches.wrappers`.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import gymnasium as gym
-import numpy as np
 
-from ..errors import PatchRejectedError
-from .spec import (
-    ActionMagnitude,
-    ActionRepeat,
-    ActionSmoothness,
-    Curriculum,
-    ExplorationBonus,
-    FrameStack,
-    Hyperparameters,
-    Normalization,
-    Patch,
-    RewardShaping,
-    SafetyConstraint,
-    TimeLimit,
-    TrainingBudget,
-)
+from .kinds import patch_kind
+from .spec import Curriculum, Normalization, Patch
+from .wrappers import CurriculumEnv, CurriculumSchedule
 
-__all__ = [
-    "PatchPlan",
-    "EnvPatch",
-    "ShapedRewardWrapper",
-    "ActionSmoothnessWrapper",
-    "ActionMagnitudeWrapper",
-    "CountBonusWrapper",
-    "SafetyConstraintWrapper",
-    "ActionRepeatWrapper",
-    "CurriculumEnv",
-    "CurriculumSchedule",
-    "make_patched_env_fn",
-    "normalized_action",
-]
-
-
-# --------------------------------------------------------------------------- reward bookkeeping
-
-
-def _mark(info: dict, reward_in: float, reward_out: float) -> None:
-    """Keep the first reward-changer's original reward; record what this wrapper hands on."""
-    info.setdefault("original_reward", float(reward_in))
-    info["shaped_reward"] = float(reward_out)
-
-
-def normalized_action(space: gym.Space, action: Any) -> np.ndarray:
-    """The action as a float vector, Box actions scaled to [-1, 1] where the bounds are finite."""
-    a = np.asarray(action, dtype=np.float64).reshape(-1)
-    if isinstance(space, gym.spaces.Box):
-        low, high = space.low.reshape(-1).astype(np.float64), space.high.reshape(-1).astype(np.float64)
-        finite = np.isfinite(low) & np.isfinite(high) & (high > low)
-        a = a.copy()
-        a[finite] = 2.0 * (np.clip(a[finite], low[finite], high[finite]) - low[finite]) / (high[finite] - low[finite]) - 1.0
-    return a
-
-
-class _RewardChanger(gym.Wrapper):
-    """Base for wrappers that change the reward; subclasses define ``_change``."""
-
-    def step(self, action):
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        info = dict(info)
-        new = float(self._change(action, float(reward), obs, terminated, truncated, info))
-        _mark(info, reward, new)
-        return obs, new, terminated, truncated, info
-
-    def _change(self, action, reward, next_obs, terminated, truncated, info) -> float:  # pragma: no cover
-        raise NotImplementedError
-
-
-class ShapedRewardWrapper(_RewardChanger):
-    """Replace the reward with ``fn(obs, action, reward, next_obs, terminated, truncated, info)``.
-
-    ``reward`` is the training-view reward (after setup wrappers); ``obs`` is the
-    observation the action was chosen from. Arrays handed to the code are copies
-    so it cannot corrupt the env's state.
-    """
-
-    def __init__(self, env: gym.Env, fn: Callable[..., float]):
-        super().__init__(env)
-        self._fn = fn
-        self._last_obs = None
-
-    def reset(self, **kwargs):
-        obs, info = self.env.reset(**kwargs)
-        self._last_obs = obs
-        return obs, info
-
-    def _change(self, action, reward, next_obs, terminated, truncated, info) -> float:
-        prev, self._last_obs = self._last_obs, next_obs
-        value = self._fn(
-            np.array(prev, copy=True), np.array(action, copy=True), reward,
-            np.array(next_obs, copy=True), bool(terminated), bool(truncated), dict(info),
-        )
-        return float(value)
-
-
-class ActionSmoothnessWrapper(_RewardChanger):
-    """Subtract ``coef * ||a_t - a_{t-1}||^2`` on the normalized action (none on an episode's first step)."""
-
-    def __init__(self, env: gym.Env, coef: float):
-        super().__init__(env)
-        self.coef = float(coef)
-        self._prev: np.ndarray | None = None
-
-    def reset(self, **kwargs):
-        self._prev = None
-        return self.env.reset(**kwargs)
-
-    def _change(self, action, reward, next_obs, terminated, truncated, info) -> float:
-        a = normalized_action(self.action_space, action)
-        penalty = 0.0 if self._prev is None else self.coef * float(np.sum((a - self._prev) ** 2))
-        self._prev = a
-        info["smoothness_penalty"] = penalty
-        return reward - penalty
-
-
-class ActionMagnitudeWrapper(_RewardChanger):
-    """Subtract ``coef * ||a_t||^2`` on the normalized action."""
-
-    def __init__(self, env: gym.Env, coef: float):
-        super().__init__(env)
-        self.coef = float(coef)
-
-    def _change(self, action, reward, next_obs, terminated, truncated, info) -> float:
-        penalty = self.coef * float(np.sum(normalized_action(self.action_space, action) ** 2))
-        info["magnitude_penalty"] = penalty
-        return reward - penalty
-
-
-class CountBonusWrapper(_RewardChanger):
-    """Add ``bonus / sqrt(N(cell))`` for the coarse cell the next observation falls in.
-
-    Cells: ``bins`` per dimension over finite observation bounds, unit-width
-    cells where a bound is infinite or huge. Counts are per env instance.
-    """
-
-    def __init__(self, env: gym.Env, bonus: float, bins: int = 10):
-        super().__init__(env)
-        self.bonus = float(bonus)
-        space = env.observation_space
-        if not isinstance(space, gym.spaces.Box):
-            raise PatchRejectedError(
-                "a count-based exploration bonus needs a Box observation space; use ent_coef instead",
-                rule="count_bonus_box_obs",
-            )
-        low, high = space.low.reshape(-1).astype(np.float64), space.high.reshape(-1).astype(np.float64)
-        finite = np.isfinite(low) & np.isfinite(high) & (high - low < 1e6)
-        self._low = np.where(finite, low, 0.0)
-        self._width = np.where(finite, np.maximum((high - low) / bins, 1e-9), 1.0)
-        self.counts: dict[tuple, int] = {}
-
-    def cell(self, obs) -> tuple:
-        """The discretized cell of an observation."""
-        x = np.nan_to_num(np.asarray(obs, dtype=np.float64).reshape(-1), nan=0.0, posinf=1e9, neginf=-1e9)
-        return tuple(np.floor((x - self._low) / self._width).astype(np.int64).tolist())
-
-    def _change(self, action, reward, next_obs, terminated, truncated, info) -> float:
-        key = self.cell(next_obs)
-        n = self.counts.get(key, 0) + 1
-        self.counts[key] = n
-        bonus = self.bonus / math.sqrt(n)
-        info["count_bonus"] = bonus
-        return reward + bonus
-
-
-class SafetyConstraintWrapper(_RewardChanger):
-    """Penalize (or terminate on) steps where ``predicate(obs, action, info)`` is true (a violation)."""
-
-    def __init__(self, env: gym.Env, predicate: Callable[..., bool], mode: str, penalty: float):
-        super().__init__(env)
-        self._pred, self.mode, self.penalty = predicate, mode, float(penalty)
-        self.violations = 0
-
-    def step(self, action):
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        info = dict(info)
-        violated = bool(self._pred(np.array(obs, copy=True), np.array(action, copy=True), dict(info)))
-        new = float(reward) - (self.penalty if violated else 0.0)
-        if violated:
-            self.violations += 1
-            terminated = terminated or self.mode == "terminate"
-        info["safety_violation"] = violated
-        _mark(info, reward, new)
-        return obs, new, terminated, truncated, info
-
-
-class ActionRepeatWrapper(gym.Wrapper):
-    """Repeat each action ``n`` env steps, summing rewards (and original rewards); stops at episode end."""
-
-    def __init__(self, env: gym.Env, n: int):
-        super().__init__(env)
-        self.n = int(n)
-
-    def step(self, action):
-        total = original = 0.0
-        for _ in range(self.n):
-            obs, reward, terminated, truncated, info = self.env.step(action)
-            info = dict(info)
-            total += float(reward)
-            original += float(info.get("original_reward", reward))
-            if terminated or truncated:
-                break
-        info["original_reward"] = original
-        info["shaped_reward"] = total
-        return obs, total, terminated, truncated, info
-
-
-# --------------------------------------------------------------------------- curriculum
-
-
-@dataclass
-class CurriculumSchedule:
-    """Env kwargs per stage and the env step at which each stage starts; ``steps`` is a shared counter."""
-
-    stages: list[tuple[dict[str, Any], int]]
-    steps: list[int] = field(default_factory=lambda: [0])
-
-    def kwargs_now(self) -> dict[str, Any]:
-        """The env kwargs of the stage the shared step counter is in."""
-        current = self.stages[0][0]
-        for kwargs, start in self.stages:
-            if self.steps[0] >= start:
-                current = kwargs
-        return current
-
-
-class CurriculumEnv(gym.Wrapper):
-    """Rebuilds the env with the current stage's kwargs at each reset where the stage changed.
-
-    All envs of one vector env share the schedule's step counter, so the
-    switch happens at the same budget fraction for all of them.
-    """
-
-    def __init__(self, build: Callable[[dict[str, Any]], gym.Env], schedule: CurriculumSchedule):
-        self._build, self.schedule = build, schedule
-        self.stage_kwargs = schedule.kwargs_now()
-        super().__init__(build(self.stage_kwargs))
-
-    def reset(self, **kwargs):
-        wanted = self.schedule.kwargs_now()
-        if wanted != self.stage_kwargs:
-            new = self._build(wanted)
-            if new.observation_space != self.observation_space or new.action_space != self.action_space:
-                raise PatchRejectedError(
-                    f"curriculum stage {wanted} changes the observation or action space; keep spaces fixed",
-                    rule="curriculum_spaces",
-                )
-            self.env.close()
-            self.env, self.stage_kwargs = new, wanted
-        return self.env.reset(**kwargs)
-
-    def step(self, action):
-        self.schedule.steps[0] += 1
-        return self.env.step(action)
+__all__ = ["PatchPlan", "EnvPatch", "make_patched_env_fn"]
 
 
 # --------------------------------------------------------------------------- the plan
@@ -291,6 +39,12 @@ class EnvPatch:
 
     kind: str
     part: Any
+
+    def wrap(self, env: gym.Env) -> gym.Env:
+        """This part's wrapper around ``env``, as its registry entry builds it."""
+        build = patch_kind(self.kind).wrapper
+        assert build is not None  # only parts with a wrapper become EnvPatches
+        return build(self.part, env)
 
 
 @dataclass(frozen=True)
@@ -319,23 +73,26 @@ class PatchPlan:
     @property
     def changes_reward(self) -> bool:
         """True when some env patch changes the training reward."""
-        return any(p.kind in _REWARD_KINDS for p in self.env_patches)
+        return any(patch_kind(p.kind).changes_reward for p in self.env_patches)
 
     @classmethod
     def from_patch(cls, patch: Patch | None, traits: Any, algo: str) -> "PatchPlan":
         """Split ``patch`` for an env with ``traits`` (EnvTraits) and algorithm ``algo``; refuse misfits."""
         if patch is None:
             return cls()
-        from .check import check_fit  # one set of fit rules, shared with `remedy patch check`
+        from .fit import check_fit  # one set of fit rules, shared with `remedy patch check`
 
         check_fit(patch, traits, algo)
-        acc: dict[str, Any] = {"env_patches": [], "overrides": {}, "parts": []}
+        acc: dict[str, Any] = {"env_patches": [], "overrides": {}, "extra_steps": 0}
         for part in patch.parts:
-            _HANDLERS[type(part)](part, acc, algo)
-            acc["parts"].append(part.kind)
-        acc["env_patches"] = tuple(acc["env_patches"])
-        acc["parts"] = tuple(acc["parts"])
-        return cls(**acc)
+            entry = patch_kind(part.kind)
+            if entry.overrides is not None:
+                acc["overrides"].update(entry.overrides(part))
+            for name, value in (entry.settings(part) if entry.settings is not None else {}).items():
+                acc[name] = acc[name] + value if name == "extra_steps" else value
+            if entry.wrapper is not None and entry.wraps(part):
+                acc["env_patches"].append(EnvPatch(part.kind, part))
+        return cls(**{**acc, "env_patches": tuple(acc["env_patches"]), "parts": tuple(patch.kinds)})
 
     def curriculum_schedule(self, budget_steps: int) -> CurriculumSchedule | None:
         """Stage kwargs with their start steps for a fine-tune of ``budget_steps`` (None without curriculum)."""
@@ -351,97 +108,8 @@ class PatchPlan:
     def wrap(self, env: gym.Env) -> gym.Env:
         """Apply the env patches to one env, in patch order."""
         for ep in self.env_patches:
-            env = _build_wrapper(ep, env)
+            env = ep.wrap(env)
         return env
-
-
-_REWARD_KINDS = {"reward_shaping", "action_smoothness", "action_magnitude", "count_bonus", "safety_constraint"}
-
-
-def _on_reward_shaping(part: RewardShaping, acc: dict, algo: str) -> None:
-    from .sandbox import compile_reward  # D's sandbox: static checks happen here, before any env exists
-
-    compile_reward(part.code)
-    acc["env_patches"].append(EnvPatch("reward_shaping", part))
-
-
-def _on_safety(part: SafetyConstraint, acc: dict, algo: str) -> None:
-    from .sandbox import compile_predicate
-
-    compile_predicate(part.predicate)
-    acc["env_patches"].append(EnvPatch("safety_constraint", part))
-
-
-def _on_hyper(part: Hyperparameters, acc: dict, algo: str) -> None:
-    acc["overrides"].update(part.changes)
-
-
-def _on_exploration(part: ExplorationBonus, acc: dict, algo: str) -> None:
-    if part.ent_coef is not None:
-        acc["overrides"]["ent_coef"] = float(part.ent_coef)
-    if part.count_bonus > 0:
-        acc["env_patches"].append(EnvPatch("count_bonus", part))
-
-
-def _on_normalization(part: Normalization, acc: dict, algo: str) -> None:
-    acc["normalization"] = part
-
-
-def _on_time_limit(part: TimeLimit, acc: dict, algo: str) -> None:
-    acc["max_episode_steps"] = part.max_episode_steps
-
-
-def _on_budget(part: TrainingBudget, acc: dict, algo: str) -> None:
-    acc["extra_steps"] = acc.get("extra_steps", 0) + part.extra_steps
-
-
-def _on_curriculum(part: Curriculum, acc: dict, algo: str) -> None:
-    acc["curriculum"] = part
-
-
-def _on_frame_stack(part: FrameStack, acc: dict, algo: str) -> None:
-    acc["frame_stack"] = part.n
-
-
-def _on_env_part(part: Any, acc: dict, algo: str) -> None:
-    acc["env_patches"].append(EnvPatch(part.kind, part))
-
-
-_HANDLERS: dict[type, Callable[[Any, dict, str], None]] = {
-    RewardShaping: _on_reward_shaping,
-    ActionSmoothness: _on_env_part,
-    ActionMagnitude: _on_env_part,
-    ActionRepeat: _on_env_part,
-    Hyperparameters: _on_hyper,
-    ExplorationBonus: _on_exploration,
-    Normalization: _on_normalization,
-    TimeLimit: _on_time_limit,
-    TrainingBudget: _on_budget,
-    Curriculum: _on_curriculum,
-    FrameStack: _on_frame_stack,
-    SafetyConstraint: _on_safety,
-}
-
-
-def _build_wrapper(ep: EnvPatch, env: gym.Env) -> gym.Env:
-    part = ep.part
-    if ep.kind == "reward_shaping":
-        from .sandbox import compile_reward
-
-        return ShapedRewardWrapper(env, compile_reward(part.code))
-    if ep.kind == "safety_constraint":
-        from .sandbox import compile_predicate
-
-        return SafetyConstraintWrapper(env, compile_predicate(part.predicate), part.mode, part.penalty)
-    if ep.kind == "action_smoothness":
-        return ActionSmoothnessWrapper(env, part.coef)
-    if ep.kind == "action_magnitude":
-        return ActionMagnitudeWrapper(env, part.coef)
-    if ep.kind == "count_bonus":
-        return CountBonusWrapper(env, part.count_bonus)
-    if ep.kind == "action_repeat":
-        return ActionRepeatWrapper(env, part.n)
-    raise PatchRejectedError(f"no env wrapper for patch kind '{ep.kind}'", rule="unknown_kind")  # pragma: no cover
 
 
 # --------------------------------------------------------------------------- env factory
@@ -468,7 +136,7 @@ def make_patched_env_fn(
     ``schedule`` from :meth:`PatchPlan.curriculum_schedule`, shared by all envs
     of one vector env) merges each stage's kwargs over ``env_kwargs``.
     """
-    from ..evidence.envs import make_env  # C's env factory
+    from ..evidence.envs import make_env
 
     plan = patch_plan or PatchPlan()
     base_kwargs = dict(env_kwargs or {})

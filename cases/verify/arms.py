@@ -138,7 +138,7 @@ def _control_wrapper(patch_json: str | None) -> Callable[[Any], Any]:
             n *= part.n
     if n == 1:
         return lambda env: env
-    from ..patches.apply import ActionRepeatWrapper
+    from ..patches.wrappers import ActionRepeatWrapper
 
     return lambda env: ActionRepeatWrapper(env, n)
 

@@ -1,0 +1,135 @@
+"""The patch-kind registry: everything Remedy knows about one kind of patch, in one entry.
+
+A :class:`PatchKind` names the spec model (``spec.py``), the remedy family it belongs to,
+its fit rule (``fit.py``), how it enters a :class:`~remedy.cases.patches.apply.PatchPlan`
+(algorithm overrides, plan settings, an env wrapper), the sandboxed code it carries (to be
+compiled and fuzzed before use), and whether it changes the training reward. Adding a kind
+means a spec model in ``spec.py`` (and in its ``PatchPart`` union), a member of
+``RemedyFamily`` and one entry here; ``tests/cases/patches/test_kinds.py`` checks the three
+agree.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import gymnasium as gym
+
+from ..errors import PatchRejectedError
+from ..model import RemedyFamily
+from . import fit, spec, wrappers
+
+__all__ = ["PatchKind", "PATCH_KINDS", "patch_kind", "reward_kinds"]
+
+#: (part, observation space, action space, n_random, seed, timeout_s) -> FuzzReport
+CodeCheck = Callable[[Any, Any, Any, int, int, float], Any]
+
+
+@dataclass(frozen=True)
+class PatchKind:
+    """One patch kind.
+
+    ``overrides(part)`` gives algorithm constructor overrides; ``settings(part)`` gives
+    :class:`PatchPlan` fields to set (``extra_steps`` adds up); ``wrapper(part, env)`` wraps
+    one training env and ``wraps(part)`` says whether this part needs it; ``code_check``
+    compiles and fuzzes sandboxed code before anything trains on it.
+    """
+
+    model: type
+    family: RemedyFamily
+    fit: Callable[[Any, fit.FitContext], None] | None = None
+    overrides: Callable[[Any], dict[str, Any]] | None = None
+    settings: Callable[[Any], dict[str, Any]] | None = None
+    wrapper: Callable[[Any, gym.Env], gym.Env] | None = None
+    wraps: Callable[[Any], bool] = lambda part: True
+    code_check: CodeCheck | None = None
+    changes_reward: bool = False
+
+    @property
+    def name(self) -> str:
+        """The ``kind`` literal of the spec model."""
+        return self.model.model_fields["kind"].default
+
+
+# --------------------------------------------------------------------------- sandboxed code
+
+
+def _shaped_reward_wrapper(part: spec.RewardShaping, env: gym.Env) -> gym.Env:
+    from .sandbox import compile_reward  # static checks happen here, before the env steps
+
+    return wrappers.ShapedRewardWrapper(env, compile_reward(part.code))
+
+
+def _safety_wrapper(part: spec.SafetyConstraint, env: gym.Env) -> gym.Env:
+    from .sandbox import compile_predicate
+
+    return wrappers.SafetyConstraintWrapper(env, compile_predicate(part.predicate), part.mode, part.penalty)
+
+
+def _fuzz_reward(part: spec.RewardShaping, obs: Any, act: Any, n: int, seed: int, timeout_s: float) -> Any:
+    from .fuzz import fuzz_reward
+    from .sandbox import compile_reward
+
+    return fuzz_reward(compile_reward(part.code), obs, act, n_random=n, seed=seed, timeout_s=timeout_s)
+
+
+def _fuzz_predicate(part: spec.SafetyConstraint, obs: Any, act: Any, n: int, seed: int, timeout_s: float) -> Any:
+    from .fuzz import fuzz_predicate
+    from .sandbox import compile_predicate
+
+    return fuzz_predicate(compile_predicate(part.predicate), obs, act, n_random=max(1, n // 2), seed=seed,
+                          timeout_s=timeout_s)
+
+
+def _ent_coef(part: spec.ExplorationBonus) -> dict[str, Any]:
+    return {} if part.ent_coef is None else {"ent_coef": float(part.ent_coef)}
+
+
+# --------------------------------------------------------------------------- the registry
+
+_KINDS = [
+    PatchKind(spec.RewardShaping, RemedyFamily.reward_shaping, wrapper=_shaped_reward_wrapper,
+              code_check=_fuzz_reward, changes_reward=True),
+    PatchKind(spec.ActionSmoothness, RemedyFamily.action_smoothness, fit=fit.needs_continuous_actions,
+              wrapper=lambda p, env: wrappers.ActionSmoothnessWrapper(env, p.coef), changes_reward=True),
+    PatchKind(spec.ActionMagnitude, RemedyFamily.action_magnitude, fit=fit.needs_continuous_actions,
+              wrapper=lambda p, env: wrappers.ActionMagnitudeWrapper(env, p.coef), changes_reward=True),
+    PatchKind(spec.Hyperparameters, RemedyFamily.hyperparameters, fit=fit.fit_hyperparameters,
+              overrides=lambda p: dict(p.changes)),
+    PatchKind(spec.Normalization, RemedyFamily.normalization, fit=fit.fit_normalization,
+              settings=lambda p: {"normalization": p}),
+    PatchKind(spec.TimeLimit, RemedyFamily.time_limit, fit=fit.fit_time_limit,
+              settings=lambda p: {"max_episode_steps": p.max_episode_steps}),
+    PatchKind(spec.FrameStack, RemedyFamily.frame_stack, fit=fit.fit_frame_stack,
+              settings=lambda p: {"frame_stack": p.n}),
+    PatchKind(spec.ActionRepeat, RemedyFamily.action_repeat,
+              wrapper=lambda p, env: wrappers.ActionRepeatWrapper(env, p.n)),
+    PatchKind(spec.ExplorationBonus, RemedyFamily.exploration_bonus, fit=fit.fit_exploration, overrides=_ent_coef,
+              wrapper=lambda p, env: wrappers.CountBonusWrapper(env, p.count_bonus),
+              wraps=lambda p: p.count_bonus > 0, changes_reward=True),
+    PatchKind(spec.Curriculum, RemedyFamily.curriculum, fit=fit.fit_curriculum,
+              settings=lambda p: {"curriculum": p}),
+    PatchKind(spec.SafetyConstraint, RemedyFamily.safety_constraint, wrapper=_safety_wrapper,
+              code_check=_fuzz_predicate, changes_reward=True),
+    PatchKind(spec.TrainingBudget, RemedyFamily.training_budget,
+              settings=lambda p: {"extra_steps": p.extra_steps}),
+]
+
+#: kind name -> its entry, in the order of ``RemedyFamily``.
+PATCH_KINDS: dict[str, PatchKind] = {k.name: k for k in _KINDS}
+
+
+def patch_kind(name: str) -> PatchKind:
+    """The registry entry of patch kind ``name``; an unknown kind is refused with the known ones."""
+    if name not in PATCH_KINDS:
+        close = difflib.get_close_matches(name, list(PATCH_KINDS), n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else f"; known kinds: {', '.join(PATCH_KINDS)}"
+        raise PatchRejectedError(f"unknown patch kind '{name}'{hint}", rule="unknown_kind")
+    return PATCH_KINDS[name]
+
+
+def reward_kinds() -> frozenset[str]:
+    """Kinds whose env wrapper changes the training reward."""
+    return frozenset(name for name, k in PATCH_KINDS.items() if k.changes_reward)
