@@ -12,10 +12,9 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any
 
 from remedy.cases.errors import KBPathError
@@ -25,12 +24,7 @@ from remedy.cases.verify.verification import VerifyConfig
 from .facade import DB_FILE, KnowledgeBase, SimilarCase
 from .fixloop import FixResult, fix, one_torch_thread
 
-__all__ = ["DEMO_BUDGETS", "DemoSettings", "DemoRow", "DemoResult", "DemoProgress", "run_demo", "demo_scenarios"]
-
-#: Fine-tune budgets the demo uses instead of a scenario's own; empty: the scenarios' budgets are sized
-#: for it (cartpole_lr_too_low's 40k: with 3 seeds, learning rate 3e-4 reached success in 1 of 3 seeds at
-#: 16k (+0.33 [0, 1], no_effect) but in all three at 40k (+0.92 [+0.82, +1], improved), ~110 CPU-seconds).
-DEMO_BUDGETS: Mapping[str, int] = MappingProxyType({})
+__all__ = ["DemoSettings", "DemoRow", "DemoResult", "DemoProgress", "run_demo", "demo_scenarios"]
 
 #: ``progress(scenario, message, done, total)``; scenario "" for the demo's own stages.
 DemoProgress = Callable[[str, str, int, int], None]
@@ -49,12 +43,10 @@ class DemoSettings:
     n_envs: int = 8
     diagnose_episodes: int = 10
     query_k: int = 5
-    #: per-scenario fine-tune budgets that override the scenario's own (``budget`` overrides both).
-    budgets: Mapping[str, int] = field(default_factory=lambda: dict(DEMO_BUDGETS))
 
     def verify_config(self, s: Scenario) -> VerifyConfig:
         """Verification settings for ``s``."""
-        budget = self.budget if self.budget is not None else self.budgets.get(s.name, s.budget)
+        budget = self.budget if self.budget is not None else s.budget
         return VerifyConfig(seeds=self.seeds, budget_steps=budget, eval_episodes=self.eval_episodes or s.eval_episodes,
                             n_envs=self.n_envs)
 

@@ -22,6 +22,7 @@ from remedy.cases.evidence.rundir import RunDir
 from remedy.cases.evidence.signature import compute_signature
 from remedy.retrieval.diagnosis import (
     Attempt,
+    CaseRetriever,
     Diagnoser,
     DiagnosisContext,
     DiagnosisReport,
@@ -112,19 +113,13 @@ def diagnose_signature(
     cases: list[RetrievedCase] = []
     notes = list(notes)
     if kb is not None and k > 0:
-        cases = KBRetriever(kb).similar(signature, k, action_space=subject.traits.action_space.value,
+        retriever: CaseRetriever = KBRetriever(kb)
+        cases = retriever.similar(signature, k, action_space=subject.traits.action_space.value,
                                         exclude_scenario=exclude_scenario, exclude_ids=exclude_ids)
-        rules = [*rules, *_kb_rules(kb, subject, signature)]
     ctx = DiagnosisContext(subject=subject, signature=signature, failure_episodes=tuple(episodes),
                            reward_code=reward_code, cases=tuple(cases), rules=tuple(rules), tried=tuple(tried),
                            constraints=tuple(constraints), notes=tuple(notes))
     return _resolve(diagnoser, diagnoser_params).diagnose(ctx)
-
-
-def _kb_rules(kb: Any, subject: Subject, signature: Signature) -> list[Any]:
-    """Accepted mined rules that match, once the KB offers them (``kb.matching_rules``)."""
-    finder = getattr(kb, "matching_rules", None)
-    return list(finder(signature, subject)) if callable(finder) else []
 
 
 def diagnose_run(

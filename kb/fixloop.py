@@ -273,7 +273,7 @@ def fix(
     try:
         stop = _rounds(loop, rounds, candidates, diagnoser, exhaustive, exclude_scenario, k, n_episodes, seed)
     finally:
-        if owned and hasattr(runner, "shutdown"):
+        if owned:
             runner.shutdown()
     return _result(loop, stop, out_dir)
 

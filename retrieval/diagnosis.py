@@ -14,7 +14,7 @@ only: retrieval reaches it through the :class:`CaseRetriever` protocol.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -168,6 +168,7 @@ class CaseRetriever(Protocol):
         *,
         action_space: str | None = None,
         exclude_scenario: str | None = None,
+        exclude_ids: Iterable[str] = (),
     ) -> list[RetrievedCase]: ...
 
 
@@ -177,30 +178,20 @@ def patch_family(patch: Patch) -> RemedyFamily:
 
 
 def fits_subject(patch: Patch, subject: Subject) -> tuple[bool, str]:
-    """Whether ``patch`` fits the subject's traits and algorithm (``cases.patches.check.check_fit``).
+    """Whether ``patch`` fits the subject's traits and algorithm (:func:`remedy.cases.patches.check.check_fit`).
 
-    Returns ``(ok, reason)``. Accepts a checker that raises :class:`PatchRejectedError`
-    or one that returns a report with ``ok`` and ``message``.
+    Returns ``(ok, reason)``; an algorithm that cannot be inspected holds the patch to the env traits only.
     """
+    from remedy.cases.patches.check import check_fit  # imports gymnasium: only when a patch is held to a subject
+
     try:
-        check = importlib.import_module("remedy.cases.patches.check").check_fit
-    except (ImportError, AttributeError):  # checker not installed: nothing to hold the patch to
-        return True, ""
-    try:
-        out = check(patch, subject.traits, subject.algo)
-    except PatchRejectedError as ex:
-        return False, f"{ex.rule or 'rejected'}: {ex}" if getattr(ex, "rule", "") else str(ex)
-    except AlgorithmError:  # an algorithm we cannot inspect: hold the patch to the env traits only
         try:
-            out = check(patch, subject.traits, None)
-        except PatchRejectedError as ex:
-            return False, str(ex)
-    if out is None or out is True:
-        return True, ""
-    if out is False:
-        return False, "does not fit"
-    ok = getattr(out, "ok", True)
-    return bool(ok), "" if ok else str(getattr(out, "message", "") or getattr(out, "rule", "does not fit"))
+            check_fit(patch, subject.traits, subject.algo)
+        except AlgorithmError:
+            check_fit(patch, subject.traits, None)
+    except PatchRejectedError as ex:
+        return False, f"{ex.rule}: {ex}" if ex.rule else str(ex)
+    return True, ""
 
 
 # ---- registry -------------------------------------------------------------------------------

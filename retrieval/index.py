@@ -31,8 +31,9 @@ from typing import Any
 
 import numpy as np
 
-# Lance logs scoring-column deprecation warnings on every hybrid query; keep the terminal clean.
-os.environ.setdefault("LANCEDB_LOG", "error")
+from .offline_env import offline_defaults
+
+offline_defaults()  # LANCEDB_LOG is read when lancedb is imported
 
 import lancedb  # noqa: E402
 import pyarrow as pa  # noqa: E402

@@ -25,7 +25,6 @@ DSPy's default engine sends ``max_completion_tokens``; an older server that want
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 import math
 import os
@@ -33,7 +32,9 @@ import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # never fetch a price map at LM start-up
+from .offline_env import offline_defaults
+
+offline_defaults()  # before DSPy imports litellm, which reads them at import
 
 import dspy  # noqa: E402
 from dspy.utils.exceptions import AdapterParseError  # noqa: E402
@@ -301,13 +302,9 @@ def _first_error(ex: Exception) -> str:
 # ---- sandbox ---------------------------------------------------------------------------------
 
 def sandbox_check(patch: Patch, ctx: DiagnosisContext) -> tuple[bool, str]:
-    """Run the patch through ``cases.patches.check.check_patch`` (fit, static check, compile, fuzz)."""
-    try:
-        check_patch = importlib.import_module("remedy.cases.patches.check").check_patch
-    except (ImportError, AttributeError):
-        if any(p.kind in ("reward_shaping", "safety_constraint") for p in patch.parts):
-            return False, "sandbox unavailable: code patches cannot be checked, so they are refused"
-        return fits_subject(patch, ctx.subject)
+    """Run the patch through :func:`remedy.cases.patches.check.check_patch` (fit, static check, compile, fuzz)."""
+    from remedy.cases.patches.check import check_patch
+
     s = ctx.subject
     try:
         report = check_patch(patch, s.env_id, s.env_kwargs, s.algo)
@@ -315,9 +312,7 @@ def sandbox_check(patch: Patch, ctx: DiagnosisContext) -> tuple[bool, str]:
         return False, f"{ex.rule or 'rejected'}: {ex}"
     except RemedyError as ex:
         return False, str(ex)
-    if getattr(report, "ok", True):
-        return True, ""
-    return False, f"{getattr(report, 'rule', '') or 'rejected'}: {getattr(report, 'message', '')}"
+    return (True, "") if report.ok else (False, f"{report.rule or 'rejected'}: {report.message}")
 
 
 # ---- the LM ----------------------------------------------------------------------------------

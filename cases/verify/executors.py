@@ -73,6 +73,10 @@ class Executor(Protocol):
         """Run every job and return one result per job, in the order given."""
         ...
 
+    def shutdown(self) -> None:
+        """Release what the executor started (worker pools, a local Ray); safe to call twice."""
+        ...
+
 
 def resolve(fn: str | Callable[..., Any]) -> Callable[..., Any]:
     """A callable from an import path (``"pkg.mod:attr"`` or ``"pkg.mod.attr"``), or ``fn`` itself."""
@@ -96,7 +100,7 @@ def _describe(err: BaseException) -> str:
 
 def execute_job(job: Job) -> JobResult:
     """Run one job through ``run_limited`` in this process's child; never raises for job failures."""
-    from ..patches.worker import run_limited  # D's sandboxed worker; imported late so this module loads alone
+    from ..patches.worker import run_limited  # imported late so this module loads alone
 
     start = time.monotonic()
     try:
@@ -133,6 +137,9 @@ class LocalExecutor:
                 results[i] = fut.result()
                 _report(progress, results[i], done, len(jobs))
         return [r for r in results if r is not None]
+
+    def shutdown(self) -> None:
+        """Nothing to release: each ``run`` opens and closes its own thread pool."""
 
 
 class RayExecutor:

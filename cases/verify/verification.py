@@ -367,6 +367,6 @@ def verify_patch(
         try:
             results = executor.run(jobs, progress=lambda r, d, n: ctx.say(f"{r.id}: {'ok' if r.ok else 'failed'}", d, n))
         finally:
-            if owned and hasattr(executor, "shutdown"):
+            if owned:
                 executor.shutdown()
     return _case(ctx, _verification(ctx, jobs, results))

@@ -8,20 +8,15 @@ modules of this package by area; this module registers them all and maps every
 
 from __future__ import annotations
 
-import os
 import sys
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+import typer
+from rich.console import Console
 
-import typer  # noqa: E402
-from rich.console import Console  # noqa: E402
+from remedy.cases.errors import RemedyError
+from remedy.retrieval.offline_env import offline_defaults
 
-from remedy.cases.errors import RemedyError  # noqa: E402
-
-from . import bench, diagnose, kb, patch, signature, verify  # noqa: E402
+from . import bench, diagnose, kb, patch, signature, verify
 
 __all__ = ["app", "main"]
 
@@ -70,6 +65,7 @@ _err = Console(stderr=True)
 
 def main() -> None:
     """Entry point of the ``remedy`` console script."""
+    offline_defaults()
     try:
         code = app(standalone_mode=False)  # a command's typer.Exit(n) comes back as n here
         if isinstance(code, int) and code:

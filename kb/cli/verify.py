@@ -73,8 +73,7 @@ def verify(
         with _progress() as update:
             case = verify_patch(run_dir, the_patch, config, executor=runner, progress=update)
     finally:
-        if hasattr(runner, "shutdown"):
-            runner.shutdown()
+        runner.shutdown()
     stored = False if no_store else _store(case, kb)
     if json_out:
         from remedy.cases.io import case_to_json
