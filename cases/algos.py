@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import difflib
 import importlib
+from typing import Annotated
+
+from pydantic import AfterValidator
 
 from .errors import AlgorithmError
 
-__all__ = ["ALGOS", "ON_POLICY", "get_algo", "is_on_policy", "canonical_algo", "algo_names"]
+__all__ = ["AlgoName", "ALGOS", "ON_POLICY", "get_algo", "is_on_policy", "canonical_algo", "algo_names"]
 
 #: canonical name -> "module:attribute" (imported lazily; sb3-contrib is optional at import time).
 ALGOS: dict[str, str] = {
@@ -66,3 +69,14 @@ def get_algo(name: str) -> type:
 def is_on_policy(name: str) -> bool:
     """True when the algorithm learns on-policy (PPO, A2C, TRPO, ...), False for replay-buffer methods."""
     return canonical_algo(name) in ON_POLICY
+
+
+def _validated(name: str) -> str:
+    try:
+        return canonical_algo(name)
+    except AlgorithmError as ex:  # pydantic reports ValueErrors with the field's name
+        raise ValueError(str(ex)) from None
+
+
+#: An algorithm name in a pydantic model: validated and stored in its canonical spelling.
+AlgoName = Annotated[str, AfterValidator(_validated)]

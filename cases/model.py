@@ -20,6 +20,7 @@ from .patches.spec import Patch
 
 __all__ = [
     "SCHEMA_VERSION",
+    "FrozenModel",
     "RootCause",
     "RemedyFamily",
     "ActionSpaceType",
@@ -113,12 +114,18 @@ class Source(StrEnum):
     imported = "imported"  # came from another team's export
 
 
-class _Frozen(BaseModel):
-    # NaN features are meaningful ("not measurable"); keep them through JSON round trips.
+class FrozenModel(BaseModel):
+    """Base of Remedy's domain values: immutable, unknown fields refused.
+
+    NaN features are meaningful ("not measurable"); they survive JSON round trips as strings.
+    """
+
     model_config = ConfigDict(frozen=True, extra="forbid", ser_json_inf_nan="strings")
 
 
-class EnvTraits(_Frozen):
+
+
+class EnvTraits(FrozenModel):
     """Coarse facts about the env that retrieval filters on."""
 
     action_space: ActionSpaceType
@@ -127,7 +134,7 @@ class EnvTraits(_Frozen):
     reward_density: RewardDensity = RewardDensity.dense
 
 
-class Subject(_Frozen):
+class Subject(FrozenModel):
     """The agent under treatment: env, algorithm, training, and what success means."""
 
     env_id: str
@@ -141,7 +148,7 @@ class Subject(_Frozen):
     traits: EnvTraits
 
 
-class EpisodeSummary(_Frozen):
+class EpisodeSummary(FrozenModel):
     """One evaluation episode, summarized."""
 
     seed: int | None = None
@@ -151,7 +158,7 @@ class EpisodeSummary(_Frozen):
     success: bool | None = None
 
 
-class Evidence(_Frozen):
+class Evidence(FrozenModel):
     """What was observed of the agent before treatment (rollouts and logs), summarized."""
 
     n_episodes: int = Field(ge=0)
@@ -160,7 +167,7 @@ class Evidence(_Frozen):
     notes: str = ""
 
 
-class Signature(_Frozen):
+class Signature(FrozenModel):
     """Failure signature: named numeric features, symptom tags, and a summary for retrieval."""
 
     features: dict[str, float] = Field(default_factory=dict)
@@ -168,7 +175,7 @@ class Signature(_Frozen):
     summary: str
 
 
-class Cause(_Frozen):
+class Cause(FrozenModel):
     """One ranked root cause with confidence and why."""
 
     cause: RootCause
@@ -176,7 +183,7 @@ class Cause(_Frozen):
     rationale: str = ""
 
 
-class Diagnosis(_Frozen):
+class Diagnosis(FrozenModel):
     """Root causes ranked, and what produced them."""
 
     causes: list[Cause] = Field(default_factory=list)
@@ -191,7 +198,7 @@ class Diagnosis(_Frozen):
         return [c.cause for c in self.causes]
 
 
-class Effect(_Frozen):
+class Effect(FrozenModel):
     """Treatment minus control on the original task metric, with a bootstrap CI."""
 
     metric: str  # e.g. "return_iqm" or "success_rate"
@@ -203,8 +210,12 @@ class Effect(_Frozen):
     prob_improvement: float | None = Field(None, ge=0, le=1)
     confidence_level: float = 0.95
 
+    def text(self) -> str:
+        """``+0.45 [+0.2, +0.7] success_rate``: the difference, its interval and the metric."""
+        return f"{self.diff:+.3g} [{self.ci_low:+.3g}, {self.ci_high:+.3g}] {self.metric}"
 
-class Verification(_Frozen):
+
+class Verification(FrozenModel):
     """Result of fine-tuning with the patch (treatment) against without (control)."""
 
     status: Status
@@ -220,14 +231,14 @@ class Verification(_Frozen):
     per_seed: dict[str, list[float]] = Field(default_factory=dict)
 
 
-class LiteratureEffect(_Frozen):
+class LiteratureEffect(FrozenModel):
     """An effect reported in the literature; never presented as our measurement."""
 
     claim: str
     source: str
 
 
-class Provenance(_Frozen):
+class Provenance(FrozenModel):
     """Versions and time stamps of what produced the case."""
 
     remedy_version: str = ""
@@ -237,7 +248,7 @@ class Provenance(_Frozen):
     created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
 
 
-class Case(_Frozen):
+class Case(FrozenModel):
     """One diagnose-fix-verify episode."""
 
     case_id: str

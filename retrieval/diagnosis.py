@@ -18,12 +18,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from remedy.cases.errors import AlgorithmError, DiagnosisError, PatchRejectedError
 from remedy.cases.model import (
     Case,
     Diagnosis,
+    FrozenModel,
     EpisodeSummary,
     RemedyFamily,
     RootCause,
@@ -53,11 +54,7 @@ __all__ = [
 ComputeCost = Literal["low", "medium", "high"]
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class CandidatePatch(_Frozen):
+class CandidatePatch(FrozenModel):
     """One proposed fix: a typed patch plus why, what it should do, and what it may break."""
 
     patch: Patch
@@ -70,7 +67,7 @@ class CandidatePatch(_Frozen):
     score: float = 0.0  # the backend's ranking score (offline: summed votes); for display and tuning
 
 
-class DiagnosisReport(_Frozen):
+class DiagnosisReport(FrozenModel):
     """The answer of one diagnosis: signature, ranked causes, ranked candidates, warnings."""
 
     signature: Signature
@@ -92,7 +89,7 @@ class RetrievedCase:
     similarity: float
 
 
-class Attempt(_Frozen):
+class Attempt(FrozenModel):
     """A patch already tried in this fix loop, and what verification said about it."""
 
     patch: Patch

@@ -311,8 +311,7 @@ def _why(items: list[tuple[float, str]], n: int = 3) -> str:
 def _effect_text(case: Case) -> str:
     v = case.verification
     if v is not None and v.effect is not None:
-        e = v.effect
-        return f"{e.metric} {e.diff:+.3g} [{e.ci_low:+.3g}, {e.ci_high:+.3g}] in {case.subject.env_id}"
+        return f"{v.effect.text()} in {case.subject.env_id}"
     if case.literature is not None:
         return f"literature: {case.literature.claim} ({case.literature.source})"
     return ""

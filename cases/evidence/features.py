@@ -19,6 +19,7 @@ import numpy as np
 from .envs import registered_time_limit
 from .rollouts import EpisodeRecord, EvidenceBundle, TrainingLog
 from ..model import ActionSpaceType, Subject
+from ..verify.stats import iqm as _stats_iqm
 from ..vocab import COMPONENT_PREFIX, FEATURES
 
 __all__ = [
@@ -46,13 +47,10 @@ _NAN = math.nan
 
 
 def iqm(x: np.ndarray) -> float:
-    """Interquartile mean: mean of the middle 50% (rliable's IQM); NaN for empty input."""
-    x = np.sort(np.asarray(x, dtype=float)[np.isfinite(np.asarray(x, dtype=float))])
-    if not len(x):
-        return _NAN
-    lo, hi = int(math.floor(0.25 * len(x))), int(math.ceil(0.75 * len(x)))
-    mid = x[lo:hi] if hi > lo else x
-    return float(mid.mean())
+    """Interquartile mean of the finite values of ``x`` (:func:`remedy.cases.verify.stats.iqm`); NaN when none."""
+    a = np.asarray(x, dtype=float).ravel()
+    a = a[np.isfinite(a)]
+    return _stats_iqm(a) if a.size else _NAN
 
 
 def smooth_curve(values: np.ndarray, window: int | None = None) -> np.ndarray:

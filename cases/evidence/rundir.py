@@ -24,12 +24,12 @@ from typing import Any
 
 import gymnasium as gym
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
-from ..algos import canonical_algo, get_algo
+from ..algos import AlgoName, get_algo
 from .constraints import Constraint
 from .envs import check_env_id, check_spaces, env_traits, make_env
-from ..errors import AlgorithmError, CheckpointError, RunDirError
+from ..errors import CheckpointError, RunDirError
 from ..model import Subject
 from ..success import SuccessSpec
 from .wrappers import WRAPPERS, WrapperSpec
@@ -58,7 +58,7 @@ class RunConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     env_id: str
     env_kwargs: dict[str, Any] = Field(default_factory=dict)
-    algo: str
+    algo: AlgoName
     hyperparams: dict[str, Any] = Field(default_factory=dict)
     train_steps: int | None = Field(None, ge=0)
     n_envs: int = Field(1, ge=1)
@@ -69,14 +69,6 @@ class RunConfig(BaseModel):
     max_episode_steps: int | None = Field(None, gt=0)
     seed: int | None = None
     notes: str = ""
-
-    @field_validator("algo")
-    @classmethod
-    def _known_algo(cls, v: str) -> str:
-        try:
-            return canonical_algo(v)
-        except AlgorithmError as ex:
-            raise ValueError(str(ex)) from None
 
     def to_yaml(self) -> str:
         """YAML text of this config (what ``run.yaml`` holds)."""

@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
-from ..algos import canonical_algo
+from ..algos import AlgoName
 from ..evidence.constraints import Constraint
-from ..errors import AlgorithmError, RunDirError, ScenarioError
+from ..errors import RunDirError, ScenarioError
 from ..model import RemedyFamily, RootCause
 from ..evidence.rundir import RunConfig, RunDir
 from ..success import SuccessSpec
@@ -76,7 +76,7 @@ class Scenario(BaseModel):
     description: str
     env_id: str
     env_kwargs: dict[str, Any] = Field(default_factory=dict)
-    algo: str
+    algo: AlgoName
     hyperparams: dict[str, Any] = Field(default_factory=dict)
     train_steps: int = Field(gt=0)
     n_envs: int = Field(8, ge=1)
@@ -93,14 +93,6 @@ class Scenario(BaseModel):
     eval_episodes: int = Field(20, ge=1)
     finetune_budget: int | None = Field(None, ge=0)
     reward_ref: str | None = None
-
-    @field_validator("algo")
-    @classmethod
-    def _known_algo(cls, v: str) -> str:
-        try:
-            return canonical_algo(v)
-        except AlgorithmError as ex:
-            raise ValueError(str(ex)) from None
 
     @property
     def budget(self) -> int:

@@ -6,10 +6,9 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from .common import JsonOption, console, print_json
+from .common import JsonOption, console, print_json, progress_bar
 
 __all__ = ["bench_build", "build_cmd"]
 
@@ -50,8 +49,7 @@ def bench_build(scenarios: str | None, force: bool, cache: Path | None, quick: b
 
     chosen = [s for s in load_scenarios(scenarios) if s.quick or not quick]
     rows: list[dict] = []
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=True, disable=as_json) as bar:
+    with progress_bar(to=console, disable=as_json) as bar:
         overall = bar.add_task("scenarios", total=len(chosen))
         for s in chosen:
             step = bar.add_task(f"  {s.name}", total=s.train_steps)

@@ -8,8 +8,10 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-__all__ = ["KbOption", "JsonOption", "console", "print_json", "DEFAULT_KB"]
+__all__ = ["KbOption", "JsonOption", "console", "err_console", "print_json", "DEFAULT_KB", "progress_bar", "status_markup",
+           "effect_text"]
 
 DEFAULT_KB = ".remedy"
 
@@ -20,8 +22,30 @@ KbOption = Annotated[
 JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of a table.")]
 
 console = Console()
+#: progress and warnings go to stderr, so stdout stays clean for ``--json``.
+err_console = Console(stderr=True)
+
+#: rich colour of each verification status; anything else (no_effect, inconclusive, ...) is yellow.
+STATUS_COLOURS = {"improved": "green", "worse": "red", "reward_hacking": "magenta", "failed": "red"}
 
 
 def print_json(data: Any) -> None:
     """Print JSON to stdout, plain (no colour codes), for scripts."""
     typer.echo(json.dumps(data, indent=2, default=str))
+
+
+def progress_bar(*, to: Console | None = None, disable: bool = False) -> Progress:
+    """The one progress-bar look of the CLI: description, bar, done/total, elapsed; on stderr by default."""
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    return Progress(*columns, console=to or err_console, transient=True, disable=disable)
+
+
+def status_markup(status: str, bold: bool = False) -> str:
+    """A status word in its colour (rich markup)."""
+    colour = STATUS_COLOURS.get(status, "yellow")
+    return f"[{'bold ' if bold else ''}{colour}]{status}[/]"
+
+
+def effect_text(effect: Any) -> str:
+    """``+0.45 [+0.2, +0.7] success_rate`` for an Effect, ``-`` for none."""
+    return "-" if effect is None else effect.text()

@@ -11,7 +11,7 @@ from rich.table import Table
 from remedy.cases.errors import KBNotFoundError, KBPathError
 from remedy.cases.patches.io import save_patch
 
-from .common import DEFAULT_KB, JsonOption, KbOption, console, print_json
+from .common import DEFAULT_KB, JsonOption, KbOption, console, effect_text, print_json, progress_bar, status_markup
 
 __all__ = ["diagnose", "fix_cmd", "bench_run", "bench_curve", "demo_cmd", "write_patches"]
 
@@ -122,29 +122,11 @@ def _render(report, written: list[Path]) -> None:
 # ---- remedy fix, remedy bench run|curve, remedy demo (the fix-loop issue) ---------------------
 
 
-def _effect_text(effect) -> str:
-    """``+0.45 ± [0.2, 0.7] success_rate`` for an Effect, ``-`` for none."""
-    if effect is None:
-        return "-"
-    return f"{effect.diff:+.3g} [{effect.ci_low:+.3g}, {effect.ci_high:+.3g}] {effect.metric}"
-
-
-_STATUS_COLOUR = {"improved": "green", "worse": "red", "reward_hacking": "magenta", "failed": "red"}
-
-
-def _status_text(status: str) -> str:
-    return f"[{_STATUS_COLOUR.get(status, 'yellow')}]{status}[/]"
-
-
 class _Live:
     """Progress while a long command runs: a rich bar on stderr plus one kept line per finished attempt."""
 
     def __init__(self, disable: bool = False) -> None:
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                             console=Console(stderr=True), transient=True, disable=disable)
+        self._bar = progress_bar(disable=disable)
         self._task = None
         self.disable = disable
 
@@ -174,7 +156,7 @@ def _attempts_table(result, title: str = "What was tried") -> Table:
                     ("case", {"overflow": "fold"})):
         t.add_column(col, **kw)
     for a in result.attempts:
-        t.add_row(str(a.round), a.family, a.patch.summary(), _status_text(a.status), _effect_text(a.effect),
+        t.add_row(str(a.round), a.family, a.patch.summary(), status_markup(a.status), effect_text(a.effect),
                   f"{a.env_steps:,}", a.case_id)
     return t
 
@@ -191,7 +173,7 @@ def _render_fix(result) -> None:
     console.print(f"{result.rounds_used} round(s); stopped: {result.stop_reason}", highlight=False)
     if result.winner is not None:
         w = result.winner
-        console.print(f"[bold green]fixed[/] by {w.patch.summary()} ({_effect_text(w.effect)}) after "
+        console.print(f"[bold green]fixed[/] by {w.patch.summary()} ({effect_text(w.effect)}) after "
                       f"{result.attempts_to_fix} attempt(s), {result.env_steps_to_fix:,} env steps, "
                       f"{result.wall_time_to_fix_s:.0f} s", highlight=False)
         console.print(f"winning patch: [bold]{result.patch_path}[/] (apply or re-check it with "
@@ -397,8 +379,8 @@ def _render_demo(result) -> None:
         res = row.result
         shown = res.winner or (res.attempts[-1] if res.attempts else None)
         t.add_row(row.scenario, ", ".join(row.diagnosis[:2]) or "-", ", ".join(row.ground_truth),
-                  shown.patch.summary() if shown else "-", _effect_text(shown.effect) if shown else "-",
-                  _status_text(shown.status) if shown else "-", str(len(res.attempts)))
+                  shown.patch.summary() if shown else "-", effect_text(shown.effect) if shown else "-",
+                  status_markup(shown.status) if shown else "-", str(len(res.attempts)))
     console.print(t)
     if result.query_scenario:
         console.print(render_similar(result.similar, title=f"remedy query: cases similar to {result.query_scenario}'s "

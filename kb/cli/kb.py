@@ -15,12 +15,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console, Group
+from rich.console import Group
 from rich.panel import Panel
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from .common import DEFAULT_KB, JsonOption, KbOption, console, print_json
+from .common import DEFAULT_KB, JsonOption, KbOption, console, err_console, print_json, progress_bar
 
 if TYPE_CHECKING:
     from remedy.cases.model import Case
@@ -29,7 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = ["kb_init", "kb_stats", "kb_schema", "kb_reindex", "kb_import", "kb_export", "query", "similar", "case_show", "render_similar", "render_case", "format_effect"]
 
-_err = Console(stderr=True)
+
 
 
 class _Space(StrEnum):
@@ -54,8 +53,7 @@ def _open(kb: Path, create: bool = False, reconcile: bool = True):
 @contextmanager
 def _bar(label: str) -> Iterator[Callable[[int, int], None]]:
     """A rich progress bar on stderr (stdout stays clean for scripts); yields ``update(done, total)``."""
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=_err, transient=True) as progress:
+    with progress_bar() as progress:
         task = progress.add_task(label, total=None)
 
         def update(done: int, total: int) -> None:
@@ -139,7 +137,7 @@ def kb_import(
     with _open(kb, create=True) as base, _bar(f"importing {file.name}") as update:
         report = base.import_file(file, skip_invalid=skip_invalid, progress=update)
     for line, msg in report.problems:
-        _err.print(f"[yellow]skipped line {line}:[/] {msg}", highlight=False, soft_wrap=True)
+        err_console.print(f"[yellow]skipped line {line}:[/] {msg}", highlight=False, soft_wrap=True)
     console.print(
         f"Imported {file}: {report.added} added, {report.unchanged} unchanged, {report.skipped} skipped.",
         soft_wrap=True,
@@ -217,11 +215,10 @@ def similar(
 
 
 def format_effect(case: Case) -> str:
-    """``+12.3 [4.5, 20.1] return_iqm`` for a measured effect, ``lit.`` for a cited one, else ``-``."""
+    """``+12.3 [+4.5, +20.1] return_iqm`` for a measured effect, ``lit.`` for a cited one, else ``-``."""
     v = case.verification
     if v is not None and v.effect is not None:
-        e = v.effect
-        return f"{e.diff:+.3g} [{e.ci_low:.3g}, {e.ci_high:.3g}] {e.metric}"
+        return v.effect.text()
     return "lit." if case.literature is not None else "-"
 
 

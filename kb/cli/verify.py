@@ -14,18 +14,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
-from rich.console import Console, Group
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.console import Group
 from rich.table import Table
 
-from .common import DEFAULT_KB, JsonOption, KbOption, console, print_json
+from .common import DEFAULT_KB, JsonOption, KbOption, console, err_console, print_json, progress_bar, status_markup
 
 if TYPE_CHECKING:
     from remedy.cases.model import Case
 
 __all__ = ["verify", "render_verification"]
 
-_err = Console(stderr=True)
+
 
 
 class _Executor(StrEnum):
@@ -38,8 +37,7 @@ class _Executor(StrEnum):
 @contextmanager
 def _progress() -> Iterator[Callable[[str, int, int], None]]:
     """A rich progress line on stderr (stdout stays clean for ``--json``); yields ``update(message, done, total)``."""
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=_err, transient=True) as bar:
+    with progress_bar() as bar:
         task = bar.add_task("verify", total=None)
 
         def update(message: str, done: int, total: int) -> None:
@@ -123,7 +121,6 @@ def render_verification(case: "Case") -> Group:
         name = f"[bold]{eff.metric}[/]" if eff is e else eff.metric
         effects.add_row(name, f"{eff.treatment:.3g}", f"{eff.control:.3g}", f"{eff.diff:+.3g}",
                         f"[{eff.ci_low:+.3g}, {eff.ci_high:+.3g}]", pi)
-    colour = {"improved": "green", "worse": "red", "reward_hacking": "magenta"}.get(v.status.value, "yellow")
-    status = (f"status [bold {colour}]{v.status.value}[/] · env steps {v.env_steps:,} · wall {v.wall_time_s:.1f}s"
+    status = (f"status {status_markup(v.status.value, bold=True)} · env steps {v.env_steps:,} · wall {v.wall_time_s:.1f}s"
               f" · budget {v.budget_steps:,}/arm")
     return Group(arms, effects, status, f"[dim]{v.reason}[/]")
