@@ -8,7 +8,7 @@ export TRANSFORMERS_OFFLINE := 1
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install demo test test-fast bench clean
+.PHONY: install demo test test-fast lint typecheck bench clean
 
 install: $(STAMP)
 
@@ -25,6 +25,17 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests
 
+# ruff: lint rules and the formatter's check (pyproject.toml [tool.ruff]).
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+# mypy follows the package-dir mapping through a tree of symlinks (remedy/cases -> ../../cases, ...).
+typecheck: $(STAMP)
+	mkdir -p .typecheck/remedy
+	for p in cases kb retrieval optimizer miners; do ln -sfn ../../$$p .typecheck/remedy/$$p; done
+	cd .typecheck && ../$(BIN)/mypy --config-file ../pyproject.toml -p remedy
+
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow" tests
 
@@ -33,4 +44,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/verify.py
 
 clean:
-	rm -rf $(VENV) .remedy
+	rm -rf $(VENV) .remedy .typecheck .mypy_cache

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import PatchRejectedError
+from ..model import EnvTraits
 from .fit import HYPERPARAMETER_RULES, algo_hyperparameters, check_fit
 from .fuzz import FuzzReport
 from .kinds import patch_kind
