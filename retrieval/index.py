@@ -206,7 +206,7 @@ class VectorIndex:
         ``progress`` is called with the number of cases written after each batch. A case id
         given twice is written once (its first occurrence).
         """
-        self._db.drop_table(TABLE, ignore_missing=True)
+        self._db.drop_table(TABLE, ignore_missing=True)  # type: ignore[call-arg]  # the connection class takes it
         self._write_meta()
         self._table = self._create_table()
         seen: set[str] = set()

@@ -147,6 +147,8 @@ class RemedyRunCallback(BaseCallback):
 
     def _on_training_end(self) -> None:
         self._record_row()  # the final state, with the last train() scalars
+        if self.config is None:  # training ended before it started
+            self.config = infer_run_config(self.model, self.success)
         self.config = self.config.model_copy(update={"train_steps": int(self.num_timesteps)})
         write_run_yaml(self.run_dir, self.config)
         self._save()
@@ -154,7 +156,8 @@ class RemedyRunCallback(BaseCallback):
     def _save(self) -> None:
         self._last_save = self.num_timesteps
         self.model.save(str(self.run_dir / MODEL_ZIP))
-        vn = unwrap_vec_normalize(self.model.get_env()) if self.model.get_env() is not None else None
+        env = self.model.get_env()
+        vn = unwrap_vec_normalize(env) if env is not None else None
         if isinstance(vn, VecNormalize):
             vn.save(str(self.run_dir / VECNORMALIZE_PKL))
         self._write_progress()

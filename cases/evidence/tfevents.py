@@ -12,6 +12,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 __all__ = ["read_scalars"]
 
@@ -34,9 +35,10 @@ def _varint(buf: bytes, pos: int) -> tuple[int, int]:
         shift += 7
 
 
-def _fields(buf: bytes) -> Iterator[tuple[int, int, object]]:
-    """(field number, wire type, value) for each field of one message."""
+def _fields(buf: bytes) -> Iterator[tuple[int, int, Any]]:
+    """(field number, wire type, value) for each field of one message: an int for varints, else bytes."""
     pos = 0
+    val: int | bytes
     while pos < len(buf):
         key, pos = _varint(buf, pos)
         num, wt = key >> 3, key & 7
@@ -55,7 +57,9 @@ def _fields(buf: bytes) -> Iterator[tuple[int, int, object]]:
 
 
 def _tensor_scalar(buf: bytes) -> float | None:
-    dtype, content, floats, doubles = _DT_FLOAT, b"", [], []
+    dtype, content = _DT_FLOAT, b""
+    floats: list[float] = []
+    doubles: list[float] = []
     for num, wt, val in _fields(buf):
         if num == 1 and wt == _VARINT:
             dtype = int(val)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import gymnasium as gym
+from pydantic import BaseModel
 
 from ..errors import PatchRejectedError
 from ..model import RemedyFamily
@@ -37,7 +38,7 @@ class PatchKind:
     compiles and fuzzes sandboxed code before anything trains on it.
     """
 
-    model: type
+    model: type[BaseModel]
     family: RemedyFamily
     fit: Callable[[Any, fit.FitContext], None] | None = None
     overrides: Callable[[Any], dict[str, Any]] | None = None

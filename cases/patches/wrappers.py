@@ -58,7 +58,7 @@ class _RewardChanger(gym.Wrapper):
         obs, reward, terminated, truncated, info = self.env.step(action)
         info = dict(info)
         new = float(self._change(action, float(reward), obs, terminated, truncated, info))
-        _mark(info, reward, new)
+        _mark(info, float(reward), new)
         return obs, new, terminated, truncated, info
 
     def _change(self, action, reward, next_obs, terminated, truncated, info) -> float:  # pragma: no cover
@@ -178,7 +178,7 @@ class SafetyConstraintWrapper(_RewardChanger):
             self.violations += 1
             terminated = terminated or self.mode == "terminate"
         info["safety_violation"] = violated
-        _mark(info, reward, new)
+        _mark(info, float(reward), new)
         return obs, new, terminated, truncated, info
 
 

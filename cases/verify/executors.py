@@ -134,8 +134,8 @@ class LocalExecutor:
             futures = {pool.submit(execute_job, job): i for i, job in enumerate(jobs)}
             for done, fut in enumerate(as_completed(futures), start=1):
                 i = futures[fut]
-                results[i] = fut.result()
-                _report(progress, results[i], done, len(jobs))
+                results[i] = result = fut.result()
+                _report(progress, result, done, len(jobs))
         return [r for r in results if r is not None]
 
     def shutdown(self) -> None:
@@ -182,11 +182,12 @@ class RayExecutor:
             ready, pending = ray.wait(pending, num_returns=1)
             i = refs[ready[0]]
             try:
-                results[i] = ray.get(ready[0])
+                result = ray.get(ready[0])
             except Exception as err:  # noqa: BLE001 - a lost worker fails its own job only
-                results[i] = JobResult(jobs[i].id, False, error=_describe(err))
+                result = JobResult(jobs[i].id, False, error=_describe(err))
+            results[i] = result
             done += 1
-            _report(progress, results[i], done, len(jobs))
+            _report(progress, result, done, len(jobs))
         return [r for r in results if r is not None]
 
     def shutdown(self) -> None:

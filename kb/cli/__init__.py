@@ -9,6 +9,8 @@ modules of this package by area; this module registers them all and maps every
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -37,7 +39,7 @@ app.add_typer(patch_app, name="patch")
 app.add_typer(bench_app, name="bench")
 
 # Every command is registered here, in one place and one style: (group, name, function).
-_COMMANDS = [
+_COMMANDS: list[tuple[typer.Typer, str, Callable[..., Any]]] = [
     (kb_app, "init", kb.kb_init),
     (kb_app, "stats", kb.kb_stats),
     (kb_app, "schema", kb.kb_schema),

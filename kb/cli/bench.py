@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.table import Table
 
-from .common import JsonOption, console, print_json, progress_bar
+from .common import JsonOption, add_columns, console, print_json, progress_bar
 
 __all__ = ["bench_build", "build_cmd"]
 
@@ -29,12 +29,12 @@ def _table(rows: list[dict]) -> Table:
     t = Table(title="fault scenarios", show_lines=False)
     widest = max((len(r["scenario"]) for r in rows), default=8)
     wide = console.width >= _WIDE  # the fault text only where it fits; --json always has it
-    for col, kw in (("scenario", {"no_wrap": True, "min_width": widest}), ("env", {"no_wrap": True}),
-                    ("fault", {"overflow": "ellipsis", "no_wrap": True, "max_width": console.width - 100}),
-                    ("steps", {"justify": "right", "no_wrap": True}), ("wall s", {"justify": "right", "no_wrap": True}),
-                    ("cached?", {"no_wrap": True}), ("success", {"justify": "right", "no_wrap": True})):
-        if col != "fault" or wide:
-            t.add_column(col, **kw)
+    columns: list[tuple[str, dict[str, Any]]] = [
+        ("scenario", {"no_wrap": True, "min_width": widest}), ("env", {"no_wrap": True}),
+        ("fault", {"overflow": "ellipsis", "no_wrap": True, "max_width": console.width - 100}),
+        ("steps", {"justify": "right", "no_wrap": True}), ("wall s", {"justify": "right", "no_wrap": True}),
+        ("cached?", {"no_wrap": True}), ("success", {"justify": "right", "no_wrap": True})]
+    add_columns(t, [c for c in columns if c[0] != "fault" or wide])
     for r in rows:
         success = "-" if r["success_rate"] is None else f"{r['success_rate']:.0%}"
         cached = r["source"] if r["cached"] else "no"

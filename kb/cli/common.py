@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.table import Table
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 __all__ = ["KbOption", "JsonOption", "console", "err_console", "print_json", "DEFAULT_KB", "progress_bar", "status_markup",
-           "effect_text"]
+           "effect_text", "add_columns"]
 
 DEFAULT_KB = ".remedy"
 
@@ -49,3 +51,10 @@ def status_markup(status: str, bold: bool = False) -> str:
 def effect_text(effect: Any) -> str:
     """``+0.45 [+0.2, +0.7] success_rate`` for an Effect, ``-`` for none."""
     return "-" if effect is None else effect.text()
+
+
+def add_columns(table: Table, columns: Sequence[tuple[str, Mapping[str, Any]]]) -> Table:
+    """Add ``(header, rich column options)`` pairs to ``table``, in order; returns the table."""
+    for header, options in columns:
+        table.add_column(header, **options)
+    return table

@@ -6,12 +6,13 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.progress import TaskID
 from rich.table import Table
 
 from remedy.cases.errors import KBNotFoundError, KBPathError
 from remedy.cases.patches.io import save_patch
 
-from .common import DEFAULT_KB, JsonOption, KbOption, console, effect_text, print_json, progress_bar, status_markup
+from .common import DEFAULT_KB, JsonOption, KbOption, add_columns, console, effect_text, print_json, progress_bar, status_markup
 
 __all__ = ["diagnose", "fix_cmd", "bench_run", "bench_curve", "demo_cmd", "write_patches"]
 
@@ -69,7 +70,10 @@ def _backend(name: str):
 
     backend = get_diagnoser(name)
     if name == "llm":
-        _ = backend.lm  # raises LMError now when REMEDY_LM is not set
+        from remedy.retrieval.llm import LLMDiagnoser
+
+        if isinstance(backend, LLMDiagnoser):
+            _ = backend.lm  # raises LMError now when REMEDY_LM is not set
     return backend
 
 
@@ -127,7 +131,7 @@ class _Live:
 
     def __init__(self, disable: bool = False) -> None:
         self._bar = progress_bar(disable=disable)
-        self._task = None
+        self._task: TaskID | None = None
         self.disable = disable
 
     def __enter__(self) -> "_Live":
@@ -140,7 +144,8 @@ class _Live:
 
     def update(self, message: str, done: int = 0, total: int = 0) -> None:
         """Show ``message`` (and ``done/total`` jobs); keep a line for each attempt's outcome."""
-        self._bar.update(self._task, description=message[:110], completed=done, total=total or None)
+        if self._task is not None:
+            self._bar.update(self._task, description=message[:110], completed=done, total=total or None)
         if not self.disable and message.endswith(("improved", "no_effect", "worse", "reward_hacking", "failed")):
             self._bar.console.print(message, highlight=False)
 
@@ -151,10 +156,9 @@ class _Live:
 
 def _attempts_table(result, title: str = "What was tried") -> Table:
     t = Table(title=title, title_justify="left")
-    for col, kw in (("round", {"justify": "right"}), ("family", {"overflow": "fold"}), ("patch", {"overflow": "fold"}),
+    add_columns(t, [("round", {"justify": "right"}), ("family", {"overflow": "fold"}), ("patch", {"overflow": "fold"}),
                     ("status", {}), ("effect [95% CI]", {}), ("env steps", {"justify": "right"}),
-                    ("case", {"overflow": "fold"})):
-        t.add_column(col, **kw)
+                    ("case", {"overflow": "fold"})])
     for a in result.attempts:
         t.add_row(str(a.round), a.family, a.patch.summary(), status_markup(a.status), effect_text(a.effect),
                   f"{a.env_steps:,}", a.case_id)

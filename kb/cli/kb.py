@@ -19,7 +19,7 @@ from rich.console import Group
 from rich.panel import Panel
 from rich.table import Table
 
-from .common import DEFAULT_KB, JsonOption, KbOption, console, err_console, print_json, progress_bar
+from .common import DEFAULT_KB, JsonOption, KbOption, add_columns, console, err_console, print_json, progress_bar
 
 if TYPE_CHECKING:
     from remedy.cases.model import Case
@@ -226,17 +226,8 @@ def render_similar(hits: list[SimilarCase], title: str = "") -> Table:
     """The table of similar cases: rank, similarity, env, symptoms, root cause, patch, effect, status."""
     t = Table(title=title or None, title_justify="left", show_lines=False)
     fold = {"overflow": "fold"}  # ids and tags are single long words: fold, never cut them off
-    for col, kw in (
-        ("#", {"justify": "right"}),
-        ("sim", {"justify": "right"}),
-        ("env", fold),
-        ("symptoms", fold),
-        ("root cause", fold),
-        ("patch", {}),
-        ("effect ± CI", {}),
-        ("status", fold),
-    ):
-        t.add_column(col, **kw)
+    add_columns(t, [("#", {"justify": "right"}), ("sim", {"justify": "right"}), ("env", fold), ("symptoms", fold),
+                    ("root cause", fold), ("patch", {}), ("effect ± CI", {}), ("status", fold)])
     for h in hits:
         c = h.case
         t.add_row(

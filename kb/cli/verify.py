@@ -17,7 +17,7 @@ import typer
 from rich.console import Group
 from rich.table import Table
 
-from .common import DEFAULT_KB, JsonOption, KbOption, console, err_console, print_json, progress_bar, status_markup
+from .common import DEFAULT_KB, JsonOption, KbOption, console, print_json, progress_bar, status_markup
 
 if TYPE_CHECKING:
     from remedy.cases.model import Case
