@@ -92,6 +92,10 @@ class VerifyConfig:
     job_memory_mb: int = 4096
     job_wall_s: float | None = None  # None: generous, from the budget
     arm_eval_seed: int | None = None
+    #: the control's training seeds are the treatment's plus this. 0 pairs the arms seed by seed
+    #: (common random numbers: a patch that changes nothing gives bit-identical arms); an A/A
+    #: calibration sets it so that the two arms are independent draws of the same procedure
+    control_seed_offset: int = 0
 
     @property
     def arms_eval_seed(self) -> int:
@@ -118,7 +122,7 @@ class VerifyConfig:
         """Refuse settings that cannot produce a measurement."""
         if self.seeds < 1 or self.eval_episodes < 1 or self.n_envs < 1:
             raise VerificationError("--seeds, --episodes and n_envs must each be at least 1")
-        if self.seed_base < 0:
+        if self.seed_base < 0 or self.seed_base + self.control_seed_offset < 0:
             raise VerificationError("--seed-base must be 0 or more")
         if self.budget_steps is not None and self.budget_steps < 1:
             raise VerificationError("--budget must be at least 1 env step (fine-tuning is the treatment)")
@@ -239,11 +243,11 @@ def _jobs(ctx: _Context, shifted: tuple[tuple[str, str], ...], workdir: Path) ->
                   score_patch_json=ctx.patch.model_dump_json() if reward_patch else None)
     jobs = []
     for i in range(cfg.seeds):
-        seed = cfg.seed_base + i
         arms = [("treatment", ctx.patch.model_dump_json(), t_budget)]
         if not control_is_checkpoint or i == 0:  # the checkpoint control is the same agent for every seed
             arms.append(("control", None, c_budget))
         for arm, patch_json, budget in arms:
+            seed = cfg.seed_base + i + (cfg.control_seed_offset if arm == "control" else 0)
             spec = ArmSpec(arm=arm, seed=seed, patch_json=patch_json, budget_steps=budget,
                            out_dir=str(workdir / f"{arm}-{seed}"), **common)
             jobs.append(Job(id=f"{arm} seed {seed}", fn=ARM_JOB, kwargs={"spec": spec}, limits=limits))
@@ -378,8 +382,8 @@ def _case(ctx: _Context, verification: Verification) -> Case:
     cfg = ctx.config
     key = ("verified", ctx.subject.checkpoint_sha256, ctx.patch.model_dump(mode="json"), ctx.scenario, cfg.seeds,
            ctx.budget, cfg.eval_episodes, cfg.n_envs, cfg.learning_rate, cfg.force, cfg.seed_base, cfg.eval_seed)
-    if ctx.stage is not Stage.screen or cfg.arm_eval_seed is not None:  # screens keep the ids they always had
-        key = (*key, ctx.stage.value, cfg.arms_eval_seed, ctx.confirms)
+    if ctx.stage is not Stage.screen or cfg.arm_eval_seed is not None or cfg.control_seed_offset:
+        key = (*key, ctx.stage.value, cfg.arms_eval_seed, ctx.confirms, cfg.control_seed_offset)  # old screens keep their ids
     v = versions()
     return Case(
         case_id=new_case_id(*key), source=Source.verified, subject=ctx.subject, evidence=to_evidence(ctx.evidence),
