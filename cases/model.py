@@ -26,6 +26,7 @@ __all__ = [
     "ActionSpaceType",
     "RewardDensity",
     "Status",
+    "Stage",
     "Source",
     "EnvTraits",
     "Subject",
@@ -103,6 +104,16 @@ class Status(StrEnum):
     worse = "worse"
     reward_hacking = "reward_hacking"
     failed = "failed"
+    #: not enough evidence for a verdict: fewer than 2 training seeds in a trained arm, or a
+    #: screen that cleared but was not (yet) confirmed on fresh seeds; the reason says which
+    inconclusive = "inconclusive"
+
+
+class Stage(StrEnum):
+    """Which measurement a verification is: a screen, or the confirmation of a screen on fresh seeds."""
+
+    screen = "screen"  # only a confirmation may end ``improved``
+    confirm = "confirm"
 
 
 class Source(StrEnum):
@@ -209,6 +220,9 @@ class Effect(FrozenModel):
     ci_high: float
     prob_improvement: float | None = Field(None, ge=0, le=1)
     confidence_level: float = 0.95
+    #: how the interval was computed: "welch_seeds" (seed-level Welch t), or the first
+    #: episode-level "bootstrap" that cases stored before it carry
+    method: str = "bootstrap"
 
     def text(self) -> str:
         """``+0.45 [+0.2, +0.7] success_rate``: the difference, its interval and the metric."""
@@ -229,6 +243,15 @@ class Verification(FrozenModel):
     reason: str = ""
     #: the primary metric per training seed, by arm ("treatment", "control"), in seed order
     per_seed: dict[str, list[float]] = Field(default_factory=dict)
+    #: screen or confirmation; cases stored before the distinction were single screens
+    stage: Stage = Stage.screen
+    #: first training seed (seeds ``seed_base .. seed_base + seeds - 1``) and the arms' evaluation seed
+    seed_base: int = 0
+    eval_seed: int | None = None
+    #: a screen whose primary CI cleared zero (it stays ``inconclusive`` until confirmed)
+    passed_screen: bool = False
+    #: on a confirmation: the case id of the screen it confirms
+    confirms: str | None = None
 
 
 class LiteratureEffect(FrozenModel):

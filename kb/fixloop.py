@@ -1,11 +1,17 @@
-"""The fix loop: diagnose → verify the top candidates → store every attempt → diagnose again.
+"""The fix loop: diagnose → screen the top candidates → confirm → store every attempt → diagnose again.
 
 Each round diagnoses the run (with what earlier rounds tried and what happened),
-verifies the top ``candidates`` patches not tried yet one after another, and
+screens the top ``candidates`` patches not tried yet one after another, and
 stores every attempt as a case — refused, crashed and useless patches too, since
-a patch that did nothing is knowledge. The loop stops at the first ``improved``
-verification unless ``exhaustive``; the winning patch is written as a YAML file
-the user can apply with ``remedy verify --patch``.
+a patch that did nothing is knowledge. A candidate whose screen clears is
+re-verified once on fresh training seeds (a confirmation, stored as its own case
+linked to the screen); only a confirmation can be ``improved``, and at most
+``confirmations`` are run per loop, so the chance that the loop reports a false
+fix is at most ``confirmations × (1 − confidence) / 2`` (5% with the defaults;
+see :mod:`remedy.cases.verify.stats`). The loop stops at the first confirmed
+improvement unless ``exhaustive`` (then every screen that clears is confirmed,
+within the cap, and the largest CONFIRMED effect wins); the winning patch is
+written as a YAML file the user can apply with ``remedy verify --patch``.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from remedy.cases.model import Case, Effect, Provenance, Source, Status, Verification, new_case_id
+from remedy.cases.model import Case, Effect, Provenance, Source, Stage, Status, Verification, new_case_id
 from remedy.cases.patches.io import save_patch
 from remedy.cases.patches.spec import Patch
 from remedy.cases.evidence.rundir import RunDir
@@ -26,7 +32,10 @@ from remedy.retrieval.diagnosis import Attempt, CandidatePatch, Diagnoser, Diagn
 
 from .diagnose import diagnose_run
 
-__all__ = ["AttemptRecord", "FixResult", "FixProgress", "fix", "stored_case", "one_torch_thread"]
+__all__ = ["AttemptRecord", "FixResult", "FixProgress", "fix", "stored_case", "one_torch_thread", "CONFIRMATIONS"]
+
+#: confirmations a fix loop may run by default: 2 × 2.5% one-sided bounds its false-fix chance by 5% at 95%
+CONFIRMATIONS = 2
 
 #: ``progress(message, done, total)``: each stage and each verification job as it finishes.
 FixProgress = Callable[[str, int, int], None]
@@ -58,11 +67,14 @@ class AttemptRecord:
     wall_time_s: float
     reason: str = ""
     parent_id: str | None = None
+    stage: str = Stage.screen.value
+    passed_screen: bool = False
+    confirms: str | None = None  # on a confirmation: the screen's case id
 
     @property
     def improved(self) -> bool:
-        """True when verification found the task metric clearly better than the control."""
-        return self.status == Status.improved.value
+        """True when a confirmation on fresh seeds found the task metric clearly better than the control."""
+        return self.status == Status.improved.value and self.stage == Stage.confirm.value
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready summary (the patch as its parts)."""
@@ -70,7 +82,8 @@ class AttemptRecord:
         return {
             "round": self.round, "case_id": self.case_id, "parent_id": self.parent_id, "family": self.family,
             "patch": self.patch.summary(), "patch_parts": [p.model_dump(mode="json") for p in self.patch.parts],
-            "status": self.status, "env_steps": self.env_steps, "wall_time_s": round(self.wall_time_s, 2),
+            "status": self.status, "stage": self.stage, "passed_screen": self.passed_screen,
+            "confirms": self.confirms, "env_steps": self.env_steps, "wall_time_s": round(self.wall_time_s, 2),
             "effect": None if e is None else {"metric": e.metric, "diff": e.diff, "ci_low": e.ci_low,
                                               "ci_high": e.ci_high, "treatment": e.treatment, "control": e.control},
             "reason": self.reason,
@@ -98,7 +111,7 @@ class FixResult:
 
     @property
     def fixed(self) -> bool:
-        """True when some attempt was verified ``improved``."""
+        """True when some candidate was confirmed ``improved`` on fresh seeds."""
         return self.winner is not None
 
     @property
@@ -143,6 +156,8 @@ class _Loop:
     diagnoses: list[DiagnosisReport] = field(default_factory=list)
     steps: int = 0
     fix_at: tuple[int, float, int] | None = None  # (env steps, wall s, attempts) at the first improvement
+    max_confirmations: int = CONFIRMATIONS
+    confirmations: int = 0
 
     def say(self, message: str, done: int = 0, total: int = 0) -> None:
         if self.progress is not None:
@@ -193,16 +208,25 @@ def _failed_case(loop: _Loop, cand: CandidatePatch, report: DiagnosisReport, err
     )
 
 
-def _verify(loop: _Loop, cand: CandidatePatch, report: DiagnosisReport, label: str) -> Case:
-    """Verify one candidate; any exception becomes a ``failed`` case (the loop records it and goes on)."""
+def _verify(loop: _Loop, cand: CandidatePatch, report: DiagnosisReport, label: str,
+            confirms: AttemptRecord | None = None) -> Case:
+    """Screen one candidate, or confirm the screen ``confirms`` on the next fresh seed block; any exception
+    becomes a ``failed`` case (the loop records it and goes on)."""
     def tick(message: str, done: int, total: int) -> None:
         loop.say(f"{label}: {message}", done, total)
 
+    config, stage = loop.config, Stage.screen
+    if confirms is not None:
+        config, stage = loop.config.confirmation(loop.confirmations), Stage.confirm
+        loop.confirmations += 1  # counted even if it crashes: its seeds are spent
     try:
-        return verify_patch(loop.run, cand.patch, loop.config, executor=loop.executor, scenario=loop.scenario,
-                            progress=tick)
+        return verify_patch(loop.run, cand.patch, config, executor=loop.executor, scenario=loop.scenario,
+                            progress=tick, stage=stage, confirms=confirms.case_id if confirms else None)
     except Exception as err:  # noqa: BLE001 - a broken candidate is a recorded failure, never a stopped loop
-        return _failed_case(loop, cand, report, err)
+        failed = _failed_case(loop, cand, report, err)
+        v = failed.verification.model_copy(update={"stage": stage, "confirms": confirms.case_id if confirms else None,
+                                                  "seed_base": config.seed_base, "eval_seed": config.arms_eval_seed})
+        return failed.model_copy(update={"case_id": new_case_id(failed.case_id, stage.value), "verification": v})
 
 
 def _record(loop: _Loop, rnd: int, cand: CandidatePatch, report: DiagnosisReport, case: Case) -> AttemptRecord:
@@ -214,7 +238,9 @@ def _record(loop: _Loop, rnd: int, cand: CandidatePatch, report: DiagnosisReport
     v = case.verification
     rec = AttemptRecord(round=rnd, case_id=case.case_id, patch=case.patch, family=cand.family.value,
                         status=case.status, effect=v.effect if v else None, env_steps=v.env_steps if v else 0,
-                        wall_time_s=v.wall_time_s if v else 0.0, reason=v.reason if v else "", parent_id=parent)
+                        wall_time_s=v.wall_time_s if v else 0.0, reason=v.reason if v else "", parent_id=parent,
+                        stage=v.stage.value if v else Stage.screen.value, passed_screen=bool(v and v.passed_screen),
+                        confirms=v.confirms if v else None)
     loop.attempts.append(rec)
     loop.steps += rec.env_steps
     if rec.improved and loop.fix_at is None:
@@ -249,6 +275,7 @@ def fix(
     k: int = 10,
     n_episodes: int = 20,
     seed: int = 0,
+    confirmations: int = CONFIRMATIONS,
 ) -> FixResult:
     """Diagnose, verify the top ``candidates`` patches, store every attempt, repeat up to ``rounds`` times.
 
@@ -256,8 +283,10 @@ def fix(
     stored in ``store`` (default: ``kb``; None: nowhere). ``scenario`` (a Scenario or
     its name) names the stored cases and supplies shifted-env variants; benchmarks pass
     its name as ``exclude_scenario`` so retrieval never sees the scenario's own cases.
-    ``verify_config`` overrides ``seeds``/``budget``/``executor``. The winning patch is
-    written under ``out_dir`` (default ``<store>/fixes``, else ``./remedy-fixes``).
+    ``verify_config`` overrides ``seeds``/``budget``/``executor``. A screen that clears is
+    confirmed on fresh seeds, at most ``confirmations`` times per loop; only a confirmed
+    candidate wins. The winning patch is written under ``out_dir`` (default
+    ``<store>/fixes``, else ``./remedy-fixes``).
     """
     run = run_dir if isinstance(run_dir, RunDir) else RunDir.load(run_dir)
     config = verify_config or VerifyConfig(seeds=seeds, budget_steps=budget,
@@ -269,7 +298,7 @@ def fix(
 
     runner = get_executor(config.executor) if owned else executor
     loop = _Loop(kb=kb, store=kb if store == "kb" else store, run=run, config=config, executor=runner,
-                 scenario=_scenario(scenario), source=source, progress=progress)
+                 scenario=_scenario(scenario), source=source, progress=progress, max_confirmations=confirmations)
     try:
         stop = _rounds(loop, rounds, candidates, diagnoser, exhaustive, exclude_scenario, k, n_episodes, seed)
     finally:
@@ -291,12 +320,27 @@ def _rounds(loop: _Loop, rounds: int, k_cands: int, diagnoser: Any, exhaustive: 
             return f"round {rnd}: the diagnosis offered no candidate that was not tried already"
         for i, cand in enumerate(chosen, start=1):
             label = f"round {rnd}/{rounds}, candidate {i}/{len(chosen)} ({cand.patch.summary()})"
-            loop.say(f"{label}: verifying")
-            rec = _record(loop, rnd, cand, report, _verify(loop, cand, report, label))
-            loop.say(f"{label}: {rec.status}")
-            if rec.improved and not exhaustive:
-                return f"round {rnd}: verified improvement"
-    return f"{rounds} round(s) done" + ("" if loop.fix_at else " without a verified improvement")
+            rec = _screen_then_confirm(loop, rnd, cand, report, label)
+            if rec is not None and rec.improved and not exhaustive:
+                return f"round {rnd}: improvement confirmed on fresh seeds"
+    return f"{rounds} round(s) done" + ("" if loop.fix_at else " without a confirmed improvement")
+
+
+def _screen_then_confirm(loop: _Loop, rnd: int, cand: CandidatePatch, report: DiagnosisReport,
+                         label: str) -> AttemptRecord | None:
+    """Screen one candidate and, if it clears and the cap allows, confirm it; the confirmation's record (or None)."""
+    loop.say(f"{label}: screening")
+    screen = _record(loop, rnd, cand, report, _verify(loop, cand, report, label))
+    loop.say(f"{label}: screen {'cleared, ' if screen.passed_screen else ''}{screen.status}")
+    if not screen.passed_screen:
+        return None
+    if loop.confirmations >= loop.max_confirmations:
+        loop.say(f"{label}: cleared the screen, but the loop's {loop.max_confirmations} confirmation(s) are spent")
+        return None
+    loop.say(f"{label}: confirming on fresh seeds")
+    rec = _record(loop, rnd, cand, report, _verify(loop, cand, report, f"{label} confirm", confirms=screen))
+    loop.say(f"{label}: confirmation {rec.status}")
+    return rec
 
 
 def _patch_path(loop: _Loop, winner: AttemptRecord, out_dir: str | Path | None) -> Path:
@@ -312,9 +356,9 @@ def _patch_path(loop: _Loop, winner: AttemptRecord, out_dir: str | Path | None) 
 
 
 def _result(loop: _Loop, stop: str, out_dir: str | Path | None) -> FixResult:
-    improved = [a for a in loop.attempts if a.improved]
+    improved = [a for a in loop.attempts if a.improved]  # confirmations only
     winner = None
-    if improved:  # exhaustive: the largest effect wins; otherwise there is exactly the first one
+    if improved:  # exhaustive: the largest confirmed effect wins; otherwise there is exactly the first one
         winner = max(improved, key=lambda a: a.effect.diff if a.effect is not None else float("-inf"))
     path = _patch_path(loop, winner, out_dir) if winner is not None else None
     fix_at = loop.fix_at or (None, None, None)

@@ -7,8 +7,16 @@ also evaluates its agent — on the ORIGINAL task (``for_evaluation=True``: faul
 and reward wrappers dropped, observation wrappers kept), on each shifted-env
 variant, and, for a reward-shaping patch, under the patched reward — so a job
 is one process start and everything crossing the process boundary is a small
-picklable value. The effect is treatment minus control with a stratified
-bootstrap CI (:mod:`remedy.cases.verify.stats`).
+picklable value. The effect is treatment minus control over training seeds, with
+a seed-level Welch t-interval (:mod:`remedy.cases.verify.stats`, which states the
+method and the error it controls).
+
+A verification is a **screen** or a **confirmation**. A screen whose interval
+clears zero is stored as ``inconclusive`` with ``passed_screen``; only a
+confirmation — the same patch re-verified on fresh training seeds (a disjoint
+seed range) and fresh evaluation episodes — can end ``improved``
+(:func:`verify_and_confirm`, and the fix loop). A trained arm with fewer than two
+seeds is ``inconclusive``: one seed says nothing about seed-to-seed spread.
 
 Cheap checks come first: the patch must pass :func:`check_patch` (static
 sandbox rules, fuzzing, fit to env and algorithm), and a reward-shaping patch
@@ -25,7 +33,7 @@ import math
 import platform
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -33,9 +41,9 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from . import stats
-from ..errors import VerificationError
+from ..errors import RemedyError, VerificationError
 from .executors import Executor, Job, JobResult, get_executor
-from ..model import Case, Effect, Provenance, Source, Status, Verification, new_case_id
+from ..model import Case, Effect, Provenance, Source, Stage, Status, Verification, new_case_id
 from .arms import ARM_JOB, ArmResult, ArmSpec, preference_check
 from ..patches.spec import Patch, RewardShaping
 
@@ -43,20 +51,29 @@ __all__ = [
     "VerifyConfig",
     "VerifyProgress",
     "verify_patch",
+    "verify_and_confirm",
+    "declared_budget",
     "decide_status",
     "versions",
 ]
 
 #: ``progress(message, done, total)``: called at each stage and as each job finishes.
 VerifyProgress = Callable[[str, int, int], None]
+#: the k-th confirmation evaluates on episodes seeded from ``eval_seed + k * stride`` (disjoint below this many episodes)
+CONFIRM_EVAL_STRIDE = 100_000
 
 
 @dataclass(frozen=True)
 class VerifyConfig:
-    """How much verification to spend.
+    """How much verification to spend, and on which seeds.
 
-    ``budget_steps`` None means ``budget_fraction`` (20%) of the subject's
-    original training steps; ``learning_rate`` applies to both arms.
+    ``budget_steps`` None means the budget the patient's scenario declares, else
+    ``budget_fraction`` (20%) of the subject's original training steps;
+    ``learning_rate`` applies to both arms. Training seeds are ``seed_base ..
+    seed_base + seeds - 1``; arms are evaluated on episodes seeded from
+    ``arm_eval_seed`` (None: ``eval_seed``, which also seeds the evidence rollouts).
+    ``n_boot`` and ``random_state`` are unused by the seed-level interval (it does
+    not resample); they are kept so existing configurations still construct.
     """
 
     seeds: int = 3
@@ -74,11 +91,29 @@ class VerifyConfig:
     random_state: int = 0
     job_memory_mb: int = 4096
     job_wall_s: float | None = None  # None: generous, from the budget
+    arm_eval_seed: int | None = None
+    #: the control's training seeds are the treatment's plus this. 0 pairs the arms seed by seed
+    #: (common random numbers: a patch that changes nothing gives bit-identical arms); an A/A
+    #: calibration sets it so that the two arms are independent draws of the same procedure
+    control_seed_offset: int = 0
 
-    def budget_for(self, train_steps: int | None) -> int:
-        """Fine-tuning steps per arm: explicit, or a fraction of the original training."""
+    @property
+    def arms_eval_seed(self) -> int:
+        """Seed of the arms' first evaluation episode."""
+        return self.eval_seed if self.arm_eval_seed is None else self.arm_eval_seed
+
+    def confirmation(self, k: int = 0) -> "VerifyConfig":
+        """The config of the ``k``-th confirmation (0-based): the next disjoint block of ``seeds`` training
+        seeds after the screen's, and evaluation episodes no screen or other confirmation uses."""
+        return replace(self, seed_base=self.seed_base + self.seeds * (k + 1),
+                       arm_eval_seed=self.arms_eval_seed + CONFIRM_EVAL_STRIDE * (k + 1))
+
+    def budget_for(self, train_steps: int | None, declared: int | None = None) -> int:
+        """Fine-tuning steps per arm: explicit, else the scenario's declared budget, else a fraction of training."""
         if self.budget_steps is not None:
             return int(self.budget_steps)
+        if declared:
+            return int(declared)
         if not train_steps:
             raise VerificationError("run.yaml has no train_steps, so the default budget is unknown; pass --budget STEPS")
         return max(1, int(round(self.budget_fraction * train_steps)))
@@ -87,6 +122,8 @@ class VerifyConfig:
         """Refuse settings that cannot produce a measurement."""
         if self.seeds < 1 or self.eval_episodes < 1 or self.n_envs < 1:
             raise VerificationError("--seeds, --episodes and n_envs must each be at least 1")
+        if self.seed_base < 0 or self.seed_base + self.control_seed_offset < 0:
+            raise VerificationError("--seed-base must be 0 or more")
         if self.budget_steps is not None and self.budget_steps < 1:
             raise VerificationError("--budget must be at least 1 env step (fine-tuning is the treatment)")
 
@@ -94,11 +131,15 @@ class VerifyConfig:
 # --------------------------------------------------------------------------- status
 
 
-def decide_status(primary: Effect | None, shaped: Effect | None = None, failure: str = "") -> Status:
-    """``failed`` on any failure; ``improved``/``worse`` when the CI excludes zero; ``reward_hacking``
-    when the shaped return rose clearly (CI above zero) while the task metric did not improve."""
+def decide_status(primary: Effect | None, shaped: Effect | None = None, failure: str = "",
+                  too_few_seeds: bool = False) -> Status:
+    """``failed`` on any failure; ``inconclusive`` with too few seeds; ``improved``/``worse`` when the CI
+    excludes zero; ``reward_hacking`` when the shaped return rose clearly (CI above zero) while the task
+    metric did not improve. (Verification turns a screen's ``improved`` into ``inconclusive``.)"""
     if failure or primary is None:
         return Status.failed
+    if too_few_seeds:
+        return Status.inconclusive
     if primary.ci_low > 0:
         return Status.improved
     if shaped is not None and shaped.ci_low > 0:
@@ -137,6 +178,8 @@ class _Context:
     started: float
     progress: VerifyProgress | None
     notes: list[str] = field(default_factory=list)
+    stage: Stage = Stage.screen
+    confirms: str | None = None
 
     def say(self, message: str, done: int = 0, total: int = 0) -> None:
         if self.progress is not None:
@@ -196,15 +239,15 @@ def _jobs(ctx: _Context, shifted: tuple[tuple[str, str], ...], workdir: Path) ->
     extra = sum(getattr(p, "extra_steps", 0) for p in ctx.patch.parts)
     limits = _limits(cfg, max(t_budget, c_budget) + extra, cfg.eval_episodes * (2 + len(shifted)))
     common = dict(run_dir=str(Path(ctx.run.path).resolve()), n_envs=cfg.n_envs, learning_rate=cfg.learning_rate,
-                  eval_episodes=cfg.eval_episodes, eval_seed=cfg.eval_seed, shifted=shifted,
+                  eval_episodes=cfg.eval_episodes, eval_seed=cfg.arms_eval_seed, shifted=shifted,
                   score_patch_json=ctx.patch.model_dump_json() if reward_patch else None)
     jobs = []
     for i in range(cfg.seeds):
-        seed = cfg.seed_base + i
         arms = [("treatment", ctx.patch.model_dump_json(), t_budget)]
         if not control_is_checkpoint or i == 0:  # the checkpoint control is the same agent for every seed
             arms.append(("control", None, c_budget))
         for arm, patch_json, budget in arms:
+            seed = cfg.seed_base + i + (cfg.control_seed_offset if arm == "control" else 0)
             spec = ArmSpec(arm=arm, seed=seed, patch_json=patch_json, budget_steps=budget,
                            out_dir=str(workdir / f"{arm}-{seed}"), **common)
             jobs.append(Job(id=f"{arm} seed {seed}", fn=ARM_JOB, kwargs={"spec": spec}, limits=limits))
@@ -237,7 +280,7 @@ def _effects(t: list[ArmResult], c: list[ArmResult], cfg: VerifyConfig) -> tuple
 
     def eff(name: str, pick: Callable[[ArmResult], Sequence[float]], agg: Callable) -> Effect:
         return stats.effect(name, [pick(a) for a in t], [pick(a) for a in c], aggregate=agg,
-                            n_boot=cfg.n_boot, confidence=cfg.confidence, random_state=cfg.random_state)
+                            confidence=cfg.confidence)
 
     out = {
         "return_iqm": eff("return_iqm", lambda a: a.nominal.returns, stats.iqm),
@@ -264,21 +307,52 @@ def _violations(arms: dict[str, list[ArmResult]]) -> dict[str, float]:
     return out
 
 
+def _base(ctx: _Context, env_steps: int = 0) -> dict[str, Any]:
+    """The verification fields every outcome records: seeds, budget, stage, the link to a screen."""
+    cfg = ctx.config
+    return dict(seeds=cfg.seeds, budget_steps=_treatment_steps(ctx), env_steps=env_steps, stage=ctx.stage,
+                seed_base=cfg.seed_base, eval_seed=cfg.arms_eval_seed, confirms=ctx.confirms)
+
+
+def _seed_shortage(ctx: _Context, arms: dict[str, list[ArmResult]]) -> str:
+    """Why the arms hold too few training seeds for a verdict ('' when they do not)."""
+    from .training import arm_budgets
+
+    t_budget, c_budget = arm_budgets(ctx.patch, ctx.budget)
+    trained_control = not (t_budget == 0 and c_budget == 0)  # a checkpoint control is not trained: no seeds needed
+    short = [arm for arm, results in arms.items() if len(results) < 2 and (arm == "treatment" or trained_control)]
+    if not short:
+        return ""
+    return (f"inconclusive: {' and '.join(short)} arm(s) hold fewer than 2 training seeds, so seed-to-seed "
+            "spread is unknown; verify with --seeds 2 or more")
+
+
+def _verdict(ctx: _Context, primary: Effect, shaped: Effect | None, shortage: str) -> tuple[Status, bool, str]:
+    """Status, whether the screen was passed, and what to add to the reason."""
+    status = decide_status(primary, shaped, too_few_seeds=bool(shortage))
+    if shortage:
+        return status, False, shortage
+    if status is Status.improved and ctx.stage is Stage.screen:
+        return Status.inconclusive, True, ("cleared the screen; a case is improved only after a confirmation "
+                                           "on fresh seeds")
+    return status, False, ""
+
+
 def _verification(ctx: _Context, jobs: Sequence[Job], results: Sequence[JobResult]) -> Verification:
     arms, failures, steps = _collect(jobs, results)
-    base = dict(seeds=ctx.config.seeds, budget_steps=_treatment_steps(ctx), env_steps=steps)
     if failures or not arms["treatment"] or not arms["control"]:
         reason = "; ".join(failures) or "no arm produced a result"
-        return Verification(status=Status.failed, reason=_reason(ctx, reason), wall_time_s=_elapsed(ctx), **base)
+        return Verification(status=Status.failed, reason=_reason(ctx, reason), wall_time_s=_elapsed(ctx),
+                            **_base(ctx, steps))
     primary_name, effects = _effects(arms["treatment"], arms["control"], ctx.config)
     primary = effects[primary_name]
-    status = decide_status(primary, effects.get("shaped_return"))
-    summary = (f"{primary_name}: treatment {primary.treatment:.3g} vs control {primary.control:.3g}, "
-               f"diff {primary.diff:+.3g} [{primary.ci_low:+.3g}, {primary.ci_high:+.3g}]")
+    status, passed, note = _verdict(ctx, primary, effects.get("shaped_return"), _seed_shortage(ctx, arms))
+    summary = (f"{ctx.stage.value} {primary_name}: treatment {primary.treatment:.3g} vs control {primary.control:.3g}, "
+               f"diff {primary.diff:+.3g} [{primary.ci_low:+.3g}, {primary.ci_high:+.3g}]" + (f"; {note}" if note else ""))
     return Verification(status=status, effect=primary, secondary={k: v for k, v in effects.items() if k != primary_name},
                         safety_violations=_violations(arms) if ctx.run.config.constraints else {},
                         per_seed=_per_seed(arms, primary_name), reason=_reason(ctx, summary),
-                        wall_time_s=_elapsed(ctx), **base)
+                        wall_time_s=_elapsed(ctx), passed_screen=passed, **_base(ctx, steps))
 
 
 def _per_seed(arms: dict[str, list[ArmResult]], metric: str) -> dict[str, list[float]]:
@@ -308,6 +382,8 @@ def _case(ctx: _Context, verification: Verification) -> Case:
     cfg = ctx.config
     key = ("verified", ctx.subject.checkpoint_sha256, ctx.patch.model_dump(mode="json"), ctx.scenario, cfg.seeds,
            ctx.budget, cfg.eval_episodes, cfg.n_envs, cfg.learning_rate, cfg.force, cfg.seed_base, cfg.eval_seed)
+    if ctx.stage is not Stage.screen or cfg.arm_eval_seed is not None or cfg.control_seed_offset:
+        key = (*key, ctx.stage.value, cfg.arms_eval_seed, ctx.confirms, cfg.control_seed_offset)  # old screens keep their ids
     v = versions()
     return Case(
         case_id=new_case_id(*key), source=Source.verified, subject=ctx.subject, evidence=to_evidence(ctx.evidence),
@@ -324,7 +400,7 @@ def _context(run_dir: Any, patch: Patch, config: VerifyConfig, scenario: Any, pr
     started = time.perf_counter()
     run = run_dir if isinstance(run_dir, RunDir) else RunDir.load(run_dir)
     subject = run.subject()
-    budget = config.budget_for(subject.train_steps)
+    budget = config.budget_for(subject.train_steps, declared_budget(run, scenario))
     if progress is not None:
         progress("collecting evidence", 0, 0)
     bundle = collect_evidence(run, n_episodes=config.eval_episodes, seed=config.eval_seed)
@@ -341,23 +417,27 @@ def verify_patch(
     executor: Executor | None = None,
     scenario: Any = None,
     progress: VerifyProgress | None = None,
+    stage: Stage = Stage.screen,
+    confirms: str | None = None,
 ) -> Case:
     """Verify ``patch`` on the agent in ``run_dir`` (a RunDir or a path) and return the case; the caller stores it.
 
     Raises :class:`RemedyError` only for unusable input (missing run directory,
     corrupt checkpoint, bad settings); a patch that is refused, crashes, times
     out or diverges yields a ``failed`` case with the reason. ``scenario`` (a
-    fault scenario) contributes its name and shifted-env variants. With a Ray
-    executor on a cluster, ``run_dir`` must be on storage every node can read.
+    fault scenario) contributes its name, shifted-env variants and declared
+    fine-tuning budget. A ``screen`` never ends ``improved``; a ``confirm`` stage
+    (``confirms``: the screen's case id, run with ``config.confirmation(k)``) may.
+    With a Ray executor on a cluster, ``run_dir`` must be on storage every node can read.
     """
     config = config or VerifyConfig()
     config.check()
     ctx = _context(run_dir, patch, config, scenario, progress)
+    ctx.stage, ctx.confirms = Stage(stage), confirms
     ctx.say("pre-checks")
     refusal = _precheck(ctx)
     if refusal:
-        failed = Verification(status=Status.failed, reason=refusal, seeds=config.seeds, budget_steps=_treatment_steps(ctx),
-                              wall_time_s=_elapsed(ctx))
+        failed = Verification(status=Status.failed, reason=refusal, wall_time_s=_elapsed(ctx), **_base(ctx))
         return _case(ctx, failed)
     owned = executor is None
     executor = executor or get_executor(config.executor)
@@ -370,3 +450,54 @@ def verify_patch(
             if owned:
                 executor.shutdown()
     return _case(ctx, _verification(ctx, jobs, results))
+
+
+def verify_and_confirm(
+    run_dir: Any,
+    patch: Patch,
+    config: VerifyConfig | None = None,
+    *,
+    executor: Executor | None = None,
+    scenario: Any = None,
+    progress: VerifyProgress | None = None,
+) -> tuple[Case, Case | None]:
+    """Screen ``patch``; when the screen clears, confirm it once on fresh seeds. Returns (screen, confirmation).
+
+    The confirmation (None when the screen did not clear) uses ``config.confirmation(0)``:
+    the next ``seeds`` training seeds and unused evaluation episodes, and links to the
+    screen through ``verification.confirms``. Only it can be ``improved``.
+    """
+    config = config or VerifyConfig()
+    screen = verify_patch(run_dir, patch, config, executor=executor, scenario=scenario, progress=progress)
+    if screen.verification is None or not screen.verification.passed_screen:
+        return screen, None
+    if progress is not None:
+        progress("screen cleared: confirming on fresh seeds", 0, 0)
+    confirmation = verify_patch(run_dir, patch, config.confirmation(0), executor=executor, scenario=scenario,
+                                progress=progress, stage=Stage.confirm, confirms=screen.case_id)
+    return screen, confirmation
+
+
+def declared_budget(run: Any, scenario: Any = None) -> int | None:
+    """The fine-tuning budget a scenario declares for this patient, if any.
+
+    From ``scenario`` (its ``finetune_budget``) when given; else, for a patient built
+    from a fault scenario (``build.json`` beside ``run.yaml`` names it), that scenario's.
+    """
+    declared = getattr(scenario, "finetune_budget", None) if scenario is not None else None
+    if declared is not None:
+        return int(declared)
+    build = Path(run.path) / "build.json"
+    if not build.is_file():
+        return None
+    try:
+        name = json.loads(build.read_text()).get("scenario")
+    except (OSError, ValueError, AttributeError):
+        return None  # an unreadable build record only loses the declared budget
+    from .scenarios import load_scenarios
+
+    try:
+        found = [s for s in load_scenarios(name) if s.name == name] if isinstance(name, str) and name else []
+    except RemedyError:  # a scenario renamed or removed since the build: fall back to the default
+        return None
+    return found[0].finetune_budget if found else None

@@ -146,7 +146,7 @@ class _Live:
         """Show ``message`` (and ``done/total`` jobs); keep a line for each attempt's outcome."""
         if self._task is not None:
             self._bar.update(self._task, description=message[:110], completed=done, total=total or None)
-        if not self.disable and message.endswith(("improved", "no_effect", "worse", "reward_hacking", "failed")):
+        if not self.disable and message.endswith(("improved", "no_effect", "worse", "reward_hacking", "failed", "inconclusive")):
             self._bar.console.print(message, highlight=False)
 
     def scenario(self, name: str, message: str, done: int = 0, total: int = 0) -> None:
@@ -160,7 +160,8 @@ def _attempts_table(result, title: str = "What was tried") -> Table:
                     ("status", {}), ("effect [95% CI]", {}), ("env steps", {"justify": "right"}),
                     ("case", {"overflow": "fold"})])
     for a in result.attempts:
-        t.add_row(str(a.round), a.family, a.patch.summary(), status_markup(a.status), effect_text(a.effect),
+        stage = f"{a.stage}{' cleared' if a.passed_screen else ''}: "
+        t.add_row(str(a.round), a.family, a.patch.summary(), stage + status_markup(a.status), effect_text(a.effect),
                   f"{a.env_steps:,}", a.case_id)
     return t
 
@@ -183,7 +184,7 @@ def _render_fix(result) -> None:
         console.print(f"winning patch: [bold]{result.patch_path}[/] (apply or re-check it with "
                       f"`remedy verify {result.run_dir} --patch {result.patch_path}`)", highlight=False, soft_wrap=True)
     else:
-        console.print("[yellow]no verified fix[/]: every attempt is stored in the KB; try more --rounds, "
+        console.print("[yellow]no confirmed fix[/]: every attempt is stored in the KB; try more --rounds, "
                       "--candidates or a larger --budget", highlight=False)
     for w in result.warnings:
         console.print(f"[yellow]warning:[/] {w}", highlight=False)
@@ -208,6 +209,9 @@ def fix_cmd(
     diagnoser: DiagnoserOption = "offline",
     exhaustive: Annotated[
         bool, typer.Option("--exhaustive", help="Verify every round's candidates even after a fix.")] = False,
+    confirmations: Annotated[int, typer.Option(
+        "--confirmations", min=1, help="Confirmations on fresh seeds the loop may run (each false-passes with "
+                                       "probability <= 2.5%; the default 2 keeps a false fix <= 5%).")] = 2,
     out: Annotated[
         Path | None, typer.Option("--out", help="Where to write the winning patch (default <kb>/fixes).")] = None,
     kb: KbOption = Path(DEFAULT_KB),
@@ -224,7 +228,7 @@ def fix_cmd(
     with KnowledgeBase.open(kb, create=True) as base, _Live(disable=as_json) as live:
         result = fix(base, run, rounds=rounds, candidates=candidates, seeds=seeds, budget=budget,
                      executor=executor, diagnoser=backend, exhaustive=exhaustive, out_dir=out,
-                     progress=live.update)
+                     progress=live.update, confirmations=confirmations)
     if as_json:
         print_json(result.as_dict())
         return

@@ -1,5 +1,8 @@
 """`remedy verify RUN_DIR --patch PATCH.yaml`: fine-tune treatment vs control, store the case, print the effect.
 
+A screen that clears is confirmed on the next block of fresh seeds (unless ``--no-confirm``);
+both cases are stored, and only the confirmation can be ``improved``.
+
 (`remedy bench build` lives in its own module.)
 """
 
@@ -50,7 +53,9 @@ def verify(
     run_dir: Annotated[Path, typer.Argument(help="Run directory: run.yaml + model.zip.")],
     patch: Annotated[Path, typer.Option("--patch", help="Patch file (YAML or JSON).")],
     seeds: Annotated[int, typer.Option("--seeds", min=1, help="Training seeds per arm.")] = 3,
-    budget: Annotated[Optional[int], typer.Option("--budget", min=1, help="Fine-tuning env steps per arm (default 20% of train_steps).")] = None,
+    budget: Annotated[Optional[int], typer.Option("--budget", min=1, help="Fine-tuning env steps per arm (default: the scenario's declared budget, else 20% of train_steps).")] = None,
+    seed_base: Annotated[int, typer.Option("--seed-base", min=0, help="First training seed (seeds BASE..BASE+seeds-1; a confirmation uses the next block). Use a fresh base to re-verify.")] = 0,
+    no_confirm: Annotated[bool, typer.Option("--no-confirm", help="Screen only: a screen that clears stays inconclusive.")] = False,
     episodes: Annotated[int, typer.Option("--episodes", min=1, help="Evaluation episodes per agent.")] = 20,
     executor: Annotated[_Executor, typer.Option("--executor", help="Where jobs run.")] = _Executor.local,
     ray_address: Annotated[Optional[str], typer.Option("--ray-address", help="Ray cluster address (default: a local Ray).")] = None,
@@ -62,25 +67,47 @@ def verify(
     """Fine-tune with the patch (treatment) and without (control), compare on the original task, store the case."""
     from remedy.cases.verify.executors import get_executor
     from remedy.cases.patches.io import load_patch
-    from remedy.cases.verify.verification import VerifyConfig, verify_patch
+    from remedy.cases.verify.verification import VerifyConfig, verify_and_confirm, verify_patch
 
     the_patch = load_patch(patch)
-    config = VerifyConfig(seeds=seeds, budget_steps=budget, eval_episodes=episodes, executor=executor.value, force=force)
+    config = VerifyConfig(seeds=seeds, budget_steps=budget, eval_episodes=episodes, executor=executor.value, force=force,
+                          seed_base=seed_base)
     runner = get_executor("ray", address=ray_address) if executor is _Executor.ray else get_executor("local")
     try:
         with _progress() as update:
-            case = verify_patch(run_dir, the_patch, config, executor=runner, progress=update)
+            if no_confirm:
+                screen, confirmation = verify_patch(run_dir, the_patch, config, executor=runner, progress=update), None
+            else:
+                screen, confirmation = verify_and_confirm(run_dir, the_patch, config, executor=runner, progress=update)
     finally:
         runner.shutdown()
-    stored = False if no_store else _store(case, kb)
+    cases = [c for c in (screen, confirmation) if c is not None]
+    stored = [False if no_store else _store(c, kb) for c in cases]
+    next_base = seed_base + seeds * len(cases)
     if json_out:
-        from remedy.cases.io import case_to_json
-
-        print_json({"case_id": case.case_id, "status": case.status, "stored": stored, "case": json.loads(case_to_json(case))})
+        _print_json(cases, stored, next_base)
         return
-    console.print(render_verification(case))
-    where = f"stored in {kb}" if stored else ("not stored (--no-store)" if no_store else f"already in {kb}")
-    console.print(f"case [bold]{case.case_id}[/] {where}", highlight=False)
+    for case, was_stored in zip(cases, stored):
+        console.print(render_verification(case))
+        where = f"stored in {kb}" if was_stored else ("not stored (--no-store)" if no_store else f"already in {kb}")
+        console.print(f"{case.verification.stage.value} case [bold]{case.case_id}[/] {where}", highlight=False)
+    console.print(f"[dim]seeds used: {seed_base}..{next_base - 1}; to re-verify on fresh seeds pass --seed-base {next_base}[/]",
+                  highlight=False)
+
+
+def _print_json(cases: list["Case"], stored: list[bool], next_base: int) -> None:
+    """The final case (the confirmation when there is one) at the top level, the screen under ``screen``."""
+    from remedy.cases.io import case_to_json
+
+    def one(case: "Case", was_stored: bool) -> dict:
+        return {"case_id": case.case_id, "status": case.status, "stored": was_stored,
+                "case": json.loads(case_to_json(case))}
+
+    out = one(cases[-1], stored[-1])
+    out["stage"] = cases[-1].verification.stage.value
+    out["screen"] = one(cases[0], stored[0]) if len(cases) > 1 else None
+    out["next_seed_base"] = next_base
+    print_json(out)
 
 
 def _store(case: "Case", kb: Path) -> bool:
@@ -121,6 +148,7 @@ def render_verification(case: "Case") -> Group:
         name = f"[bold]{eff.metric}[/]" if eff is e else eff.metric
         effects.add_row(name, f"{eff.treatment:.3g}", f"{eff.control:.3g}", f"{eff.diff:+.3g}",
                         f"[{eff.ci_low:+.3g}, {eff.ci_high:+.3g}]", pi)
-    status = (f"status {status_markup(v.status.value, bold=True)} · env steps {v.env_steps:,} · wall {v.wall_time_s:.1f}s"
-              f" · budget {v.budget_steps:,}/arm")
+    seeds = f"seeds {v.seed_base}..{v.seed_base + v.seeds - 1}"
+    status = (f"{v.stage.value} status {status_markup(v.status.value, bold=True)} · {seeds} · env steps {v.env_steps:,}"
+              f" · wall {v.wall_time_s:.1f}s · budget {v.budget_steps:,}/arm")
     return Group(arms, effects, status, f"[dim]{v.reason}[/]")

@@ -4,19 +4,20 @@ A scripted diagnoser (the ``Diagnoser`` seam) fixes which candidates each round
 offers, so the loop's own behaviour is what is tested: every attempt stored with
 its diagnosis and parent, hostile candidates recorded as ``failed`` without
 stopping the loop, what was tried handed to the next diagnosis, already-tried
-patches never verified twice, and the stop at the first improvement.
+patches never verified twice, a cleared screen confirmed on fresh seeds, and the
+stop at the first confirmed improvement.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from remedy.cases.model import Cause, Diagnosis, RemedyFamily, RootCause, Source, Status
+from remedy.cases.model import Cause, Diagnosis, Effect, RemedyFamily, RootCause, Source, Stage, Status
 from remedy.cases.patches.io import load_patch
 from remedy.cases.patches.spec import Patch
 from remedy.cases.evidence.rundir import RunConfig
 from remedy.cases.verify.verification import VerifyConfig
-from remedy.kb.fixloop import FixResult, fix, one_torch_thread
+from remedy.kb.fixloop import AttemptRecord, FixResult, fix, one_torch_thread
 from remedy.retrieval.diagnosis import CandidatePatch, DiagnosisContext, DiagnosisReport
 
 TINY = VerifyConfig(seeds=1, budget_steps=256, eval_episodes=3, n_envs=2, n_boot=200)
@@ -104,6 +105,7 @@ def test_real_candidates_after_a_hostile_one(kb, patient, tmp_path):
     assert first.patch == _hostile(1) and first.status == "failed" and len(result.attempts) >= 2
     assert result.attempts[1].patch == budget and result.attempts[1].status in {s.value for s in Status}
     statuses = [a.status for a in result.attempts]
+    assert "improved" not in statuses  # one seed per arm can never be improved (inconclusive)
     if "improved" in statuses:  # stopped at the first improvement, and it is the winner written to disk
         i = statuses.index("improved")
         assert len(result.attempts) == i + 1 and result.winner == result.attempts[i]
@@ -133,3 +135,54 @@ def test_cli_fix_on_a_directory_that_is_not_a_run(tmp_path, monkeypatch, capsys)
     err = capsys.readouterr().err
     assert ex.value.code == 1 and "run.yaml" in err and "Traceback" not in err
     assert not (tmp_path / "kb").exists()  # nothing created for a bad input
+
+
+def test_only_a_confirmation_can_win():
+    effect = Effect(metric="success_rate", treatment=1.0, control=0.0, diff=1.0, ci_low=0.5, ci_high=1.0)
+    patch = Patch.from_data({"kind": "training_budget", "extra_steps": 10})
+    legacy = AttemptRecord(round=1, case_id="c-1", patch=patch, family="training_budget", status="improved",
+                           effect=effect, env_steps=1, wall_time_s=0.0)  # a screen stored before confirmations
+    confirmed = AttemptRecord(round=1, case_id="c-2", patch=patch, family="training_budget", status="improved",
+                              effect=effect, env_steps=1, wall_time_s=0.0, stage="confirm", confirms="c-1")
+    assert not legacy.improved and confirmed.improved
+    assert confirmed.as_dict()["stage"] == "confirm" and confirmed.as_dict()["confirms"] == "c-1"
+
+
+# A budget patch against the unpatched checkpoint: 8k more steps lift this 1k-step patient far above its
+# own evaluation spread, so the screen clears at two seeds (seeded fine-tunes: the same result every run).
+SCREEN = VerifyConfig(seeds=2, budget_steps=256, eval_episodes=10, n_envs=2)
+
+
+@pytest.mark.slow
+def test_a_cleared_screen_is_confirmed_on_fresh_seeds(kb, patient, tmp_path):
+    budget = Patch.from_data({"kind": "training_budget", "extra_steps": 8192})
+    script = Scripted([[budget]])
+    result = fix(kb, patient, rounds=1, candidates=1, diagnoser=script, verify_config=SCREEN, scenario="tiny_confirm",
+                 out_dir=tmp_path / "fixes", n_episodes=3)
+    screen, confirmation = result.attempts
+    assert screen.stage == "screen" and screen.passed_screen and screen.status == Status.inconclusive.value
+    assert confirmation.stage == "confirm" and confirmation.confirms == screen.case_id
+    assert confirmation.parent_id == screen.case_id and confirmation.patch == budget
+    stored_screen, stored_conf = kb.get(screen.case_id).verification, kb.get(confirmation.case_id).verification
+    assert stored_screen.stage is Stage.screen and stored_conf.stage is Stage.confirm
+    assert stored_conf.confirms == screen.case_id
+    screen_seeds = set(range(stored_screen.seed_base, stored_screen.seed_base + 2))
+    conf_seeds = set(range(stored_conf.seed_base, stored_conf.seed_base + 2))
+    assert screen_seeds == {0, 1} and conf_seeds == {2, 3}
+    assert stored_conf.eval_seed != stored_screen.eval_seed
+    if confirmation.status == Status.improved.value:  # the confirmation, never the screen, is the winner
+        assert result.fixed and result.winner == confirmation and result.attempts_to_fix == 2
+        assert load_patch(result.patch_path) == budget
+    else:
+        assert not result.fixed and result.winner is None and result.patch_path is None
+    _check_stored(kb, result, "tiny_confirm")
+
+
+@pytest.mark.slow
+def test_confirmations_are_capped(kb, patient, tmp_path):
+    """Zero confirmations allowed: a cleared screen stays inconclusive and nothing wins."""
+    budget = Patch.from_data({"kind": "training_budget", "extra_steps": 8192})
+    result = fix(kb, patient, rounds=1, candidates=1, diagnoser=Scripted([[budget]]), verify_config=SCREEN,
+                 out_dir=tmp_path / "fixes", n_episodes=3, confirmations=0, exhaustive=True)
+    assert [a.stage for a in result.attempts] == ["screen"] and result.attempts[0].passed_screen
+    assert not result.fixed and "without a confirmed improvement" in result.stop_reason

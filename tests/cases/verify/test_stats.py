@@ -15,6 +15,8 @@ from remedy.cases.verify.stats import (
     mean_diff,
     prob_improvement,
     run_scores,
+    welch_interval,
+    within_run_variance,
 )
 
 
@@ -92,21 +94,77 @@ def test_bootstrap_refuses_missing_or_nan_scores():
         bootstrap_ci([[1.0]], [[1.0]], confidence=1.5)
 
 
-def test_effect_on_success_rate():
-    e = effect("success_rate", [[1, 1], [1, 0]], [[0, 0], [1, 0]], aggregate=mean, n_boot=500)
-    assert isinstance(e, Effect)
+def test_effect_on_success_rate_is_seed_level():
+    e = effect("success_rate", [[1, 1], [1, 0]], [[0, 0], [1, 0]], aggregate=mean)
+    assert isinstance(e, Effect) and e.method == "welch_seeds"
     assert e.metric == "success_rate"
     assert e.treatment == pytest.approx(0.75)
     assert e.control == pytest.approx(0.25)
     assert e.diff == pytest.approx(0.5)
-    assert e.ci_low <= e.diff <= e.ci_high
+    # seed values t (1, .5), c (0, .5): each arm's variance .125 (ddof 1), floor mean(0, .5/2) = .125,
+    # so se = sqrt(.125/2 + .125/2) = sqrt(.125), df = .125^2 / (2 * .0625^2 / 1) = 2, t_.975,2 = 4.302653
+    half = 4.302652729911275 * np.sqrt(0.125)
+    assert (e.ci_low, e.ci_high) == pytest.approx((0.5 - half, 0.5 + half))
     # run scores: treatment (1, .5), control (0, .5): pairs won 1 + 1 + 1 + .5 = 3.5 of 4
     assert e.prob_improvement == pytest.approx(3.5 / 4)
     assert e.confidence_level == 0.95
 
 
-def test_effect_on_returns_uses_iqm():
-    e = effect("return_iqm", [[1, 2, 3, 4, 5, 6, 7, 8]], [[0, 0, 0, 100]], n_boot=100)
-    assert e.treatment == pytest.approx(4.5)
-    assert e.control == pytest.approx(0.0)
-    assert e.diff == pytest.approx(4.5)
+def test_effect_on_returns_uses_iqm_of_each_seed():
+    e = effect("return_iqm", [[1, 2, 3, 4, 5, 6, 7, 8], [2, 2, 2, 2]], [[0, 0, 0, 100], [1, 1, 1, 1]])
+    assert e.treatment == pytest.approx((4.5 + 2.0) / 2)  # mean of the seeds' IQMs
+    assert e.control == pytest.approx((0.0 + 1.0) / 2)
+    assert e.diff == pytest.approx(2.75)
+
+
+def test_welch_interval_by_hand():
+    # t (2, 4, 6): mean 4, var 4; c (1, 2, 3): mean 2, var 1; se^2 = 4/3 + 1/3 = 5/3
+    # df = (5/3)^2 / ((4/3)^2/2 + (1/3)^2/2) = (25/9) / (17/18) = 50/17; t_.975,50/17 = 3.2159...
+    ci = welch_interval([2, 4, 6], [1, 2, 3])
+    assert ci.diff == pytest.approx(2.0) and ci.se == pytest.approx(np.sqrt(5 / 3))
+    assert ci.df == pytest.approx(50 / 17)
+    assert (ci.low, ci.high) == pytest.approx((-2.1553995, 6.1553995), abs=1e-6)
+    # t (1, 3), c (0, 0): se = sqrt(2/2) = 1, df = 1 (the control adds nothing), t_.975,1 = 12.7062
+    ci = welch_interval([1, 3], [0, 0])
+    assert (ci.low, ci.high, ci.df) == pytest.approx((2 - 12.7062047, 2 + 12.7062047, 1.0))
+
+
+def test_identical_seed_values_are_not_certainty():
+    # three seeds that each won 1 of 20 episodes against three that won none: no seed spread on either
+    # side, but each seed value is an estimate. Floor: var(1 of 20, ddof 1) / 20 = .05*.95*20/19/20 = .0025,
+    # so se = sqrt(.0025/3) and df = 2 (the control has no spread at all): CI includes zero.
+    t = [[1.0] + [0.0] * 19] * 3
+    c = [[0.0] * 20] * 3
+    e = effect("success_rate", t, c, aggregate=mean)
+    half = 4.302652729911275 * np.sqrt(0.0025 / 3)
+    assert (e.ci_low, e.ci_high) == pytest.approx((0.05 - half, 0.05 + half))
+    assert e.ci_low < 0 < e.ci_high
+    assert within_run_variance(t) == pytest.approx(0.0025)
+    # every episode of every seed succeeds against none: nothing varies and the interval is the point
+    assert effect("success_rate", [[1.0] * 5] * 2, [[0.0] * 5] * 2, aggregate=mean).ci_low == 1.0
+
+
+def test_a_single_run_control_uses_its_episodes():
+    # the checkpoint control: one run of 4 episodes (0, 0, 1, 1): floor var .3333/4, df 3
+    ci = welch_interval([1.0, 1.0], [0.5], floor_control=(1 / 3) / 4, episodes=(4, 4))
+    assert ci.se == pytest.approx(np.sqrt(1 / 12)) and ci.df == pytest.approx(3.0)
+    assert ci.low == pytest.approx(0.5 - 3.182446305 * np.sqrt(1 / 12))
+
+
+def test_welch_refuses_empty_arms_and_bad_confidence():
+    with pytest.raises(ValueError):
+        welch_interval([], [1.0])
+    with pytest.raises(ValueError):
+        welch_interval([1.0, 2.0], [1.0, 2.0], confidence=1.0)
+
+
+def test_simulated_a_a_rarely_clears_zero():
+    """Identical arms, seed spread equal to episode spread, 3 seeds x 20 episodes: the seed-level interval
+    excludes zero upward in about 2.5% of trials; the episode bootstrap far more often (it ignores seeds)."""
+    rng = np.random.default_rng(0)
+    up = 0
+    trials = 400
+    for _ in range(trials):
+        arms = [[rng.normal(rng.normal(0, 1), 1, 20) for _ in range(3)] for _ in range(2)]
+        up += effect("r", arms[0], arms[1], aggregate=mean).ci_low > 0
+    assert up / trials < 0.06  # nominal 0.025; binomial sd at 400 trials is 0.008

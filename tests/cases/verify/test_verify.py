@@ -13,11 +13,19 @@ import pytest
 import yaml
 
 from remedy.cases.verify.arms import preference_verdict
-from remedy.cases.model import Case, Effect, Source, Status
+from remedy.cases.model import Case, Effect, Source, Stage, Status
 from remedy.cases.patches.spec import Patch
 from remedy.cases.evidence.rundir import RunConfig
 from remedy.cases.verify.scenarios import ShiftedEnv
-from remedy.cases.verify.verification import VerifyConfig, _shifted, decide_status, verify_patch
+from remedy.cases.verify.verification import (
+    CONFIRM_EVAL_STRIDE,
+    VerifyConfig,
+    _shifted,
+    declared_budget,
+    decide_status,
+    verify_and_confirm,
+    verify_patch,
+)
 
 TINY = dict(budget_steps=1000, eval_episodes=5, n_envs=2, n_boot=500)
 
@@ -58,6 +66,34 @@ def test_status_from_effects():
     assert decide_status(_effect(0.3, 0.1, 0.5), shaped_up) is Status.improved
     assert decide_status(_effect(0.3, 0.1, 0.5), failure="treatment seed 0: timed out") is Status.failed
     assert decide_status(None) is Status.failed
+    # one training seed per arm: no verdict either way, whatever the interval says
+    assert decide_status(_effect(0.3, 0.1, 0.5), too_few_seeds=True) is Status.inconclusive
+    assert decide_status(_effect(-0.3, -0.5, -0.1), too_few_seeds=True) is Status.inconclusive
+    assert decide_status(None, too_few_seeds=True) is Status.failed
+
+
+def test_confirmation_seeds_are_a_fresh_block():
+    screen = VerifyConfig(seeds=3, seed_base=10)
+    first, second = screen.confirmation(0), screen.confirmation(1)
+    blocks = [set(range(c.seed_base, c.seed_base + c.seeds)) for c in (screen, first, second)]
+    assert blocks == [{10, 11, 12}, {13, 14, 15}, {16, 17, 18}]
+    evals = [c.arms_eval_seed for c in (screen, first, second)]
+    assert evals == [10_000, 10_000 + CONFIRM_EVAL_STRIDE, 10_000 + 2 * CONFIRM_EVAL_STRIDE]
+    assert first.eval_seed == screen.eval_seed  # the patient's evidence rollouts stay the same
+    with pytest.raises(Exception, match="seed-base"):
+        VerifyConfig(seed_base=-1).check()
+
+
+def test_declared_budget_of_a_scenario_patient(tmp_path):
+    from remedy.cases.evidence.rundir import RunDir
+    from remedy.cases.verify.scenarios import SCENARIO_DIR
+
+    shipped = RunDir.load(SCENARIO_DIR / "checkpoints" / "cartpole_undertrained")  # build.json names the scenario
+    assert declared_budget(shipped) == 4000  # its finetune_budget, not 20% of its 8000 steps
+    assert VerifyConfig().budget_for(8000, declared_budget(shipped)) == 4000
+    assert VerifyConfig(budget_steps=700).budget_for(8000, 4000) == 700  # --budget still wins
+    assert declared_budget(shipped, SimpleNamespace(name="x", finetune_budget=123)) == 123
+    assert declared_budget(SimpleNamespace(path=tmp_path)) is None  # no build record: the 20% default
 
 
 def test_preference_ranks_successes_above_failures():
@@ -96,6 +132,8 @@ def test_verify_returns_a_case_with_effect_and_ci(cartpole_run):
     assert isinstance(case, Case) and case.source is Source.verified
     v = case.verification
     assert v.status is not Status.failed, v.reason
+    assert v.status is not Status.improved and v.stage is Stage.screen  # a screen alone is never "improved"
+    assert v.passed_screen == (v.effect.ci_low > 0) and v.seed_base == 0 and v.effect.method == "welch_seeds"
     assert v.effect is not None and v.effect.metric in ("success_rate", "return_iqm")
     assert v.effect.ci_low <= v.effect.diff <= v.effect.ci_high
     assert 0.0 <= v.effect.prob_improvement <= 1.0
@@ -108,6 +146,49 @@ def test_verify_returns_a_case_with_effect_and_ci(cartpole_run):
     assert case.subject.env_id == "CartPole-v1" and case.signature.summary and case.evidence.n_episodes == 5
     assert any("seed 1" in m for m in seen)
     Case.from_json(case.to_json())  # it round-trips, so the KB can store it
+
+
+@pytest.mark.slow
+def test_one_seed_per_arm_is_inconclusive(cartpole_run):
+    patch = _patch({"kind": "hyperparameters", "changes": {"ent_coef": 0.01}})
+    v = verify_patch(cartpole_run, patch, VerifyConfig(seeds=1, **TINY)).verification
+    assert v.status is Status.inconclusive and v.effect is not None
+    assert "fewer than 2 training seeds" in v.reason and not v.passed_screen
+
+
+# PPO's default learning rate: a patch that sets it changes nothing
+DO_NOTHING = {"kind": "hyperparameters", "description": "A/A", "changes": {"learning_rate": 0.0003}}
+
+
+@pytest.mark.slow
+def test_do_nothing_patch_is_not_improved(cartpole_run):
+    """A real A/A: both arms are independent draws of the same fine-tune (control seeds offset)."""
+    config = VerifyConfig(seeds=2, seed_base=40, control_seed_offset=500, **TINY)
+    screen, confirmation = verify_and_confirm(cartpole_run, _patch(DO_NOTHING), config)
+    v = screen.verification
+    assert v.status in (Status.no_effect, Status.inconclusive), v.reason
+    assert confirmation is None or confirmation.verification.status is not Status.improved
+    # with paired seeds the arms are the same computation: the effect is exactly zero
+    paired = verify_patch(cartpole_run, _patch(DO_NOTHING), VerifyConfig(seeds=2, seed_base=40, **TINY)).verification
+    assert paired.effect.diff == 0.0 and paired.status is Status.no_effect
+    assert paired.per_seed["treatment"] == paired.per_seed["control"]
+
+
+@pytest.mark.slow
+def test_confirmation_trains_on_fresh_seeds_and_links_the_screen(cartpole_run):
+    seen: list[str] = []
+    config = VerifyConfig(seeds=2, seed_base=3, **TINY)
+    patch = _patch({"kind": "hyperparameters", "changes": {"ent_coef": 0.01}})
+    case = verify_patch(cartpole_run, patch, config.confirmation(0), stage=Stage.confirm, confirms="c-screen",
+                        progress=lambda m, d, n: seen.append(m))
+    v = case.verification
+    assert v.stage is Stage.confirm and v.confirms == "c-screen" and v.seed_base == 5
+    assert v.eval_seed == config.eval_seed + CONFIRM_EVAL_STRIDE
+    assert {m.split(":")[0] for m in seen if m.startswith(("treatment seed", "control seed"))} == {
+        "treatment seed 5", "treatment seed 6", "control seed 5", "control seed 6"}
+    screen = verify_patch(cartpole_run, patch, config)
+    assert screen.case_id != case.case_id and screen.verification.seed_base == 3
+    assert Case.from_json(case.to_json()).verification.confirms == "c-screen"
 
 
 def test_hostile_reward_patch_ends_as_failed_case(cartpole_run):
