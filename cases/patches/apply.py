@@ -29,6 +29,7 @@ import gymnasium as gym
 import numpy as np
 
 from ..errors import PatchRejectedError
+from ..evidence.wrappers import ORIGINAL_REWARD_KEY, REWARD_COMPONENTS_KEY, fault_hidden
 from .spec import (
     ActionMagnitude,
     ActionRepeat,
@@ -58,6 +59,7 @@ __all__ = [
     "CurriculumSchedule",
     "make_patched_env_fn",
     "normalized_action",
+    "patch_info",
 ]
 
 
@@ -68,6 +70,21 @@ def _mark(info: dict, reward_in: float, reward_out: float) -> None:
     """Keep the first reward-changer's original reward; record what this wrapper hands on."""
     info.setdefault("original_reward", float(reward_in))
     info["shaped_reward"] = float(reward_out)
+
+
+#: info keys that would tell patch code about a hidden fault: the reward before the fault, the fault's own terms.
+_FAULT_INFO_KEYS = (ORIGINAL_REWARD_KEY, REWARD_COMPONENTS_KEY)
+
+
+def patch_info(info: dict, hide_fault: bool) -> dict:
+    """A copy of ``info`` for patch code; on a bench patient (``hide_fault``) without the fault's keys.
+
+    Patch code then sees the training reward (its ``reward`` argument) and the
+    env's own info, as it would on a user's run with the same training reward.
+    """
+    if not hide_fault:
+        return dict(info)
+    return {k: v for k, v in info.items() if k not in _FAULT_INFO_KEYS}
 
 
 def normalized_action(space: gym.Space, action: Any) -> np.ndarray:
@@ -107,6 +124,7 @@ class ShapedRewardWrapper(_RewardChanger):
         super().__init__(env)
         self._fn = fn
         self._last_obs = None
+        self._hide_fault = fault_hidden(env)
 
     def reset(self, **kwargs):
         obs, info = self.env.reset(**kwargs)
@@ -117,7 +135,7 @@ class ShapedRewardWrapper(_RewardChanger):
         prev, self._last_obs = self._last_obs, next_obs
         value = self._fn(
             np.array(prev, copy=True), np.array(action, copy=True), reward,
-            np.array(next_obs, copy=True), bool(terminated), bool(truncated), dict(info),
+            np.array(next_obs, copy=True), bool(terminated), bool(truncated), patch_info(info, self._hide_fault),
         )
         return float(value)
 
@@ -198,11 +216,13 @@ class SafetyConstraintWrapper(_RewardChanger):
         super().__init__(env)
         self._pred, self.mode, self.penalty = predicate, mode, float(penalty)
         self.violations = 0
+        self._hide_fault = fault_hidden(env)
 
     def step(self, action):
         obs, reward, terminated, truncated, info = self.env.step(action)
         info = dict(info)
-        violated = bool(self._pred(np.array(obs, copy=True), np.array(action, copy=True), dict(info)))
+        violated = bool(self._pred(np.array(obs, copy=True), np.array(action, copy=True),
+                                   patch_info(info, self._hide_fault)))
         new = float(reward) - (self.penalty if violated else 0.0)
         if violated:
             self.violations += 1
