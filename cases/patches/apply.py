@@ -56,6 +56,7 @@ __all__ = [
     "SafetyConstraintWrapper",
     "ActionRepeatWrapper",
     "CurriculumEnv",
+    "EnvStepCounter",
     "CurriculumSchedule",
     "make_patched_env_fn",
     "normalized_action",
@@ -251,6 +252,23 @@ class ActionRepeatWrapper(gym.Wrapper):
         info["original_reward"] = original
         info["shaped_reward"] = total
         return obs, total, terminated, truncated, info
+
+
+class EnvStepCounter(gym.Wrapper):
+    """Counts the env steps actually taken into a shared one-item list (all envs of one vector env).
+
+    It sits under the patch's wrappers, so an action repeat's inner steps are
+    counted one by one: the arms of a verification are held to the same
+    number of these, not of agent decisions.
+    """
+
+    def __init__(self, env: gym.Env, counter: list[int]):
+        super().__init__(env)
+        self.counter = counter
+
+    def step(self, action):
+        self.counter[0] += 1
+        return self.env.step(action)
 
 
 # --------------------------------------------------------------------------- curriculum
@@ -481,12 +499,15 @@ def make_patched_env_fn(
     *,
     max_episode_steps: int | None = None,
     schedule: CurriculumSchedule | None = None,
+    step_counter: list[int] | None = None,
 ) -> Callable[[], gym.Env]:
     """A factory of training envs: the env, its setup (fault) wrappers, then the patch's wrappers.
 
     A time-limit patch replaces the setup's limit; a curriculum (pass the
     ``schedule`` from :meth:`PatchPlan.curriculum_schedule`, shared by all envs
-    of one vector env) merges each stage's kwargs over ``env_kwargs``.
+    of one vector env) merges each stage's kwargs over ``env_kwargs``. With
+    ``step_counter`` (a one-item list) every env step taken is counted into it
+    (:class:`EnvStepCounter`, between the setup and the patch wrappers).
     """
     from ..evidence.envs import make_env  # C's env factory
 
@@ -500,6 +521,8 @@ def make_patched_env_fn(
     def build(stage_kwargs: dict[str, Any]) -> gym.Env:
         env = make_env(env_id, {**base_kwargs, **stage_kwargs}, wrappers=tuple(wrappers),
                        max_episode_steps=limit, seed=seed)
+        if step_counter is not None:
+            env = EnvStepCounter(env, step_counter)
         return plan.wrap(env)
 
     def factory() -> gym.Env:

@@ -137,6 +137,7 @@ class _Context:
     started: float
     progress: VerifyProgress | None
     notes: list[str] = field(default_factory=list)
+    preference: str | None = None  # outcome of the trajectory check (Verification.preference)
 
     def say(self, message: str, done: int = 0, total: int = 0) -> None:
         if self.progress is not None:
@@ -265,8 +266,11 @@ def _violations(arms: dict[str, list[ArmResult]]) -> dict[str, float]:
 
 
 def _verification(ctx: _Context, jobs: Sequence[Job], results: Sequence[JobResult]) -> Verification:
+    from .training import arm_comparison
+
     arms, failures, steps = _collect(jobs, results)
-    base = dict(seeds=ctx.config.seeds, budget_steps=_treatment_steps(ctx), env_steps=steps)
+    base = dict(seeds=ctx.config.seeds, budget_steps=_treatment_steps(ctx), env_steps=steps,
+                comparison=arm_comparison(ctx.patch), preference=ctx.preference)
     if failures or not arms["treatment"] or not arms["control"]:
         reason = "; ".join(failures) or "no arm produced a result"
         return Verification(status=Status.failed, reason=_reason(ctx, reason), wall_time_s=_elapsed(ctx), **base)
@@ -356,8 +360,10 @@ def verify_patch(
     ctx.say("pre-checks")
     refusal = _precheck(ctx)
     if refusal:
+        from .training import arm_comparison
+
         failed = Verification(status=Status.failed, reason=refusal, seeds=config.seeds, budget_steps=_treatment_steps(ctx),
-                              wall_time_s=_elapsed(ctx))
+                              wall_time_s=_elapsed(ctx), comparison=arm_comparison(patch), preference=ctx.preference)
         return _case(ctx, failed)
     owned = executor is None
     executor = executor or get_executor(config.executor)
