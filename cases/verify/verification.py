@@ -179,6 +179,7 @@ def _precheck(ctx: _Context) -> str:
     except Exception as err:  # noqa: BLE001 - the patch's code broke the check: that is the verdict
         return f"trajectory preference check failed to run the reward code: {type(err).__name__}: {err}"
     ctx.notes.append(pref.message)
+    ctx.preference = pref.status if pref.ok or not ctx.config.force else "forced"
     if pref.ok:
         return ""
     if ctx.config.force:
