@@ -188,8 +188,9 @@ class PreferenceResult:
     """Does the shaped return order the evidence episodes the way the task does?
 
     ``prob`` is the agreement: over the episode pairs the task orders, the
-    fraction the shaped return orders the same way (ties half); None when the
-    task orders no pair (undecidable, passes).
+    fraction the shaped return orders the same way (a tie between a success
+    and a failure counts half; ties between episodes of equal success are left
+    out); None when nothing is left to compare (undecidable, passes).
     """
 
     ok: bool
@@ -262,7 +263,16 @@ def trajectory_verdict(measures: Sequence[Sequence[float]], shaped: Sequence[flo
     s = np.asarray(shaped, dtype=float)
     tol = float(_tolerances(s[:, None])[0])
     d = np.asarray([s[i] - s[j] for i, j in pairs])
-    agree = float((np.sum(d > tol) + 0.5 * np.sum(np.abs(d) <= tol)) / len(pairs))
+    # a success must be paid more than a failure (a tie there counts half); among episodes of the same
+    # success, a reward may be indifferent (a sparse reward is, by design): only its contradictions count
+    success_pair = np.asarray([measures[i][0] != measures[j][0] for i, j in pairs])
+    tie = np.abs(d) <= tol
+    counted = success_pair | ~tie
+    if not counted.any():
+        return PreferenceResult(True, None, n_success, n_failed,
+                                f"preference check undecidable: the shaped reward does not distinguish the "
+                                f"{len(pairs)} episode pairs the task orders", n_pairs=len(pairs))
+    agree = float((np.sum(d > tol) + 0.5 * np.sum(tie & success_pair)) / np.sum(counted))
     ok = agree > PREFERENCE_MIN
     verdict = "agrees" if ok else "does not agree"
     msg = (f"shaped reward {verdict} with the task's order of evidence episodes ({agree:.0%} of {len(pairs)} "

@@ -127,4 +127,6 @@ def render_verification(case: "Case") -> Group:
     colour = {"improved": "green", "worse": "red", "reward_hacking": "magenta"}.get(v.status.value, "yellow")
     status = (f"status [bold {colour}]{v.status.value}[/] · env steps {v.env_steps:,} · wall {v.wall_time_s:.1f}s"
               f" · budget {v.budget_steps:,}/arm")
+    if v.comparison == "budget_vs_none":
+        status += " · more training vs none (the control is the unpatched checkpoint)"
     return Group(arms, effects, status, f"[dim]{v.reason}[/]")

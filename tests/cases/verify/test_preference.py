@@ -38,11 +38,17 @@ def test_a_failing_agents_episodes_are_ordered_by_progress_when_returns_tie():
     assert keeps.ok and keeps.prob == 1.0 and keeps.n_pairs == 6 and keeps.status == "passed"
     reverses = trajectory_verdict(STUCK_CARS, [4.0, 3.0, 2.0, 1.0])
     assert not reverses.ok and reverses.prob == 0.0 and reverses.status == "refused"
-    assert trajectory_verdict(STUCK_CARS, [5.0] * 4).prob == PREFERENCE_MIN  # a constant reward orders nothing
-    assert not trajectory_verdict(STUCK_CARS, [5.0] * 4).ok
+    # a sparse reward is indifferent among failures: that contradicts nothing, so it is undecidable, not refused
+    indifferent = trajectory_verdict(STUCK_CARS, [5.0] * 4)
+    assert indifferent.ok and indifferent.prob is None and indifferent.status == "undecidable"
+    # ... but a success must be paid more than a failure: a tie there counts half, so a constant reward fails
+    mixed = [(1.0, -100.0, 1.0, NAN, 0.0), *STUCK_CARS]
+    assert trajectory_verdict(mixed, [5.0] * 5).prob == PREFERENCE_MIN and not trajectory_verdict(mixed, [5.0] * 5).ok
+    # only its contradictions count among failures: one reversed pair out of six
+    assert trajectory_verdict(STUCK_CARS, [1.0, 1.0, 3.0, 2.0]).prob == pytest.approx(4 / 5)
 
 
-def test_undecidable_only_when_the_task_orders_nothing():
+def test_undecidable_only_when_nothing_is_left_to_compare():
     tied = [(0.0, -200.0, 0.2, NAN, 0.0)] * 3
     res = trajectory_verdict(tied, [1.0, 2.0, 3.0])
     assert res.ok and res.prob is None and res.status == "undecidable"
