@@ -12,7 +12,7 @@ import hashlib
 import json
 from datetime import datetime, timezone
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -252,6 +252,12 @@ class Verification(FrozenModel):
     passed_screen: bool = False
     #: on a confirmation: the case id of the screen it confirms
     confirms: str | None = None
+    #: what was compared: the patch against a control with the same env steps, or (a pure
+    #: training-budget patch) more training against the unpatched checkpoint
+    comparison: Literal["same_budget_control", "budget_vs_none"] = "same_budget_control"
+    #: the pre-training trajectory check of a reward-changing patch: "passed", "refused",
+    #: "forced" (refused, trained anyway), "undecidable" (nothing to order); None when not run
+    preference: Literal["passed", "refused", "forced", "undecidable"] | None = None
 
 
 class LiteratureEffect(FrozenModel):

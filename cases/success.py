@@ -22,6 +22,7 @@ __all__ = [
     "SuccessSpec",
     "parse_success",
     "is_success",
+    "success_margin",
 ]
 
 _OPS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt, "==": operator.eq}
@@ -134,6 +135,34 @@ _ADAPTER: TypeAdapter = TypeAdapter(SuccessSpec)
 def parse_success(data: object) -> SuccessSpec:
     """Validate a success definition from a dict (YAML/JSON)."""
     return _ADAPTER.validate_python(data)
+
+
+def _oriented(op: str, q: float, value: float) -> float:
+    """``q`` compared to ``value`` as a signed distance, larger = closer to (or further past) success."""
+    if op in (">=", ">"):
+        return q - value
+    if op in ("<=", "<"):
+        return value - q
+    return -abs(q - value)
+
+
+def success_margin(spec: SuccessSpec, outcome: EpisodeOutcome) -> float:
+    """The success definition's own quantity, oriented so larger is better; NaN when it has none beyond pass/fail.
+
+    A failing episode still has one: how far the final observation or final
+    reward was from the threshold, how far the return fell short, how long a
+    survival task lasted. The trajectory preference check orders failing
+    agents' episodes by it.
+    """
+    if isinstance(spec, ReturnThreshold):
+        return float(outcome.ret - spec.threshold)
+    if isinstance(spec, FinalReward):
+        return _oriented(spec.op, float(outcome.final_reward), spec.value)
+    if isinstance(spec, FinalObs) and spec.index < len(outcome.final_obs):
+        return _oriented(spec.op, float(outcome.final_obs[spec.index]), spec.value)
+    if isinstance(spec, Terminated) and spec.survive:
+        return float(outcome.length)
+    return float("nan")
 
 
 def is_success(spec: SuccessSpec, outcome: EpisodeOutcome) -> bool:

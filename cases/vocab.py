@@ -7,7 +7,18 @@ Add names freely; never rename one (stored cases and mined rules refer to them).
 
 from __future__ import annotations
 
-__all__ = ["FEATURES", "SYMPTOMS", "COMPONENT_PREFIX"]
+__all__ = [
+    "FEATURES",
+    "SYMPTOMS",
+    "COMPONENT_PREFIX",
+    "TIMEOUT_RATE",
+    "HOVER_TRUNCATION_RATE",
+    "LOW_PROGRESS",
+    "LOW_FINAL_HEIGHT",
+    "REWARD_EXCESS_T",
+    "REWARD_EXCESS_MIN_GAP",
+    "TRAIN_TASK_GAP_HACKING",
+]
 
 #: per-reward-component features are named ``component.<name>.<mean|std|success_corr>``.
 COMPONENT_PREFIX = "component."
@@ -48,6 +59,10 @@ FEATURES: dict[str, str] = {
     "curve_final_slope": "rise of the smoothed learning curve over its last third, over the curve's range (still rising > 0)",
     "train_steps": "training steps of the agent (from run.yaml), NaN when unknown",
     "time_limit_ratio": "the episode time limit used over the env's registered limit (below 1 = shortened)",
+    "progress_max": "mean best progress toward the goal on the env's own measure (MountainCar position, Acrobot tip height, LunarLander altitude, Pendulum pole height): 0 = start level, 1 = goal level",
+    "progress_final": "mean progress toward the goal at the episode's last step, on the env's own measure (a low final height)",
+    "reward_excess_t": "t-statistic of (training-reward return minus task return) over evaluation episodes: large = the training reward consistently pays more than the task",
+    "train_task_gap": "final smoothed training-log return minus the evaluated task return, over |task return| + 1 (needs only the user's training logs)",
 }
 
 #: symptom tag -> what it means. Tags are derived from features by named thresholds.
@@ -73,4 +88,25 @@ SYMPTOMS: dict[str, str] = {
     "undertrained": "few training steps for the task and returns still rising",
     "numerical_instability": "NaN or inf appeared in observations, actions or rewards",
     "short_time_limit": "the episode time limit is well below the env's registered one and episodes hit it",
+    "low_progress": "the agent never gets far toward the goal on the env's own progress measure",
+    "low_final_height": "episodes end far from the goal level on the env's own progress measure (low final height)",
 }
+
+# ---------------------------------------------------------------- thresholds of the tags above
+# (older thresholds live next to their rules in cases.evidence.signature; new ones are defined here)
+
+#: truncation rate at or above which episodes "time out": most episodes end at the time limit.
+TIMEOUT_RATE = 0.5
+#: truncation rate at or above which a dense-reward agent without success "hovers" (nearly every episode).
+HOVER_TRUNCATION_RATE = 0.8
+#: best progress below this (under halfway from the start level to the goal level) is low progress.
+LOW_PROGRESS = 0.5
+#: final progress below this (the episode ends under halfway to the goal level) is a low final height.
+LOW_FINAL_HEIGHT = 0.5
+#: a t-statistic of the training-minus-task return excess at or above this is consistent, not noise.
+REWARD_EXCESS_T = 3.0
+#: ... and the excess must still be at least this fraction of |task return| + 1 to count (not a rounding).
+REWARD_EXCESS_MIN_GAP = 0.05
+#: the training logs' final return this far above the evaluated task return (over |task return| + 1)
+#: says the training reward pays for something the task does not.
+TRAIN_TASK_GAP_HACKING = 0.5

@@ -18,7 +18,7 @@ from typing import Any
 
 from remedy.cases.evidence.rollouts import EpisodeRecord, EvidenceBundle, collect_evidence
 from remedy.cases.model import EpisodeSummary, Signature, Subject
-from remedy.cases.evidence.rundir import RunDir
+from remedy.cases.evidence.rundir import RunDir, visible_wrappers
 from remedy.cases.evidence.signature import compute_signature
 from remedy.retrieval.diagnosis import (
     Attempt,
@@ -67,8 +67,9 @@ def reward_text(run: RunDir) -> str:
     cfg, parts = run.config, []
     if cfg.reward_ref:
         parts.append(_resolve_reward_ref(run.path, cfg.reward_ref))
-    if cfg.wrappers:
-        specs = [w.model_dump(mode="json") if hasattr(w, "model_dump") else w for w in cfg.wrappers]
+    shown = visible_wrappers(cfg)  # a bench patient's fault wrappers are the answer key, never shown
+    if shown:
+        specs = [w.model_dump(mode="json") for w in shown]
         parts.append("setup wrappers applied during training: " + json.dumps(specs, default=str))
     return "\n".join(parts)[:_MAX_CODE_CHARS]
 

@@ -265,6 +265,38 @@ def reward_success_corr(b: EvidenceBundle, s: Subject) -> float:
     return _corr(np.asarray([e.train_ret for e in eps]), np.asarray([float(e.success) for e in eps]))
 
 
+def reward_excess_t(b: EvidenceBundle, s: Subject) -> float:
+    """t-statistic of the per-episode excess of training-reward return over task return (det and stochastic episodes).
+
+    0 when the training reward is the task reward; large and positive when the
+    training reward consistently pays more (a farmable bonus); near 0 for zero-mean noise.
+    """
+    eps = b.deterministic + b.stochastic
+    x = np.asarray([e.train_ret - e.ret for e in eps], dtype=float)
+    x = x[np.isfinite(x)]
+    if len(x) < 3:
+        return _NAN
+    sd = float(np.std(x, ddof=1))
+    mean = float(np.mean(x))
+    if sd < 1e-9 * (1.0 + abs(mean)):  # the same excess in every episode: as consistent as it gets
+        return 0.0 if abs(mean) < 1e-9 else math.copysign(1e6, mean)
+    return mean / (sd / math.sqrt(len(x)))
+
+
+def train_task_gap(b: EvidenceBundle, s: Subject) -> float:
+    """Final smoothed training-log return minus the evaluated task return (stochastic policy), over |task| + 1.
+
+    Reads only the training logs a user hands over and Remedy's own
+    evaluation, so it sees a reward that pays for something the task does not
+    even when that reward lives in the user's code.
+    """
+    c = _curve(b.log)
+    task = _mean(_rets(b.stochastic or b.deterministic))
+    if c is None or not math.isfinite(task):
+        return _NAN
+    return float((c[-1] - task) / (abs(task) + 1.0))
+
+
 def reward_per_step(b: EvidenceBundle, s: Subject) -> float:
     """Mean training reward per step."""
     steps = sum(e.length for e in b.deterministic)
@@ -376,6 +408,16 @@ def time_limit_ratio(b: EvidenceBundle, s: Subject) -> float:
     return float(b.time_limit / registered) if b.time_limit and registered else _NAN
 
 
+def progress_max(b: EvidenceBundle, s: Subject) -> float:
+    """Mean best progress toward the goal on the env's own measure (0 = start level, 1 = goal); NaN where the env has none."""
+    return _mean([e.stats.get("progress_max") for e in b.deterministic])
+
+
+def progress_final(b: EvidenceBundle, s: Subject) -> float:
+    """Mean progress toward the goal at the last step, on the env's own measure; NaN where the env has none."""
+    return _mean([e.stats.get("progress_final") for e in b.deterministic])
+
+
 def train_steps(b: EvidenceBundle, s: Subject) -> float:
     """Training steps of the agent (from run.yaml), NaN when unknown."""
     return float(s.train_steps) if s.train_steps is not None else _NAN
@@ -389,7 +431,7 @@ FEATURE_FUNCS: dict[str, Callable[[EvidenceBundle, Subject], float]] = {
         obs_scale_ratio, reward_success_corr, reward_per_step, det_stoch_gap, return_spread, curve_plateau,
         curve_collapse, curve_oscillation, entropy_final, entropy_drop, approx_kl_max, constraint_violation_rate,
         nan_detected, shifted_gap, train_return_mean, reward_gap, reward_informative_frac, curve_final_slope,
-        train_steps, time_limit_ratio,
+        train_steps, time_limit_ratio, progress_max, progress_final, reward_excess_t, train_task_gap,
     )
 }
 

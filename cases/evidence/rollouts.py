@@ -22,9 +22,10 @@ import gymnasium as gym
 import numpy as np
 
 from .constraints import Constraint
+from .progress import progress_measure
 from .envs import env_traits, time_limit_of, traits_of_spaces
 from ..model import EnvTraits, EpisodeSummary, Evidence
-from ..success import EpisodeOutcome, SuccessSpec, is_success
+from ..success import EpisodeOutcome, SuccessSpec, is_success, success_margin
 from .tfevents import read_scalars
 from .wrappers import ORIGINAL_REWARD_KEY, REWARD_COMPONENTS_KEY
 
@@ -150,6 +151,7 @@ class _Episode:
         self.infos: list[dict] = []
         self.violations, self.nan = 0, not _finite(obs)
         self.terminated = self.truncated = False
+        self.progress: list[float] = []  # the env's own progress measure after each step, if it has one
 
     def add(self, action, obs, reward, terminated, truncated, info, violated: bool) -> None:
         self.actions.append(np.asarray(action))
@@ -174,6 +176,7 @@ class _Episode:
         stats, counts = _action_stats(acts, env.action_space)
         stats["obs_abs_max"] = float(np.nanmax(np.abs(obs[np.isfinite(obs)]))) if np.isfinite(obs).any() else math.nan
         stats["reward_informative_frac"] = _informative_frac(orig)
+        stats.update(self._progress_stats(success_spec, outcome))
         return EpisodeRecord(
             seed=self.seed, ret=ret, train_ret=float(np.sum(self.train)), length=len(orig),
             terminated=self.terminated, truncated=self.truncated,
@@ -184,6 +187,15 @@ class _Episode:
             states2d=obs[:, :2].astype(np.float32) if obs.shape[1] >= 1 else None, deterministic=deterministic,
             obs_dim_std=np.nanstd(np.where(np.isfinite(obs), obs, np.nan), axis=0) if len(obs) > 1 else None,
         )
+
+
+    def _progress_stats(self, spec: SuccessSpec, outcome: EpisodeOutcome) -> dict[str, float]:
+        """Progress at the end and at best (NaN where the env defines none), and the success definition's margin."""
+        prog = np.asarray(self.progress, dtype=float)
+        ok = prog[np.isfinite(prog)]
+        return {"progress_final": float(prog[-1]) if len(prog) and math.isfinite(prog[-1]) else math.nan,
+                "progress_max": float(ok.max()) if len(ok) else math.nan,
+                "success_margin": success_margin(spec, outcome)}
 
 
 def _normalize(obs: np.ndarray, vecnormalize: Any) -> np.ndarray:
@@ -274,6 +286,9 @@ def _step_one(env, slot, action, tests, done, success, keep, deterministic, star
     else:
         violated = any(t(obs, action, info) for t in tests)
         ep.add(action, obs, reward, terminated, truncated, info, violated)
+        measure = progress_measure(env)
+        if measure is not None:
+            ep.progress.append(measure.progress(env))
     if terminated or truncated or ep.nan:
         done[idx] = ep.record(success, env, keep=idx < keep, deterministic=deterministic)
         start(i)

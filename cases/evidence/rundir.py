@@ -45,6 +45,7 @@ __all__ = [
     "write_run_yaml",
     "sha256_file",
     "reward_setup_text",
+    "visible_wrappers",
 ]
 
 RUN_YAML = "run.yaml"
@@ -90,11 +91,20 @@ def _check_wrapper_kinds(path: Path, config: RunConfig) -> None:
 
 
 def reward_setup_text(config: RunConfig) -> str | None:
-    """The run's reward reference, else a description of its reward-changing setup wrappers, else None."""
+    """The run's reward reference, else a description of its reward-changing setup wrappers, else None.
+
+    Hidden (fault) wrappers of a bench patient are left out: they are the answer key.
+    """
     if config.reward_ref:
         return config.reward_ref
-    parts = [w.describe() for w in config.wrappers if w.kind in WRAPPERS and WRAPPERS[w.kind].affects == "reward"]
+    parts = [w.describe() for w in visible_wrappers(config)
+             if w.kind in WRAPPERS and WRAPPERS[w.kind].affects == "reward"]
     return "env reward with " + " + ".join(parts) if parts else None
+
+
+def visible_wrappers(config: RunConfig) -> list[WrapperSpec]:
+    """The user-declared setup wrappers (what a diagnoser may read); hidden fault wrappers excluded."""
+    return [w for w in config.wrappers if not w.hidden]
 
 
 def sha256_file(path: Path) -> str:

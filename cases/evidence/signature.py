@@ -20,7 +20,17 @@ from ..errors import ValidationError
 from .rollouts import EvidenceBundle, collect_evidence
 from .features import FEATURE_FUNCS, PLATEAU_SLOPE, Features, compute_features, iqm, smooth_curve
 from ..model import RewardDensity, Signature, Subject
-from ..vocab import COMPONENT_PREFIX, SYMPTOMS
+from ..vocab import (
+    COMPONENT_PREFIX,
+    HOVER_TRUNCATION_RATE,
+    LOW_FINAL_HEIGHT,
+    LOW_PROGRESS,
+    REWARD_EXCESS_MIN_GAP,
+    REWARD_EXCESS_T,
+    SYMPTOMS,
+    TIMEOUT_RATE,
+    TRAIN_TASK_GAP_HACKING,
+)
 
 __all__ = [
     "compute_signature",
@@ -37,6 +47,12 @@ __all__ = [
     "Features",
     # thresholds
     "TIMEOUT_RATE",
+    "HOVER_TRUNCATION_RATE",
+    "LOW_PROGRESS",
+    "LOW_FINAL_HEIGHT",
+    "REWARD_EXCESS_T",
+    "REWARD_EXCESS_MIN_GAP",
+    "TRAIN_TASK_GAP_HACKING",
     "HOVER_MAX_SUCCESS",
     "LOW_SUCCESS_RATE",
     "JERK_THRESHOLD",
@@ -61,7 +77,6 @@ __all__ = [
 ]
 
 # ---------------------------------------------------------------- thresholds (named, so rules can cite them)
-TIMEOUT_RATE = 0.8  #: truncation rate at or above which episodes "time out"
 HOVER_MAX_SUCCESS = 0.1  #: timeouts with success at most this, in a dense-reward env, is hovering
 LOW_SUCCESS_RATE = 0.5  #: success below this is low
 JERK_THRESHOLD = 0.25  #: action jerk at or above this is jerky (uniform random actions give ~0.33)
@@ -104,10 +119,25 @@ def _lt(f: Features, k: str, t: float) -> bool:
     return math.isfinite(v) and v < t
 
 
+def _reward_diverges(f: Features) -> bool:
+    """The reward the agent trained on pays for something the task does not (no access to the reward's code needed).
+
+    Any of: the training-reward return is far above the task return
+    (``reward_gap``); it is above it consistently across episodes
+    (``reward_excess_t``, with a small floor on the size); the training logs end
+    far above the evaluated task return (``train_task_gap``); training reward
+    anti-correlates with success.
+    """
+    return (_ge(f, "reward_gap", REWARD_GAP_HACKING)
+            or (_ge(f, "reward_excess_t", REWARD_EXCESS_T) and _ge(f, "reward_gap", REWARD_EXCESS_MIN_GAP))
+            or _ge(f, "train_task_gap", TRAIN_TASK_GAP_HACKING)
+            or _le(f, "reward_success_corr", REWARD_CORR_HACKING))
+
+
 SYMPTOM_RULES: dict[str, Callable[[Features, Subject], bool]] = {
     # a continuing env (Pendulum) always runs to the limit: that is its nature, not a symptom
     "timeouts": lambda f, s: _ge(f, "truncation_rate", TIMEOUT_RATE) and not is_continuing(s.env_id),
-    "hovering": lambda f, s: _ge(f, "truncation_rate", TIMEOUT_RATE) and _le(f, "success_rate", HOVER_MAX_SUCCESS)
+    "hovering": lambda f, s: _ge(f, "truncation_rate", HOVER_TRUNCATION_RATE) and _le(f, "success_rate", HOVER_MAX_SUCCESS)
     and s.traits.reward_density == RewardDensity.dense and not is_continuing(s.env_id),
     "never_succeeds": lambda f, s: _le(f, "success_rate", 0.0),
     "low_success": lambda f, s: _lt(f, "success_rate", LOW_SUCCESS_RATE),
@@ -117,8 +147,7 @@ SYMPTOM_RULES: dict[str, Callable[[Features, Subject], bool]] = {
     "premature_convergence": lambda f, s: _ge(f, "curve_plateau", 1.0) and _lt(f, "success_rate", LOW_SUCCESS_RATE),
     "unstable_learning": lambda f, s: _ge(f, "curve_collapse", COLLAPSE_DROP) or _ge(f, "curve_oscillation", OSCILLATION_LEVEL)
     or _ge(f, "approx_kl_max", KL_UNSTABLE),
-    "reward_hacking_suspected": lambda f, s: _lt(f, "success_rate", LOW_SUCCESS_RATE)
-    and (_ge(f, "reward_gap", REWARD_GAP_HACKING) or _le(f, "reward_success_corr", REWARD_CORR_HACKING)),
+    "reward_hacking_suspected": lambda f, s: _lt(f, "success_rate", LOW_SUCCESS_RATE) and _reward_diverges(f),
     "constraint_violations": lambda f, s: _ge(f, "constraint_violation_rate", VIOLATION_RATE),
     "early_termination": lambda f, s: _ge(f, "early_termination_rate", EARLY_TERMINATION_RATE),
     "low_coverage": lambda f, s: _lt(f, "state_coverage", LOW_COVERAGE),
@@ -131,6 +160,8 @@ SYMPTOM_RULES: dict[str, Callable[[Features, Subject], bool]] = {
     "undertrained": lambda f, s: _ge(f, "curve_final_slope", UNDERTRAINED_SLOPE) and _lt(f, "success_rate", 0.8),
     "numerical_instability": lambda f, s: _ge(f, "nan_detected", 1.0),
     "short_time_limit": lambda f, s: _le(f, "time_limit_ratio", SHORT_LIMIT_RATIO) and _ge(f, "truncation_rate", 0.5),
+    "low_progress": lambda f, s: _lt(f, "progress_max", LOW_PROGRESS) and _lt(f, "success_rate", LOW_SUCCESS_RATE),
+    "low_final_height": lambda f, s: _lt(f, "progress_final", LOW_FINAL_HEIGHT) and _lt(f, "success_rate", LOW_SUCCESS_RATE),
 }
 
 
@@ -148,7 +179,7 @@ _PHRASES = {
     "saturated_actions": "actions saturated at their bounds ({action_saturation:.0%})",
     "collapsed_entropy": "policy entropy collapsed ({entropy_drop:.0%} lost)",
     "premature_convergence": "learning plateaued early at a poor return",
-    "reward_hacking_suspected": "training reward far above the task reward (gap {reward_gap:.2f}) while success is low: reward hacking suspected",
+    "reward_hacking_suspected": "the training reward pays more than the task reward while success is low: reward hacking suspected",
     "constraint_violations": "breaks safety constraints on {constraint_violation_rate:.1%} of steps",
     "early_termination": "episodes end early by failure ({early_termination_rate:.0%})",
     "low_coverage": "visits little of the state space (coverage {state_coverage:.2f})",
@@ -158,6 +189,8 @@ _PHRASES = {
     "undertrained": "returns still rising at the end of training",
     "numerical_instability": "NaN or inf appeared in the rollouts",
     "short_time_limit": "the time limit is cut to {time_limit_ratio:.0%} of the registered one",
+    "low_progress": "never gets far toward the goal (best progress {progress_max:.0%})",
+    "low_final_height": "ends far below the goal level (final progress {progress_final:.0%})",
 }
 
 

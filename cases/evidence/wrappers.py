@@ -18,7 +18,7 @@ from typing import Any, Literal, NamedTuple
 import gymnasium as gym
 import numpy as np
 from gymnasium.wrappers import TimeLimit
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 from ..errors import EnvError
 
@@ -39,6 +39,8 @@ __all__ = [
     "ActionNoise",
     "StickyActions",
     "set_time_limit",
+    "HiddenSetup",
+    "fault_hidden",
 ]
 
 #: info key holding the env's reward before any setup wrapper touched it.
@@ -50,11 +52,27 @@ Affects = Literal["reward", "observation", "dynamics", "training"]
 
 
 class WrapperSpec(BaseModel):
-    """One setup wrapper: its registered ``kind`` and keyword ``params``."""
+    """One setup wrapper: its registered ``kind`` and keyword ``params``.
+
+    ``hidden`` marks a bench patient's injected fault (the answer key): it
+    shapes training and rollouts like any setup wrapper, but it is never named
+    to a diagnoser (reward reference, prompt) and its reward terms and the
+    pre-fault reward never reach patch code (see :class:`HiddenSetup`). A
+    user's own declared wrappers are their config and stay visible.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     kind: str
     params: dict[str, Any] = Field(default_factory=dict)
+    hidden: bool = False
+
+    @model_serializer(mode="wrap")
+    def _omit_default_hidden(self, handler):
+        # run.yaml files and scenario hashes written before the flag existed stay byte-identical
+        data = handler(self)
+        if isinstance(data, dict) and not self.hidden:
+            data.pop("hidden", None)
+        return data
 
     def describe(self) -> str:
         """Short text, e.g. ``obs_scale(factor=1000)``."""
@@ -268,6 +286,33 @@ def set_time_limit(env: gym.Env, max_episode_steps: int) -> gym.Env:
     return TimeLimit(env, max_episode_steps=int(max_episode_steps))
 
 
+class HiddenSetup(gym.Wrapper):
+    """Veils hidden (fault) setup wrappers: what passes outward carries none of their reward terms.
+
+    ``info["reward_components"]`` gathered inside is dropped, so rollouts and
+    signatures never see the fault's own terms; ``info["original_reward"]``
+    stays, because Remedy's own measurement of the task reads it, and patch
+    wrappers that find this veil in their chain (:func:`fault_hidden`) strip it
+    from the ``info`` they hand to patch code.
+    """
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        if REWARD_COMPONENTS_KEY in info:
+            info = {k: v for k, v in info.items() if k != REWARD_COMPONENTS_KEY}
+        return obs, reward, terminated, truncated, info
+
+
+def fault_hidden(env: gym.Env) -> bool:
+    """True when ``env``'s wrapper chain holds a :class:`HiddenSetup` (a bench patient's veiled fault)."""
+    inner = env
+    while isinstance(inner, gym.Wrapper):
+        if isinstance(inner, HiddenSetup):
+            return True
+        inner = inner.env
+    return False
+
+
 WRAPPERS: dict[str, WrapperEntry] = {
     "obs_scale": WrapperEntry(ObsScale, "observation"),
     "reward_scale": WrapperEntry(RewardScale, "reward"),
@@ -301,10 +346,13 @@ def apply_wrappers(env: gym.Env, specs: Sequence[WrapperSpec | dict], *, for_eva
 
     ``for_evaluation`` drops wrappers that only change the reward (so the env pays
     the original task reward) and training-only choices such as a setup time limit; observation and dynamics wrappers stay (the agent
-    was trained on them and its spaces depend on them).
+    was trained on them and its spaces depend on them). When any spec is
+    ``hidden``, the whole setup chain is veiled by :class:`HiddenSetup`.
     """
+    hidden = False
     for raw in specs:
         spec = raw if isinstance(raw, WrapperSpec) else WrapperSpec.model_validate(raw)
+        hidden = hidden or spec.hidden
         entry = _entry(spec.kind)
         if for_evaluation and entry.affects in ("reward", "training"):
             continue
@@ -312,4 +360,4 @@ def apply_wrappers(env: gym.Env, specs: Sequence[WrapperSpec | dict], *, for_eva
             env = entry.factory(env, **spec.params)
         except TypeError as ex:
             raise EnvError(f"wrapper '{spec.kind}' got bad params {spec.params}: {ex}") from ex
-    return env
+    return HiddenSetup(env) if hidden else env

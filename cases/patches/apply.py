@@ -25,7 +25,7 @@ import gymnasium as gym
 
 from .kinds import patch_kind
 from .spec import Curriculum, Normalization, Patch
-from .wrappers import CurriculumEnv, CurriculumSchedule
+from .wrappers import CurriculumEnv, CurriculumSchedule, EnvStepCounter
 
 __all__ = ["PatchPlan", "EnvPatch", "make_patched_env_fn"]
 
@@ -129,12 +129,15 @@ def make_patched_env_fn(
     *,
     max_episode_steps: int | None = None,
     schedule: CurriculumSchedule | None = None,
+    step_counter: list[int] | None = None,
 ) -> Callable[[], gym.Env]:
     """A factory of training envs: the env, its setup (fault) wrappers, then the patch's wrappers.
 
     A time-limit patch replaces the setup's limit; a curriculum (pass the
     ``schedule`` from :meth:`PatchPlan.curriculum_schedule`, shared by all envs
-    of one vector env) merges each stage's kwargs over ``env_kwargs``.
+    of one vector env) merges each stage's kwargs over ``env_kwargs``. With
+    ``step_counter`` (a one-item list) every env step taken is counted into it
+    (:class:`EnvStepCounter`, between the setup and the patch wrappers).
     """
     from ..evidence.envs import make_env
 
@@ -148,6 +151,8 @@ def make_patched_env_fn(
     def build(stage_kwargs: dict[str, Any]) -> gym.Env:
         env = make_env(env_id, {**base_kwargs, **stage_kwargs}, wrappers=tuple(wrappers),
                        max_episode_steps=limit, seed=seed)
+        if step_counter is not None:
+            env = EnvStepCounter(env, step_counter)
         return plan.wrap(env)
 
     def factory() -> gym.Env:

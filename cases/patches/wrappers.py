@@ -17,6 +17,7 @@ import gymnasium as gym
 import numpy as np
 
 from ..errors import PatchRejectedError
+from ..evidence.wrappers import ORIGINAL_REWARD_KEY, REWARD_COMPONENTS_KEY, fault_hidden
 
 __all__ = [
     "ShapedRewardWrapper",
@@ -27,7 +28,9 @@ __all__ = [
     "ActionRepeatWrapper",
     "CurriculumEnv",
     "CurriculumSchedule",
+    "EnvStepCounter",
     "normalized_action",
+    "patch_info",
 ]
 
 
@@ -38,6 +41,21 @@ def _mark(info: dict, reward_in: float, reward_out: float) -> None:
     """Keep the first reward-changer's original reward; record what this wrapper hands on."""
     info.setdefault("original_reward", float(reward_in))
     info["shaped_reward"] = float(reward_out)
+
+
+#: info keys that would tell patch code about a hidden fault: the reward before the fault, the fault's own terms.
+_FAULT_INFO_KEYS = (ORIGINAL_REWARD_KEY, REWARD_COMPONENTS_KEY)
+
+
+def patch_info(info: dict, hide_fault: bool) -> dict:
+    """A copy of ``info`` for patch code; on a bench patient (``hide_fault``) without the fault's keys.
+
+    Patch code then sees the training reward (its ``reward`` argument) and the
+    env's own info, as it would on a user's run with the same training reward.
+    """
+    if not hide_fault:
+        return dict(info)
+    return {k: v for k, v in info.items() if k not in _FAULT_INFO_KEYS}
 
 
 def normalized_action(space: gym.Space, action: Any) -> np.ndarray:
@@ -77,6 +95,7 @@ class ShapedRewardWrapper(_RewardChanger):
         super().__init__(env)
         self._fn = fn
         self._last_obs = None
+        self._hide_fault = fault_hidden(env)
 
     def reset(self, **kwargs):
         obs, info = self.env.reset(**kwargs)
@@ -87,7 +106,7 @@ class ShapedRewardWrapper(_RewardChanger):
         prev, self._last_obs = self._last_obs, next_obs
         value = self._fn(
             np.array(prev, copy=True), np.array(action, copy=True), reward,
-            np.array(next_obs, copy=True), bool(terminated), bool(truncated), dict(info),
+            np.array(next_obs, copy=True), bool(terminated), bool(truncated), patch_info(info, self._hide_fault),
         )
         return float(value)
 
@@ -168,11 +187,13 @@ class SafetyConstraintWrapper(_RewardChanger):
         super().__init__(env)
         self._pred, self.mode, self.penalty = predicate, mode, float(penalty)
         self.violations = 0
+        self._hide_fault = fault_hidden(env)
 
     def step(self, action):
         obs, reward, terminated, truncated, info = self.env.step(action)
         info = dict(info)
-        violated = bool(self._pred(np.array(obs, copy=True), np.array(action, copy=True), dict(info)))
+        violated = bool(self._pred(np.array(obs, copy=True), np.array(action, copy=True),
+                                   patch_info(info, self._hide_fault)))
         new = float(reward) - (self.penalty if violated else 0.0)
         if violated:
             self.violations += 1
@@ -201,6 +222,23 @@ class ActionRepeatWrapper(gym.Wrapper):
         info["original_reward"] = original
         info["shaped_reward"] = total
         return obs, total, terminated, truncated, info
+
+
+class EnvStepCounter(gym.Wrapper):
+    """Counts the env steps actually taken into a shared one-item list (all envs of one vector env).
+
+    It sits under the patch's wrappers, so an action repeat's inner steps are
+    counted one by one: the arms of a verification are held to the same
+    number of these, not of agent decisions.
+    """
+
+    def __init__(self, env: gym.Env, counter: list[int]):
+        super().__init__(env)
+        self.counter = counter
+
+    def step(self, action):
+        self.counter[0] += 1
+        return self.env.step(action)
 
 
 # --------------------------------------------------------------------------- curriculum

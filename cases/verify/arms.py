@@ -15,7 +15,6 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from . import stats
 from ..patches.spec import ActionRepeat, Patch, RewardShaping
 
 __all__ = [
@@ -27,12 +26,22 @@ __all__ = [
     "run_arm",
     "preference_check",
     "preference_verdict",
+    "trajectory_verdict",
+    "task_measures",
+    "task_ordered_pairs",
+    "PREFERENCE_MIN",
+    "PREFERENCE_TIE_FRACTION",
 ]
 
 #: import path of the job function each arm runs in a worker.
 ARM_JOB = "remedy.cases.verify.arms:run_arm"
-#: the shaped return must rank a success above a failure more often than this (ties count half).
+#: on the episode pairs the task orders, the shaped return must agree more often than this (ties count
+#: half): 0.5 is a reward that is blind to the task's order (Kendall's tau 0); below it, one that reverses it.
 PREFERENCE_MIN = 0.5
+#: differences within this fraction of a measure's range over the evidence episodes are ties.
+PREFERENCE_TIE_FRACTION = 0.02
+#: what the task says about an episode, each larger = better; NaN where the run does not define it.
+TASK_MEASURES = ("success", "task return", "progress", "success margin", "fewer violations")
 
 
 @dataclass(frozen=True)
@@ -176,13 +185,99 @@ def run_arm(spec: ArmSpec) -> ArmResult:
 
 @dataclass(frozen=True)
 class PreferenceResult:
-    """Does the shaped return rank successful evidence episodes above failed ones?"""
+    """Does the shaped return order the evidence episodes the way the task does?
+
+    ``prob`` is the agreement: over the episode pairs the task orders, the
+    fraction the shaped return orders the same way (a tie between a success
+    and a failure counts half; ties between episodes of equal success are left
+    out); None when nothing is left to compare (undecidable, passes).
+    """
 
     ok: bool
-    prob: float | None  # P(shaped return of a success > that of a failure), ties half; None if undecidable
+    prob: float | None
     n_success: int
     n_failed: int
     message: str
+    n_pairs: int = 0
+
+    @property
+    def status(self) -> str:
+        """``passed``, ``refused`` or ``undecidable`` (the value stored in ``Verification.preference``)."""
+        return "undecidable" if self.prob is None and self.ok else "passed" if self.ok else "refused"
+
+
+def task_measures(record: Any) -> tuple[float, ...]:
+    """One evidence episode as :data:`TASK_MEASURES`: success, original return, best progress on the env's
+    own measure, the success definition's own margin, minus constraint violations (NaN = not defined)."""
+    stats = getattr(record, "stats", {}) or {}
+    return (float(bool(record.success)), float(record.ret), float(stats.get("progress_max", math.nan)),
+            float(stats.get("success_margin", math.nan)), -float(record.violations))
+
+
+def _tolerances(values: Any) -> Any:
+    """Per column: the tie tolerance, a fraction of the column's range over its finite values (0 if none)."""
+    import numpy as np
+
+    v = np.asarray(values, dtype=float)
+    spans = []
+    for col in v.T:
+        finite = col[np.isfinite(col)]
+        spans.append(float(finite.max() - finite.min()) if len(finite) else 0.0)
+    return np.asarray(spans) * PREFERENCE_TIE_FRACTION
+
+
+def task_ordered_pairs(measures: Sequence[Sequence[float]]) -> list[tuple[int, int]]:
+    """Pairs ``(i, j)`` where episode i is better for the task than episode j.
+
+    Better means at least as good on every measure both episodes define and
+    clearly better (beyond a tie tolerance) on at least one (Pareto
+    dominance), so measures that disagree, e.g. a crash with a higher return
+    than a timeout with a better final state, order nothing.
+    """
+    import numpy as np
+
+    m = np.asarray(measures, dtype=float)
+    if m.ndim != 2 or len(m) < 2:
+        return []
+    tol = _tolerances(m)
+    diff = m[:, None, :] - m[None, :, :]  # diff[i, j] = m_i - m_j
+    both = np.isfinite(diff)
+    not_worse = np.all(~both | (diff >= -tol), axis=2)
+    better = np.any(both & (diff > tol), axis=2)
+    i, j = np.nonzero(not_worse & better)
+    return list(zip(i.tolist(), j.tolist()))
+
+
+def trajectory_verdict(measures: Sequence[Sequence[float]], shaped: Sequence[float]) -> PreferenceResult:
+    """Verdict of the trajectory check from each episode's task measures and its shaped (patched) return."""
+    import numpy as np
+
+    n_success = sum(1 for m in measures if m[0] >= 1.0)
+    n_failed = len(measures) - n_success
+    if not all(math.isfinite(x) for x in shaped):
+        return PreferenceResult(False, None, n_success, n_failed, "shaped return is not finite on evidence episodes")
+    pairs = task_ordered_pairs(measures)
+    if not pairs:
+        return PreferenceResult(True, None, n_success, n_failed,
+                                "preference check undecidable: the task orders no pair of evidence episodes")
+    s = np.asarray(shaped, dtype=float)
+    tol = float(_tolerances(s[:, None])[0])
+    d = np.asarray([s[i] - s[j] for i, j in pairs])
+    # a success must be paid more than a failure (a tie there counts half); among episodes of the same
+    # success, a reward may be indifferent (a sparse reward is, by design): only its contradictions count
+    success_pair = np.asarray([measures[i][0] != measures[j][0] for i, j in pairs])
+    tie = np.abs(d) <= tol
+    counted = success_pair | ~tie
+    if not counted.any():
+        return PreferenceResult(True, None, n_success, n_failed,
+                                f"preference check undecidable: the shaped reward does not distinguish the "
+                                f"{len(pairs)} episode pairs the task orders", n_pairs=len(pairs))
+    agree = float((np.sum(d > tol) + 0.5 * np.sum(tie & success_pair)) / np.sum(counted))
+    ok = agree > PREFERENCE_MIN
+    verdict = "agrees" if ok else "does not agree"
+    msg = (f"shaped reward {verdict} with the task's order of evidence episodes ({agree:.0%} of {len(pairs)} "
+           f"ordered pairs; {n_success} successes, {n_failed} failures)")
+    return PreferenceResult(ok, agree, n_success, n_failed, msg, n_pairs=len(pairs))
 
 
 def preference_check(run_dir: str, patch_json: str, n_episodes: int, seed: int) -> PreferenceResult:
@@ -191,7 +286,10 @@ def preference_check(run_dir: str, patch_json: str, n_episodes: int, seed: int) 
     Only the patch's reward-shaping parts are applied, so the episodes are the
     evidence episodes themselves and only their rewards change; both the
     deterministic and the stochastic policy are rolled out, as in evidence.
-    Undecidable (all episodes succeed, or none) counts as passing.
+    The shaped returns must order the episodes as the task does
+    (:func:`trajectory_verdict`): on a failing agent that is still decided by
+    task return, progress, the success definition's margin and violations.
+    Undecidable only when the task orders no pair (all tied).
     """
     from ..evidence.envs import env_traits
     from ..evidence.rollouts import rollout
@@ -206,26 +304,17 @@ def preference_check(run_dir: str, patch_json: str, n_episodes: int, seed: int) 
     model, vn = run.load_model(), _obs_normalizer(run)
     records = [r for det in (True, False) for r in rollout(
         model, factory, n_episodes=n_episodes, seed=seed, deterministic=det, success=c.success,
-        keep_trajectories=0, vecnormalize=vn) if not r.nan]
-    good = [r.train_ret for r in records if r.success]
-    bad = [r.train_ret for r in records if not r.success]
-    return preference_verdict(good, bad)
+        constraints=c.constraints, keep_trajectories=0, vecnormalize=vn) if not r.nan]
+    return trajectory_verdict([task_measures(r) for r in records], [r.train_ret for r in records])
 
 
 def preference_verdict(good: list[float], bad: list[float]) -> PreferenceResult:
-    """Verdict from shaped returns of successful (``good``) and failed (``bad``) episodes.
+    """Verdict from shaped returns of successful (``good``) and failed (``bad``) episodes alone.
 
-    Passes when P(good > bad) + 0.5 P(tie) exceeds :data:`PREFERENCE_MIN`, so a
-    constant reward (all ties) fails; undecidable (one side empty) passes.
+    The task orders every success above every failure and nothing else, so this
+    is :func:`trajectory_verdict` with success as the only measure: it passes
+    when P(good > bad) + 0.5 P(tie) exceeds :data:`PREFERENCE_MIN` (a constant
+    reward fails) and is undecidable when one side is empty.
     """
-    if not good or not bad:
-        what = "no episode succeeded" if not good else "every episode succeeded"
-        return PreferenceResult(True, None, len(good), len(bad), f"preference check undecidable: {what}")
-    if not all(math.isfinite(x) for x in good + bad):
-        return PreferenceResult(False, None, len(good), len(bad), "shaped return is not finite on evidence episodes")
-    p = stats.prob_improvement(good, bad)
-    ok = p > PREFERENCE_MIN
-    verdict = "ranks" if ok else "does not rank"
-    msg = (f"shaped reward {verdict} successful episodes above failed ones "
-           f"(P={p:.2f} over {len(good)} successes x {len(bad)} failures)")
-    return PreferenceResult(ok, p, len(good), len(bad), msg)
+    measures = [(1.0,)] * len(good) + [(0.0,)] * len(bad)
+    return trajectory_verdict(measures, list(good) + list(bad))

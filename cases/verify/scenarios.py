@@ -28,7 +28,7 @@ from ..algos import AlgoName
 from ..evidence.constraints import Constraint
 from ..errors import RunDirError, ScenarioError
 from ..model import RemedyFamily, RootCause
-from ..evidence.rundir import RunConfig, RunDir
+from ..evidence.rundir import RunConfig, RunDir, write_run_yaml
 from ..success import SuccessSpec
 from ..evidence.wrappers import WrapperSpec
 from ..yamlfile import load_yaml_model
@@ -100,13 +100,35 @@ class Scenario(BaseModel):
         return self.finetune_budget if self.finetune_budget is not None else max(1, self.train_steps // 5)
 
     def run_config(self) -> RunConfig:
-        """The patient's run configuration (what ``run.yaml`` of the built agent holds)."""
+        """The patient's run configuration (what ``run.yaml`` of the built agent holds).
+
+        A blind patient: its fault wrappers are marked ``hidden`` and the notes
+        do not describe the fault, so nothing a diagnoser or patch code reads
+        names the answer.
+        """
         return RunConfig(
             env_id=self.env_id, env_kwargs=self.env_kwargs, algo=self.algo, hyperparams=self.hyperparams,
-            train_steps=self.train_steps, n_envs=self.n_envs, wrappers=self.wrappers, reward_ref=self.reward_ref,
-            success=self.success, constraints=self.constraints, max_episode_steps=self.max_episode_steps,
-            seed=self.seed, notes=f"fault scenario '{self.name}': {self.fault}",
+            train_steps=self.train_steps, n_envs=self.n_envs, wrappers=_hidden(self.wrappers),
+            reward_ref=self.reward_ref, success=self.success, constraints=self.constraints,
+            max_episode_steps=self.max_episode_steps, seed=self.seed, notes=PATIENT_NOTES,
         )
+
+
+#: what a bench patient's run.yaml says in ``notes`` (nothing about the fault).
+PATIENT_NOTES = "bench patient"
+
+
+def _hidden(wrappers: list[WrapperSpec]) -> list[WrapperSpec]:
+    return [w.model_copy(update={"hidden": True}) for w in wrappers]
+
+
+def _blind(run: RunDir, s: Scenario) -> RunDir:
+    """Rewrite a build from before blind patients (fault wrappers not hidden, fault in the notes)."""
+    c = run.config
+    if all(w.hidden for w in c.wrappers) and c.notes == PATIENT_NOTES:
+        return run
+    write_run_yaml(run.path, c.model_copy(update={"wrappers": _hidden(c.wrappers), "notes": PATIENT_NOTES}))
+    return RunDir.load(run.path)
 
 
 def load_scenario(path: str | Path) -> Scenario:
@@ -268,6 +290,7 @@ def _found(s: Scenario, cache_dir: str | Path | None) -> BuiltScenario | None:
         if _valid_build(path, s) is None:
             return None
         run, source = RunDir.load(path), "cache"
+    run = _blind(run, s)
     info = _read_build(run.path) or {}
     return BuiltScenario(s, run, cached=True, source=source, wall_time_s=float(info.get("wall_time_s", 0.0)),
                          success_rate=info.get("success_rate"))

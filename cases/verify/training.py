@@ -39,6 +39,8 @@ __all__ = [
     "train",
     "finetune",
     "arm_budgets",
+    "arm_comparison",
+    "env_step_budget",
     "default_n_envs",
     "make_vec_env",
     "RECENT_EPISODES",
@@ -193,14 +195,73 @@ def train(config: RunConfig, out_dir: str | Path, *, seed: int, progress: Progre
 def arm_budgets(patch: Patch | None, budget_steps: int) -> tuple[int, int]:
     """``(treatment, control)`` values of ``budget_steps`` to pass to :func:`finetune` for the two arms.
 
-    A patch that only adds training steps is measured against the unpatched
-    checkpoint (DESIGN.md): both arms get 0 here, the treatment then learns the
-    patch's ``extra_steps`` and the control stays the checkpoint. Every other
-    patch: both arms get the same budget.
+    :func:`finetune` adds the patch's ``extra_steps`` to the treatment itself, so:
+
+    - a patch that only adds training steps is measured against the unpatched
+      checkpoint (DESIGN.md, "more training vs none"): both arms get 0 here, the
+      treatment then learns the patch's ``extra_steps`` and the control stays
+      the checkpoint;
+    - a ``training_budget`` part combined with other parts gives its extra steps
+      to BOTH arms (the control gets ``budget + extra`` here): the comparison
+      then measures the other parts at the larger budget, against a control
+      with the same env steps. Refusing the combination instead would throw
+      away a sensible patch ("lower the learning rate and train longer");
+      crediting the treatment alone with the extra steps was the old bias;
+    - every other patch: both arms get the same budget.
+
+    Both arms are then held to the same number of ENV steps by :func:`finetune`
+    (action repeat included).
     """
     if patch is not None and set(patch.kinds) == {"training_budget"}:
         return 0, 0
-    return budget_steps, budget_steps
+    extra = sum(int(getattr(p, "extra_steps", 0)) for p in (patch.parts if patch is not None else ()))
+    return budget_steps, budget_steps + extra
+
+
+def arm_comparison(patch: Patch | None) -> str:
+    """What a verification of ``patch`` compares: ``budget_vs_none`` for a pure budget patch, else ``same_budget_control``."""
+    if patch is not None and set(patch.kinds) == {"training_budget"}:
+        return "budget_vs_none"
+    return "same_budget_control"
+
+
+def env_step_budget(total: int, rollout: int | None) -> int:
+    """The env steps one arm of ``total`` steps takes: ``total`` rounded up to whole rollouts of ``rollout`` env steps.
+
+    ``rollout`` is the control's on-policy rollout size (``n_steps * n_envs``,
+    after the small-budget shrink); None for off-policy algorithms, which step
+    one env at a time.
+    """
+    if not rollout or total <= 0:
+        return max(0, int(total))
+    return int(math.ceil(total / rollout) * rollout)
+
+
+class _EnvBudget:
+    """Stops an arm once its counted env steps reach the common budget (built lazily as an SB3 callback).
+
+    An on-policy rollout that ends exactly at the budget is still trained on (it
+    is the natural end of a same-sized control); one cut short by the budget is
+    not, which is what "the budget ran out" means for a treatment whose action
+    repeat or rollout size differs from the control's.
+    """
+
+    @staticmethod
+    def make(counter: list[int], budget: int, on_policy: bool):
+        from stable_baselines3.common.callbacks import BaseCallback
+
+        class _CB(BaseCallback):
+            def _on_rollout_start(self) -> None:
+                self._in_rollout = 0
+
+            def _on_step(self) -> bool:
+                self._in_rollout = getattr(self, "_in_rollout", 0) + 1
+                if counter[0] < budget:
+                    return True
+                # a rollout completed at the budget is trained; for a same-sized control learn() then ends itself
+                return on_policy and self._in_rollout >= int(getattr(self.model, "n_steps", 0) or 0)
+
+        return _CB()
 
 
 def _plan_for(run: RunDir, patch_json: str | None) -> PatchPlan:
@@ -300,8 +361,9 @@ def finetune(
 ) -> FinetuneResult:
     """Fine-tune the run's checkpoint with a patch (treatment) or without one (control, ``patch_json=None``).
 
-    Learns ``budget_steps`` plus the patch's extra steps (see :func:`arm_budgets`)
-    on ``n_envs`` envs (1 for off-policy algorithms, whose replay buffer starts
+    Learns ``budget_steps`` plus the patch's extra steps (see :func:`arm_budgets`),
+    counted in ENV steps (an action repeat's inner steps included) and rounded
+    up to whole rollouts of the control's size (:func:`env_step_budget`), on ``n_envs`` envs (1 for off-policy algorithms, whose replay buffer starts
     empty), and writes the result as a run directory at ``out_dir`` (a fresh
     temporary directory when None). ``learning_rate`` applies to both arms; a
     patch's hyperparameters win over it. NaN in the loss or parameters gives
@@ -323,40 +385,42 @@ def finetune(
     overrides: dict[str, Any] = {}
     if learning_rate is not None:
         overrides["learning_rate"] = float(learning_rate)
+    # the env-step budget is what the CONTROL (no patch overrides) takes, so both arms get the same
+    control_overrides = dict(overrides)
     overrides.update(plan.overrides)
     if on_policy:
+        _small_budget_overrides(saved, control_overrides, n, total, [])
         _small_budget_overrides(saved, overrides, n, total, notes)
     else:
         overrides.setdefault("learning_starts", int(saved.get("num_timesteps") or 0) + min(_OFF_POLICY_WARMUP, total // 10))
         notes.append("off-policy: the replay buffer starts empty (it is not stored in the checkpoint)")
-    log = EpisodeLog()
-    schedule = plan.curriculum_schedule(total)
+    budget = env_step_budget(total, _rollout_size(saved, control_overrides, n) if on_policy else None)
+    log, counter = EpisodeLog(), [0]
+    schedule = plan.curriculum_schedule(budget)
     env_fn = make_patched_env_fn(c.env_id, c.env_kwargs, c.wrappers, plan, None,
-                                 max_episode_steps=c.max_episode_steps, schedule=schedule)
+                                 max_episode_steps=c.max_episode_steps, schedule=schedule, step_counter=counter)
     venv = _wrap_normalization(run, make_vec_env(env_fn, n, log), plan, float(saved.get("gamma") or 0.99))
     model = _load_for_training(run, venv, overrides)
     model.set_random_seed(int(seed))
-    before = int(model.num_timesteps)
-    reason = _learn(model, total, _ProgressCallback.make(progress, total))
-    steps = int(model.num_timesteps) - before
-    repeat = _action_repeat(plan)
+    callbacks = [cb for cb in (_EnvBudget.make(counter, budget, on_policy), _ProgressCallback.make(progress, budget)) if cb]
+    reason = _learn(model, budget, callbacks)
+    if counter[0] < budget and not reason:
+        notes.append(f"took {counter[0]} of {budget} env steps")
     vn = venv if hasattr(venv, "obs_rms") else None
     written = write_run_dir(out, model, c, vecnormalize=vn)
     venv.close()
     shaped, original = log.means()
     return FinetuneResult(
-        model_path=str(written.model_path), env_steps=steps * repeat, wall_time_s=time.perf_counter() - start,
+        model_path=str(written.model_path), env_steps=counter[0], wall_time_s=time.perf_counter() - start,
         shaped_return_mean=_finite_or_none(shaped), original_return_mean_train=_finite_or_none(original),
         diverged=bool(reason), run_dir=str(out), episodes=log.count, reason=reason, notes=tuple(notes),
     )
 
 
-def _action_repeat(plan: PatchPlan) -> int:
-    n = 1
-    for ep in plan.env_patches:
-        if ep.kind == "action_repeat":
-            n *= int(ep.part.n)
-    return n
+def _rollout_size(saved: dict[str, Any], overrides: dict[str, Any], n_envs: int) -> int | None:
+    """Env steps of one on-policy rollout (``n_steps * n_envs``), None when the checkpoint does not say."""
+    n_steps = int(overrides.get("n_steps", saved.get("n_steps", 0)) or 0)
+    return n_steps * n_envs if n_steps > 0 else None
 
 
 def _finite_or_none(x: float | None) -> float | None:

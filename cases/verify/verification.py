@@ -180,6 +180,7 @@ class _Context:
     notes: list[str] = field(default_factory=list)
     stage: Stage = Stage.screen
     confirms: str | None = None
+    preference: str | None = None  # outcome of the trajectory check (Verification.preference)
 
     def say(self, message: str, done: int = 0, total: int = 0) -> None:
         if self.progress is not None:
@@ -221,6 +222,7 @@ def _precheck(ctx: _Context) -> str:
     except Exception as err:  # noqa: BLE001 - the patch's code broke the check: that is the verdict
         return f"trajectory preference check failed to run the reward code: {type(err).__name__}: {err}"
     ctx.notes.append(pref.message)
+    ctx.preference = pref.status if pref.ok or not ctx.config.force else "forced"
     if pref.ok:
         return ""
     if ctx.config.force:
@@ -309,9 +311,12 @@ def _violations(arms: dict[str, list[ArmResult]]) -> dict[str, float]:
 
 def _base(ctx: _Context, env_steps: int = 0) -> dict[str, Any]:
     """The verification fields every outcome records: seeds, budget, stage, the link to a screen."""
+    from .training import arm_comparison
+
     cfg = ctx.config
     return dict(seeds=cfg.seeds, budget_steps=_treatment_steps(ctx), env_steps=env_steps, stage=ctx.stage,
-                seed_base=cfg.seed_base, eval_seed=cfg.arms_eval_seed, confirms=ctx.confirms)
+                seed_base=cfg.seed_base, eval_seed=cfg.arms_eval_seed, confirms=ctx.confirms,
+                comparison=arm_comparison(ctx.patch), preference=ctx.preference)
 
 
 def _seed_shortage(ctx: _Context, arms: dict[str, list[ArmResult]]) -> str:

@@ -151,4 +151,6 @@ def render_verification(case: "Case") -> Group:
     seeds = f"seeds {v.seed_base}..{v.seed_base + v.seeds - 1}"
     status = (f"{v.stage.value} status {status_markup(v.status.value, bold=True)} · {seeds} · env steps {v.env_steps:,}"
               f" · wall {v.wall_time_s:.1f}s · budget {v.budget_steps:,}/arm")
+    if v.comparison == "budget_vs_none":
+        status += " · more training vs none (the control is the unpatched checkpoint)"
     return Group(arms, effects, status, f"[dim]{v.reason}[/]")
