@@ -238,9 +238,10 @@ def run_bench(
             if say:
                 say("building the patient", 0, 0)
             run = build(s, cache_dir=cache_dir)
-            res = fix(kb, run, rounds=settings.rounds, candidates=settings.candidates, diagnoser=settings.diagnoser,
-                      exhaustive=settings.exhaustive, scenario=s, exclude_scenario=s.name, store=store,
-                      source=Source.bench, verify_config=settings.verify_config(s), progress=say, k=settings.k,
+            res = fix(kb, run, store=kb if store == "kb" else store, config=settings.verify_config(s),
+                      rounds=settings.rounds, candidates=settings.candidates, diagnoser=settings.diagnoser,
+                      exhaustive=settings.exhaustive, scenario=s, exclude_scenario=s.name,
+                      source=Source.bench, progress=say, k=settings.k,
                       n_episodes=settings.diagnose_episodes, out_dir=_fix_dir(store, kb))
             results.append(_scenario_result(s, res))
         except Exception as err:  # noqa: BLE001 - one broken scenario is a scored failure, not a stopped suite

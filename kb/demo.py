@@ -143,8 +143,8 @@ def run_demo(
 def _one(kb: KnowledgeBase, s: Scenario, settings: DemoSettings, say: DemoProgress, cache_dir: Any) -> DemoRow:
     say(s.name, "building the patient", 0, 0)
     run = build(s, cache_dir=cache_dir)
-    res = fix(kb, run, rounds=settings.rounds, candidates=settings.candidates, scenario=s,
-              verify_config=settings.verify_config(s), n_episodes=settings.diagnose_episodes,
+    res = fix(kb, run, store=kb, config=settings.verify_config(s), rounds=settings.rounds,
+              candidates=settings.candidates, scenario=s, out_dir=kb.root / "fixes", n_episodes=settings.diagnose_episodes,
               progress=lambda msg, d, t: say(s.name, msg, d, t))
     first = res.first_diagnosis
     causes = [c.cause.value for c in first.diagnosis.causes] if first is not None else []

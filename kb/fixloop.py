@@ -20,25 +20,37 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from remedy.cases.model import Case, Effect, Provenance, Source, Stage, Status, Verification, new_case_id
 from remedy.cases.patches.io import save_patch
 from remedy.cases.patches.spec import Patch
 from remedy.cases.evidence.rundir import RunDir
-from remedy.cases.verify.verification import VerifyConfig, verify_patch, versions
+from remedy.cases.verify.executors import Executor, get_executor
+from remedy.cases.verify.verification import ScenarioLike, VerifyConfig, verify_patch, versions
 from remedy.retrieval.diagnosis import Attempt, CandidatePatch, Diagnoser, DiagnosisReport
 
 from .diagnose import diagnose_run
 
-__all__ = ["AttemptRecord", "FixResult", "FixProgress", "fix", "stored_case", "one_torch_thread", "CONFIRMATIONS"]
+if TYPE_CHECKING:
+    from .facade import KnowledgeBase
+
+__all__ = ["AttemptRecord", "AttemptStore", "FixResult", "FixProgress", "fix", "stored_case", "one_torch_thread",
+           "CONFIRMATIONS"]
 
 #: confirmations a fix loop may run by default: 2 × 2.5% one-sided bounds its false-fix chance by 5% at 95%
 CONFIRMATIONS = 2
 
 #: ``progress(message, done, total)``: each stage and each verification job as it finishes.
 FixProgress = Callable[[str, int, int], None]
+
+
+class AttemptStore(Protocol):
+    """Where the fix loop stores its attempts: the KB facade, or a benchmark's in-memory collector."""
+
+    def add(self, case: Case) -> bool:
+        """Store ``case``; True when it was new."""
+        ...
 
 
 def one_torch_thread() -> None:
@@ -142,12 +154,12 @@ class FixResult:
 class _Loop:
     """State of one fix loop (internal)."""
 
-    kb: Any  # retrieval source, or None (cold: priors only)
-    store: Any  # where attempts are stored, or None
+    kb: KnowledgeBase | None  # retrieval source, or None (cold: priors only)
+    store: AttemptStore | None  # where attempts are stored, or None
     run: RunDir
     config: VerifyConfig
-    executor: Any
-    scenario: Any
+    executor: Executor
+    scenario: ScenarioLike | None
     source: Source
     progress: FixProgress | None
     started: float = field(default_factory=time.perf_counter)
@@ -165,17 +177,10 @@ class _Loop:
 
     @property
     def scenario_name(self) -> str | None:
-        return getattr(self.scenario, "name", None)
+        return self.scenario.name if self.scenario is not None else None
 
     def tried(self) -> tuple[Attempt, ...]:
         return tuple(Attempt.from_case(c) for c in self.cases)
-
-
-def _scenario(scenario: Any) -> Any:
-    """A scenario object for verify_patch (``name`` and ``shifted``) from a Scenario, a name or None."""
-    if scenario is None or not isinstance(scenario, str):
-        return scenario
-    return SimpleNamespace(name=scenario, shifted=())
 
 
 def stored_case(case: Case, report: DiagnosisReport | None, *, source: Source, parent_id: str | None,
@@ -255,23 +260,21 @@ def _fresh(report: DiagnosisReport, loop: _Loop, k: int) -> list[CandidatePatch]
 
 
 def fix(
-    kb: Any,
+    kb: KnowledgeBase | None,
     run_dir: str | Path | RunDir,
     *,
+    store: AttemptStore | None,
+    config: VerifyConfig | None = None,
+    executor: Executor | None = None,
     rounds: int = 3,
     candidates: int = 2,
-    seeds: int = 3,
-    budget: int | None = None,
-    executor: str | Any = "local",
     diagnoser: str | Diagnoser = "offline",
     exhaustive: bool = False,
-    scenario: Any = None,
+    scenario: ScenarioLike | None = None,
     progress: FixProgress | None = None,
     out_dir: str | Path | None = None,
     exclude_scenario: str | None = None,
-    store: Any = "kb",
     source: Source = Source.verified,
-    verify_config: VerifyConfig | None = None,
     k: int = 10,
     n_episodes: int = 20,
     seed: int = 0,
@@ -280,34 +283,31 @@ def fix(
     """Diagnose, verify the top ``candidates`` patches, store every attempt, repeat up to ``rounds`` times.
 
     ``kb`` is what retrieval sees (None: an empty KB, built-in priors only); attempts are
-    stored in ``store`` (default: ``kb``; None: nowhere). ``scenario`` (a Scenario or
-    its name) names the stored cases and supplies shifted-env variants; benchmarks pass
-    its name as ``exclude_scenario`` so retrieval never sees the scenario's own cases.
-    ``verify_config`` overrides ``seeds``/``budget``/``executor``. A screen that clears is
-    confirmed on fresh seeds, at most ``confirmations`` times per loop; only a confirmed
-    candidate wins. The winning patch is written under ``out_dir`` (default
-    ``<store>/fixes``, else ``./remedy-fixes``).
+    stored in ``store`` (usually the same KB; None: nowhere). ``config`` says how much each
+    verification spends (seeds, budget, executor name); ``executor`` (optional) is a running
+    executor to reuse, else one is built from ``config.executor`` and shut down at the end.
+    ``scenario`` (a Scenario, or a :class:`ScenarioRef` for a name only) names the stored cases
+    and supplies shifted-env variants; benchmarks pass its name as ``exclude_scenario`` so
+    retrieval never sees the scenario's own cases. A screen that clears is confirmed on fresh
+    seeds, at most ``confirmations`` times per loop; only a confirmed candidate wins. The
+    winning patch is written under ``out_dir`` (default ``./remedy-fixes``).
     """
     run = run_dir if isinstance(run_dir, RunDir) else RunDir.load(run_dir)
-    config = verify_config or VerifyConfig(seeds=seeds, budget_steps=budget,
-                                           executor=executor if isinstance(executor, str) else "local")
+    config = config or VerifyConfig()
     config.check()
     config.budget_for(run.config.train_steps)  # no budget at all is the user's to fix, not every candidate's failure
-    owned = isinstance(executor, str)
-    from remedy.cases.verify.executors import get_executor
-
-    runner = get_executor(config.executor) if owned else executor
-    loop = _Loop(kb=kb, store=kb if store == "kb" else store, run=run, config=config, executor=runner,
-                 scenario=_scenario(scenario), source=source, progress=progress, max_confirmations=confirmations)
+    runner = executor or get_executor(config.executor)
+    loop = _Loop(kb=kb, store=store, run=run, config=config, executor=runner, scenario=scenario, source=source,
+                 progress=progress, max_confirmations=confirmations)
     try:
         stop = _rounds(loop, rounds, candidates, diagnoser, exhaustive, exclude_scenario, k, n_episodes, seed)
     finally:
-        if owned:
+        if executor is None:
             runner.shutdown()
     return _result(loop, stop, out_dir)
 
 
-def _rounds(loop: _Loop, rounds: int, k_cands: int, diagnoser: Any, exhaustive: bool, exclude: str | None,
+def _rounds(loop: _Loop, rounds: int, k_cands: int, diagnoser: str | Diagnoser, exhaustive: bool, exclude: str | None,
             k: int, n_episodes: int, seed: int) -> str:
     """Run the rounds; returns why the loop stopped."""
     for rnd in range(1, rounds + 1):
@@ -344,11 +344,7 @@ def _screen_then_confirm(loop: _Loop, rnd: int, cand: CandidatePatch, report: Di
 
 
 def _patch_path(loop: _Loop, winner: AttemptRecord, out_dir: str | Path | None) -> Path:
-    if out_dir is not None:
-        base = Path(out_dir)
-    else:
-        root = getattr(loop.store, "root", None)
-        base = Path(root) / "fixes" if root is not None else Path("remedy-fixes")
+    base = Path(out_dir) if out_dir is not None else Path("remedy-fixes")
     name = loop.scenario_name or Path(loop.run.path).resolve().name
     path = base / f"{name}-{winner.family}-{winner.case_id}.yaml"
     save_patch(winner.patch, path)

@@ -36,7 +36,7 @@ import time
 from dataclasses import dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
 
 import numpy as np
 
@@ -47,11 +47,17 @@ from ..model import Case, Effect, Provenance, Source, Stage, Status, Verificatio
 from .arms import ARM_JOB, ArmResult, ArmSpec, preference_check
 from ..patches.spec import Patch, RewardShaping
 
+if TYPE_CHECKING:
+    from ..evidence.rundir import RunDir
+    from .scenarios import ShiftedEnv
+
 __all__ = [
     "VerifyConfig",
     "VerifyProgress",
     "verify_patch",
     "verify_and_confirm",
+    "ScenarioLike",
+    "ScenarioRef",
     "declared_budget",
     "decide_status",
     "versions",
@@ -195,14 +201,33 @@ def _limits(config: VerifyConfig, steps: int, evaluations: int) -> Any:
     return Limits(cpu_s=2.0 * wall, memory_mb=config.job_memory_mb, wall_s=wall, no_network=True)
 
 
-def _shifted(scenario: Any) -> tuple[tuple[str, str], ...]:
-    variants = getattr(scenario, "shifted", None) or ()
-    out = []
-    for v in variants:
-        name = v["name"] if isinstance(v, dict) else v.name
-        kwargs = v.get("env_kwargs", {}) if isinstance(v, dict) else v.env_kwargs
-        out.append((str(name), json.dumps(kwargs, sort_keys=True, default=str)))
-    return tuple(out)
+class ScenarioLike(Protocol):
+    """What verification takes from a fault scenario (:class:`~remedy.cases.verify.scenarios.Scenario` is one):
+    its name (stored in the case), shifted-env variants, and a declared fine-tuning budget."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def shifted(self) -> Sequence[ShiftedEnv]: ...
+
+    @property
+    def finetune_budget(self) -> int | None: ...
+
+
+@dataclass(frozen=True)
+class ScenarioRef:
+    """A scenario known by name only: no shifted variants, no declared budget."""
+
+    name: str
+    shifted: tuple[ShiftedEnv, ...] = ()
+    finetune_budget: int | None = None
+
+
+def _shifted(scenario: ScenarioLike | None) -> tuple[tuple[str, str], ...]:
+    if scenario is None:
+        return ()
+    return tuple((v.name, json.dumps(v.env_kwargs, sort_keys=True, default=str)) for v in scenario.shifted)
 
 
 def _precheck(ctx: _Context) -> str:
@@ -397,7 +422,8 @@ def _case(ctx: _Context, verification: Verification) -> Case:
     )
 
 
-def _context(run_dir: Any, patch: Patch, config: VerifyConfig, scenario: Any, progress: VerifyProgress | None) -> _Context:
+def _context(run_dir: str | Path | RunDir, patch: Patch, config: VerifyConfig, scenario: ScenarioLike | None,
+             progress: VerifyProgress | None) -> _Context:
     from ..evidence.rollouts import collect_evidence
     from ..evidence.rundir import RunDir
     from ..evidence.signature import compute_signature
@@ -409,18 +435,18 @@ def _context(run_dir: Any, patch: Patch, config: VerifyConfig, scenario: Any, pr
     if progress is not None:
         progress("collecting evidence", 0, 0)
     bundle = collect_evidence(run, n_episodes=config.eval_episodes, seed=config.eval_seed)
-    name = getattr(scenario, "name", None) if scenario is not None else None
+    name = scenario.name if scenario is not None else None
     return _Context(run=run, patch=patch, config=config, budget=budget, subject=subject, evidence=bundle,
                     signature=compute_signature(bundle, subject), scenario=name, started=started, progress=progress)
 
 
 def verify_patch(
-    run_dir: Any,
+    run_dir: str | Path | RunDir,
     patch: Patch,
     config: VerifyConfig | None = None,
     *,
     executor: Executor | None = None,
-    scenario: Any = None,
+    scenario: ScenarioLike | None = None,
     progress: VerifyProgress | None = None,
     stage: Stage = Stage.screen,
     confirms: str | None = None,
@@ -458,12 +484,12 @@ def verify_patch(
 
 
 def verify_and_confirm(
-    run_dir: Any,
+    run_dir: str | Path | RunDir,
     patch: Patch,
     config: VerifyConfig | None = None,
     *,
     executor: Executor | None = None,
-    scenario: Any = None,
+    scenario: ScenarioLike | None = None,
     progress: VerifyProgress | None = None,
 ) -> tuple[Case, Case | None]:
     """Screen ``patch``; when the screen clears, confirm it once on fresh seeds. Returns (screen, confirmation).
@@ -483,13 +509,13 @@ def verify_and_confirm(
     return screen, confirmation
 
 
-def declared_budget(run: Any, scenario: Any = None) -> int | None:
+def declared_budget(run: RunDir, scenario: ScenarioLike | None = None) -> int | None:
     """The fine-tuning budget a scenario declares for this patient, if any.
 
     From ``scenario`` (its ``finetune_budget``) when given; else, for a patient built
     from a fault scenario (``build.json`` beside ``run.yaml`` names it), that scenario's.
     """
-    declared = getattr(scenario, "finetune_budget", None) if scenario is not None else None
+    declared = scenario.finetune_budget if scenario is not None else None
     if declared is not None:
         return int(declared)
     build = Path(run.path) / "build.json"

@@ -220,15 +220,17 @@ def fix_cmd(
     """Diagnose → verify the top candidates → store every attempt → repeat until a fix is verified."""
     from remedy.kb.facade import KnowledgeBase
     from remedy.cases.evidence.rundir import RunDir
+    from remedy.cases.verify.verification import VerifyConfig
     from remedy.kb.fixloop import fix, one_torch_thread
 
     one_torch_thread()
     run = RunDir.load(run_dir)  # a directory that is not a run fails here, before a KB is created
     backend = _backend(diagnoser)
+    config = VerifyConfig(seeds=seeds, budget_steps=budget, executor=executor)
     with KnowledgeBase.open(kb, create=True) as base, _Live(disable=as_json) as live:
-        result = fix(base, run, rounds=rounds, candidates=candidates, seeds=seeds, budget=budget,
-                     executor=executor, diagnoser=backend, exhaustive=exhaustive, out_dir=out,
-                     progress=live.update, confirmations=confirmations)
+        result = fix(base, run, store=base, config=config, rounds=rounds, candidates=candidates, diagnoser=backend,
+                     exhaustive=exhaustive, out_dir=out or base.root / "fixes", progress=live.update,
+                     confirmations=confirmations)
     if as_json:
         print_json(result.as_dict())
         return

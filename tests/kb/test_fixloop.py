@@ -16,7 +16,7 @@ from remedy.cases.model import Cause, Diagnosis, Effect, RemedyFamily, RootCause
 from remedy.cases.patches.io import load_patch
 from remedy.cases.patches.spec import Patch
 from remedy.cases.evidence.rundir import RunConfig
-from remedy.cases.verify.verification import VerifyConfig
+from remedy.cases.verify.verification import ScenarioRef, VerifyConfig
 from remedy.kb.fixloop import AttemptRecord, FixResult, fix, one_torch_thread
 from remedy.retrieval.diagnosis import CandidatePatch, DiagnosisContext, DiagnosisReport
 
@@ -73,7 +73,7 @@ def _check_stored(kb, result: FixResult, scenario: str | None) -> None:
 def test_hostile_candidates_are_recorded_as_failed_and_the_loop_goes_on(kb, patient, tmp_path):
     # every round re-offers hostile 1 first: the loop must skip it (already tried) and take the next one
     script = Scripted([[_hostile(1)], [_hostile(1), _hostile(2)], [_hostile(1), _hostile(2), _hostile(3)]])
-    result = fix(kb, patient, rounds=3, candidates=1, diagnoser=script, verify_config=TINY, scenario="tiny_hostile",
+    result = fix(kb, patient, store=kb, rounds=3, candidates=1, diagnoser=script, config=TINY, scenario=ScenarioRef("tiny_hostile"),
                  out_dir=tmp_path / "fixes", n_episodes=3)
     assert [a.patch for a in result.attempts] == [_hostile(1), _hostile(2), _hostile(3)]
     assert all(a.status == Status.failed.value and a.effect is None and a.reason for a in result.attempts)
@@ -89,7 +89,7 @@ def test_hostile_candidates_are_recorded_as_failed_and_the_loop_goes_on(kb, pati
 
 def test_loop_stops_when_nothing_new_is_offered(kb, patient):
     script = Scripted([[_hostile(1)]])  # the same single candidate every round
-    result = fix(kb, patient, rounds=3, candidates=2, diagnoser=script, verify_config=TINY, n_episodes=3)
+    result = fix(kb, patient, store=kb, rounds=3, candidates=2, diagnoser=script, config=TINY, n_episodes=3)
     assert len(result.attempts) == 1 and result.rounds_used == 2
     assert "not tried already" in result.stop_reason
 
@@ -99,7 +99,7 @@ def test_real_candidates_after_a_hostile_one(kb, patient, tmp_path):
     budget = Patch.from_data({"kind": "training_budget", "extra_steps": 512})
     lr = Patch.from_data({"kind": "hyperparameters", "changes": {"learning_rate": 0.001}})
     script = Scripted([[_hostile(1), budget], [lr]])
-    result = fix(kb, patient, rounds=2, candidates=2, diagnoser=script, verify_config=TINY, scenario="tiny_real",
+    result = fix(kb, patient, store=kb, rounds=2, candidates=2, diagnoser=script, config=TINY, scenario=ScenarioRef("tiny_real"),
                  out_dir=tmp_path / "fixes", n_episodes=3, source=Source.bench)
     first = result.attempts[0]
     assert first.patch == _hostile(1) and first.status == "failed" and len(result.attempts) >= 2
@@ -157,7 +157,7 @@ SCREEN = VerifyConfig(seeds=2, budget_steps=256, eval_episodes=10, n_envs=2)
 def test_a_cleared_screen_is_confirmed_on_fresh_seeds(kb, patient, tmp_path):
     budget = Patch.from_data({"kind": "training_budget", "extra_steps": 8192})
     script = Scripted([[budget]])
-    result = fix(kb, patient, rounds=1, candidates=1, diagnoser=script, verify_config=SCREEN, scenario="tiny_confirm",
+    result = fix(kb, patient, store=kb, rounds=1, candidates=1, diagnoser=script, config=SCREEN, scenario=ScenarioRef("tiny_confirm"),
                  out_dir=tmp_path / "fixes", n_episodes=3)
     screen, confirmation = result.attempts
     assert screen.stage == "screen" and screen.passed_screen and screen.status == Status.inconclusive.value
@@ -182,7 +182,7 @@ def test_a_cleared_screen_is_confirmed_on_fresh_seeds(kb, patient, tmp_path):
 def test_confirmations_are_capped(kb, patient, tmp_path):
     """Zero confirmations allowed: a cleared screen stays inconclusive and nothing wins."""
     budget = Patch.from_data({"kind": "training_budget", "extra_steps": 8192})
-    result = fix(kb, patient, rounds=1, candidates=1, diagnoser=Scripted([[budget]]), verify_config=SCREEN,
+    result = fix(kb, patient, store=kb, rounds=1, candidates=1, diagnoser=Scripted([[budget]]), config=SCREEN,
                  out_dir=tmp_path / "fixes", n_episodes=3, confirmations=0, exhaustive=True)
     assert [a.stage for a in result.attempts] == ["screen"] and result.attempts[0].passed_screen
     assert not result.fixed and "without a confirmed improvement" in result.stop_reason
