@@ -1,4 +1,4 @@
-"""Diagnosis at the service level: a run directory (or a signature) in, a DiagnosisReport out.
+"""Diagnosis at the service level: a run directory, a signature or a description in, a DiagnosisReport out.
 
 Collects evidence, computes the signature, retrieves similar cases from the KB
 (hybrid search, same action-space type, the evaluated scenario's own cases
@@ -27,10 +27,12 @@ from remedy.retrieval.diagnosis import (
     DiagnosisContext,
     DiagnosisReport,
     RetrievedCase,
+    SymptomReading,
     get_diagnoser,
 )
 
-__all__ = ["KBRetriever", "diagnose_run", "diagnose_signature", "failure_episodes", "reward_text"]
+__all__ = ["KBRetriever", "diagnose_run", "diagnose_signature", "diagnose_description", "failure_episodes",
+           "reward_text"]
 
 #: most failure episodes shown to a backend (structured context, not raw logs).
 MAX_FAILURE_EPISODES = 5
@@ -145,3 +147,55 @@ def diagnose_run(
         episodes=failure_episodes(bundle), reward_code=reward_text(run), notes=tuple(bundle.notes),
         constraints=tuple(c.expr for c in run.config.constraints),
         **diagnoser_params)
+
+
+def diagnose_description(
+    kb: Any,
+    text: str,
+    *,
+    env_id: str | None = None,
+    algo: str | None = None,
+    action_space: str | None = None,
+    tags: str | Sequence[str] | None = None,
+    diagnoser: str | Diagnoser = "offline",
+    k: int = 10,
+    reader: Any = None,
+    exclude_ids: Iterable[str] = (),
+    rules: Sequence[Any] = (),
+    **diagnoser_params: Any,
+) -> DiagnosisReport:
+    """Diagnose a failure described in words (no run directory): the same report as :func:`diagnose_run`.
+
+    The text is read as symptom tags (``tags`` overrides the reading), the subject is what the
+    user named (``env_id``, ``algo``, ``action_space``; unknowns stay unspecified), the nearest
+    cases are retrieved by the text itself, and the chosen backend votes as for a measured
+    signature. ``report.reading`` says which tags the text was read as, with their similarity.
+    """
+    from remedy.retrieval.describe import SymptomReader, parse_tags, text_signature, text_subject
+
+    if tags is not None:
+        reading = [SymptomReading(tag=t, clause="set by the user") for t in parse_tags(tags)]
+    else:
+        text_signature(text, ())  # an empty description fails here, before the embedder loads
+        reading = (reader or SymptomReader()).read(text)
+    names = [r.tag for r in reading]
+    subject, notes = text_subject(env_id, algo, action_space, names)
+    signature = text_signature(text, names)
+    if not names:
+        notes.append("no symptom tag was read off the description (pass --tags to set them); "
+                     "the diagnosis rests on similar cases only")
+    cases: list[RetrievedCase] = []
+    if kb is not None and k > 0:
+        # the action space filters retrieval only when the user said it (or named an env or algo that fixes it)
+        space = subject.traits.action_space.value if action_space or env_id or _fixes_space(subject.algo) else None
+        cases = KBRetriever(kb).similar(signature, k, action_space=space, exclude_ids=exclude_ids)
+    ctx = DiagnosisContext(subject=subject, signature=signature, cases=tuple(cases), rules=tuple(rules),
+                           notes=tuple(notes), description=signature.summary, reading=tuple(reading))
+    report = _resolve(diagnoser, diagnoser_params).diagnose(ctx)
+    return report.model_copy(update={"reading": list(reading)})
+
+
+def _fixes_space(algo: str) -> bool:
+    from remedy.retrieval.describe import algo_fixes_action_space
+
+    return algo_fixes_action_space(algo)

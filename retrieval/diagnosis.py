@@ -38,6 +38,8 @@ __all__ = [
     "ComputeCost",
     "CandidatePatch",
     "DiagnosisReport",
+    "SymptomReading",
+    "UNSPECIFIED",
     "RetrievedCase",
     "Attempt",
     "RuleLike",
@@ -53,6 +55,9 @@ __all__ = [
 
 ComputeCost = Literal["low", "medium", "high"]
 
+#: env id / algorithm of a subject known only from a description that did not name it.
+UNSPECIFIED = "unspecified"
+
 
 class CandidatePatch(FrozenModel):
     """One proposed fix: a typed patch plus why, what it should do, and what it may break."""
@@ -67,13 +72,25 @@ class CandidatePatch(FrozenModel):
     score: float = 0.0  # the backend's ranking score (offline: summed votes); for display and tuning
 
 
+class SymptomReading(FrozenModel):
+    """A symptom tag read off a description: how strongly (cosine) and from which clause, or set by the user."""
+
+    tag: str
+    similarity: float | None = None  # None when the user set the tag (--tags)
+    clause: str = ""
+
+
 class DiagnosisReport(FrozenModel):
-    """The answer of one diagnosis: signature, ranked causes, ranked candidates, warnings."""
+    """The answer of one diagnosis: signature, ranked causes, ranked candidates, warnings.
+
+    ``reading`` is filled for a diagnosis from a description: the tags the text was read as.
+    """
 
     signature: Signature
     diagnosis: Diagnosis
     candidates: list[CandidatePatch] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
+    reading: list[SymptomReading] = Field(default_factory=list)
 
     @property
     def top_cause(self) -> RootCause:
@@ -145,6 +162,10 @@ class DiagnosisContext:
     env_description: str = ""
     constraints: tuple[str, ...] = ()  # declared safety constraints: expressions over obs/action/info, TRUE WHEN VIOLATED
     notes: tuple[str, ...] = field(default_factory=tuple)  # warnings gathered while building the context
+    # a context read from words (``remedy diagnose --describe``): the user's text, and the tags read off it;
+    # its signature then has no measured features and the subject may be UNSPECIFIED
+    description: str = ""
+    reading: tuple[SymptomReading, ...] = ()
 
 
 class Diagnoser(Protocol):

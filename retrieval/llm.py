@@ -48,6 +48,7 @@ from remedy.cases.patches import spec as patch_spec  # noqa: E402
 from remedy.cases.patches.spec import Patch  # noqa: E402
 
 from .diagnosis import (  # noqa: E402
+    UNSPECIFIED,
     CandidatePatch,
     DiagnosisContext,
     DiagnosisReport,
@@ -61,6 +62,9 @@ from .priors import match_priors  # noqa: E402
 __all__ = [
     "DiagnoseFailure",
     "LLMDiagnoserProgram",
+    "DiagnoseFromDescription",
+    "LLMDescribeProgram",
+    "build_description_inputs",
     "LLMDiagnoser",
     "AutoDiagnoser",
     "LLM_PROGRAM",
@@ -71,6 +75,8 @@ __all__ = [
 ]
 
 LLM_PROGRAM = "dspy-diagnose-1"
+#: the program for failures described in words (``remedy diagnose --describe``).
+DESCRIBE_PROGRAM = "dspy-describe-1"
 #: sampling temperature of retries after a malformed answer.
 RETRY_TEMPERATURE = 0.7
 _TAXONOMY = ", ".join(c.value for c in RootCause)
@@ -146,6 +152,46 @@ class LLMDiagnoserProgram(dspy.Module):
         return self.diagnose(**inputs, config=dict(config or {}))
 
 
+class DiagnoseFromDescription(dspy.Signature):
+    """You are an experienced reinforcement-learning engineer diagnosing a trained agent from a description.
+
+    There is no measurement, only what someone wrote (a bug report, a forum post, a colleague's account of a
+    video). Work step by step: list what the description says the agent does; name candidate causes; weigh
+    them against the similar past cases (their verified effects were measured against a same-budget control)
+    and the matching rules; then give the fix for the most likely cause. Say what the description leaves
+    unknown. Prefer simple patches. Reward code must define
+    shaped_reward(obs, action, reward, next_obs, terminated, truncated, info) -> float using only
+    `np` and `math` (no imports), guard against NaN/inf/huge inputs and clip.
+    """
+
+    description: str = dspy.InputField(desc="the failure in the reporter's words")
+    environment: str = dspy.InputField(desc="env id, algorithm and action space when the reporter named them")
+    symptom_reading: str = dspy.InputField(desc="symptom tags the description was read as, with similarity 0..1")
+    similar_cases: str = dspy.InputField(desc="similar past cases with root causes, patches and verified effects")
+    rules: str = dspy.InputField(desc="matching accepted rules and built-in priors (id: when -> suggests)")
+    observations: str = dspy.OutputField(desc="what the description says, and what it leaves unknown")
+    candidate_causes: str = dspy.OutputField(desc="plausible root causes")
+    evidence: str = dspy.OutputField(desc="evidence for and against each candidate cause")
+    root_causes: str = dspy.OutputField(
+        desc=f'JSON list, most likely first: [{{"cause": one of [{_TAXONOMY}], "confidence": 0..1, "rationale": str}}]')
+    patches: str = dspy.OutputField(
+        desc='JSON list, best first: [{"patch": {"parts": [PART, ...], "description": str}, "rationale": str, '
+             '"expected_effect": str, "side_effects": str, "compute_cost": "low"|"medium"|"high", '
+             '"cites": [case or rule ids]}] where PART is one of: ' + _patch_schema())
+
+
+class LLMDescribeProgram(dspy.Module):
+    """``ChainOfThought(DiagnoseFromDescription)``: the LLM backend's program for described failures."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.diagnose = dspy.ChainOfThought(DiagnoseFromDescription)
+
+    def forward(self, config: dict[str, Any] | None = None, **inputs: str) -> dspy.Prediction:
+        """Run the chain of thought on the formatted description context."""
+        return self.diagnose(**inputs, config=dict(config or {}))
+
+
 # ---- context -> prompt inputs ----------------------------------------------------------------
 
 _KEY_FEATURES = ("return_iqm", "return_mean", "success_rate", "truncation_rate", "early_termination_rate",
@@ -218,6 +264,18 @@ def build_inputs(ctx: DiagnosisContext) -> dict[str, str]:
         "rules": _rules_text(ctx)[0],
         "previous_attempts": tried,
     }
+
+
+def build_description_inputs(ctx: DiagnosisContext) -> dict[str, str]:
+    """The description program's inputs: the text, what the user named, the tags read, cases and rules."""
+    s = ctx.subject
+    named = [f"env {s.env_id}" if s.env_id != UNSPECIFIED else "env not named",
+             f"algorithm {s.algo}" if s.algo != UNSPECIFIED else "algorithm not named",
+             f"{s.traits.action_space.value} actions"]
+    reading = ", ".join(r.tag if r.similarity is None else f"{r.tag} ({r.similarity:.2f}: '{r.clause}')"
+                        for r in ctx.reading) or ", ".join(ctx.signature.symptoms) or "(no tag read)"
+    return {"description": ctx.description, "environment": "; ".join(named), "symptom_reading": reading,
+            "similar_cases": _cases_text(ctx), "rules": _rules_text(ctx)[0]}
 
 
 # ---- model output -> typed values ------------------------------------------------------------
@@ -305,6 +363,10 @@ def sandbox_check(patch: Patch, ctx: DiagnosisContext) -> tuple[bool, str]:
     """Run the patch through :func:`remedy.cases.patches.check.check_patch` (fit, static check, compile, fuzz)."""
     from remedy.cases.patches.check import check_patch
 
+    if ctx.subject.env_id == UNSPECIFIED:  # a description that named no env: nothing to fuzz code against
+        if any(p.kind in ("reward_shaping", "safety_constraint") for p in patch.parts):
+            return False, "code patches are fuzzed against the env's spaces; name the env (--env) to get them"
+        return fits_subject(patch, ctx.subject)
     s = ctx.subject
     try:
         report = check_patch(patch, s.env_id, s.env_kwargs, s.algo)
@@ -385,10 +447,12 @@ class LLMDiagnoser:
     name = "llm"
 
     def __init__(self, lm: Any | None = None, max_retries: int = 2, program: LLMDiagnoserProgram | None = None,
-                 program_path: str | None = None, max_candidates: int = 5) -> None:
+                 program_path: str | None = None, max_candidates: int = 5,
+                 describe_program: LLMDescribeProgram | None = None) -> None:
         self._lm = lm
         self.max_retries = max(0, int(max_retries))
         self.program = program or LLMDiagnoserProgram()
+        self.describe_program = describe_program or LLMDescribeProgram()
         if program_path:
             self.program.load(program_path)
         self.max_candidates = max_candidates
@@ -409,20 +473,29 @@ class LLMDiagnoser:
 
     def diagnose(self, ctx: DiagnosisContext) -> DiagnosisReport:
         """Ask the program, parse, sandbox-check; raises LMError when unreachable or never parseable."""
-        inputs = build_inputs(ctx)
-        causes, patches, warnings = self._ask(inputs)
+        described = bool(ctx.description)  # a failure in words: the description program, same report type
+        inputs = build_description_inputs(ctx) if described else build_inputs(ctx)
+        causes, patches, warnings = self._ask(inputs, self.describe_program if described else self.program)
         candidates = self._candidates(ctx, patches, warnings)
         known_cases = [rc.case.case_id for rc in ctx.cases]
         _, rule_ids = _rules_text(ctx)
         cited = {x for c in candidates for x in c.cites}
         diagnosis = Diagnosis(
-            causes=causes, backend=self.name, program_version=self.program_version,
+            causes=causes, backend=self.name,
+            program_version=self.describe_program_version if described else self.program_version,
             cited_cases=[cid for cid in known_cases if cid in cited] or known_cases,
             cited_rules=[rid for rid in rule_ids if rid in cited] or rule_ids)
         return DiagnosisReport(signature=ctx.signature, diagnosis=diagnosis, candidates=candidates,
                                warnings=[*ctx.notes, *warnings])
 
-    def _ask(self, inputs: dict[str, str]) -> tuple[list[Cause], list, list[str]]:
+    @property
+    def describe_program_version(self) -> str:
+        """The description program's name plus a hash of its instructions and demos."""
+        state = json.dumps(self.describe_program.dump_state(), sort_keys=True, default=str)
+        blob = (DiagnoseFromDescription.instructions + state).encode()
+        return f"{DESCRIBE_PROGRAM}:{hashlib.sha256(blob).hexdigest()[:8]}"
+
+    def _ask(self, inputs: dict[str, str], program: dspy.Module | None = None) -> tuple[list[Cause], list, list[str]]:
         lm, problems = self.lm, []
         adapter = dspy.ChatAdapter(use_json_adapter_fallback=False)  # our own bounded retry handles format errors
         for attempt in range(self.max_retries + 1):
@@ -430,7 +503,7 @@ class LLMDiagnoser:
                 # a retry samples warmer, so a deterministic model does not repeat the same malformed answer
                 config = {"temperature": RETRY_TEMPERATURE} if attempt else {}
                 with dspy.context(lm=lm, adapter=adapter):
-                    pred = self.program(config=config, **inputs)
+                    pred = (program or self.program)(config=config, **inputs)
                 return parse_outputs(pred.root_causes, pred.patches)
             except AdapterParseError as ex:
                 problems.append(f"attempt {attempt + 1}: unparseable answer ({str(ex).splitlines()[0][:160]})")

@@ -32,6 +32,7 @@ from .diagnosis import (
     CandidatePatch,
     DiagnosisContext,
     DiagnosisReport,
+    UNSPECIFIED,
     RetrievedCase,
     fits_subject,
     patch_family,
@@ -108,6 +109,7 @@ class OfflineDiagnoser:
         sim_floor: float = 0.6,
         sim_power: float = 2.0,
         other_env_weight: float = 0.5,
+        text_sim_floor: float = 0.3,
         priors: tuple[PriorRule, ...] = PRIORS,
     ) -> None:
         self.k, self.w_similarity, self.w_effect = k, w_similarity, w_effect
@@ -118,6 +120,7 @@ class OfflineDiagnoser:
         self.max_candidates, self.max_causes = max_candidates, max_causes
         self.cause_link_floor = cause_link_floor
         self.sim_floor, self.sim_power, self.other_env_weight = sim_floor, sim_power, other_env_weight
+        self.text_sim_floor = text_sim_floor
         self.priors = priors
 
     @property
@@ -126,7 +129,7 @@ class OfflineDiagnoser:
         keys = ("k", "w_similarity", "w_effect", "w_rules", "w_prior", "min_similarity", "example_weight",
                 "unverified_weight", "against_cause_weight", "unknown_mass", "tried_penalty",
                 "tried_family_penalty", "cause_link_floor", "max_candidates", "max_causes", "sim_floor",
-                "sim_power", "other_env_weight")
+                "sim_power", "other_env_weight", "text_sim_floor")
         return {key: getattr(self, key) for key in keys}
 
     @property
@@ -210,17 +213,20 @@ class OfflineDiagnoser:
             return self.example_weight, "example"
         return self.unverified_weight, "unverified"
 
-    def _kernel(self, similarity: float) -> float:
+    def _kernel(self, similarity: float, floor: float | None = None) -> float:
         """How much a neighbour counts: summaries of the same kind of agent already sit near 0.7
-        cosine with the bundled model, so weight rises sharply only above ``sim_floor``."""
-        x = max(0.0, (similarity - self.sim_floor) / max(1e-9, 1.0 - self.sim_floor))
+        cosine with the bundled model, so weight rises sharply only above ``sim_floor``. A user's
+        description sits further from the stored summaries than a measured signature's summary
+        does, so text contexts use ``text_sim_floor`` (chosen on the describe bench's dev split)."""
+        floor = self.sim_floor if floor is None else floor
+        x = max(0.0, (similarity - floor) / max(1e-9, 1.0 - floor))
         return x ** self.sim_power
 
     def _vote_case(self, ctx: DiagnosisContext, rc: RetrievedCase, tally: _Tally) -> None:
         case = rc.case
         factor, label = self._outcome_weight(case)
-        base = self.w_similarity * self._kernel(rc.similarity)
-        if case.subject.env_id != ctx.subject.env_id:
+        base = self.w_similarity * self._kernel(rc.similarity, self.text_sim_floor if ctx.description else None)
+        if case.subject.env_id != ctx.subject.env_id and ctx.subject.env_id != UNSPECIFIED:
             base *= self.other_env_weight
         why = f"case {case.case_id} ({label}, sim {rc.similarity:.2f})"
         cause_factor = factor if factor > 0 else factor * self.against_cause_weight

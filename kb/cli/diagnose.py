@@ -24,7 +24,21 @@ DiagnoserOption = Annotated[
 
 
 def diagnose(
-    run_dir: Annotated[Path, typer.Argument(help="Run directory (run.yaml + model.zip).")],
+    run_dir: Annotated[
+        Path | None, typer.Argument(help="Run directory (run.yaml + model.zip); or describe the failure with --describe.")
+    ] = None,
+    describe: Annotated[
+        str | None, typer.Option("--describe", help="Diagnose a failure described in words instead of a run directory.")
+    ] = None,
+    env: Annotated[str | None, typer.Option("--env", help="With --describe: the env id, if known.")] = None,
+    algo: Annotated[str | None, typer.Option("--algo", help="With --describe: the algorithm, if known.")] = None,
+    action_space: Annotated[
+        str | None, typer.Option("--action-space", help="With --describe: discrete or continuous, if known.")
+    ] = None,
+    tags: Annotated[
+        str | None, typer.Option("--tags", help="With --describe: symptom tags to use instead of reading them off the "
+                                                "text, comma-separated (hovering,timeouts).")
+    ] = None,
     diagnoser: DiagnoserOption = "offline",
     k: Annotated[int, typer.Option("--k", min=0, help="Similar cases to retrieve.")] = 10,
     episodes: Annotated[int, typer.Option("--episodes", min=1, help="Evaluation episodes for the signature.")] = 20,
@@ -38,19 +52,25 @@ def diagnose(
     kb: KbOption = Path(DEFAULT_KB),
     as_json: JsonOption = False,
 ) -> None:
-    """Say why the agent in RUN_DIR fails: ranked root causes and candidate patches.
+    """Say why the agent in RUN_DIR (or the one described with --describe) fails: ranked root causes and patches.
 
     The llm backend reads REMEDY_LM (a litellm model string such as openai/gpt-4o-mini or
     ollama_chat/llama3.1), REMEDY_LM_API_BASE (e.g. http://localhost:8000/v1 for a local
     OpenAI-compatible server) and REMEDY_LM_API_KEY.
     """
-    from remedy.kb.diagnose import diagnose_run
+    from remedy.kb.diagnose import diagnose_description, diagnose_run
 
+    text_opts = {"--env": env, "--algo": algo, "--action-space": action_space, "--tags": tags}
+    _check_source(run_dir, describe, text_opts)
     backend = _backend(diagnoser)
     store, warnings = _open_kb(kb)
     try:
-        report = diagnose_run(store, run_dir, diagnoser=backend, k=k, n_episodes=episodes, seed=seed,
-                              exclude_scenario=exclude_scenario)
+        if describe is not None:
+            report = diagnose_description(store, describe, env_id=env, algo=algo, action_space=action_space,
+                                          tags=tags, diagnoser=backend, k=k)
+        else:
+            report = diagnose_run(store, run_dir, diagnoser=backend, k=k, n_episodes=episodes, seed=seed,
+                                  exclude_scenario=exclude_scenario)
     finally:
         if store is not None:
             store.close()
@@ -62,6 +82,19 @@ def diagnose(
         print_json(data)
         return
     _render(report, written)
+
+
+def _check_source(run_dir: Path | None, describe: str | None, text_opts: dict) -> None:
+    """Exactly one of RUN_DIR and --describe; the description's options only with --describe."""
+    from remedy.cases.errors import ValidationError
+
+    if (run_dir is None) == (describe is None):
+        raise ValidationError("give exactly one of RUN_DIR or --describe TEXT "
+                              "(`remedy diagnose runs/lander` or `remedy diagnose --describe 'the lander hovers'`)")
+    stray = [name for name, value in text_opts.items() if value is not None]
+    if run_dir is not None and stray:
+        raise ValidationError(f"{', '.join(stray)} only apply with --describe; a run directory states its own "
+                              "env, algorithm and action space in run.yaml")
 
 
 def _backend(name: str):
@@ -101,8 +134,13 @@ def write_patches(candidates, directory: Path) -> list[Path]:
 
 def _render(report, written: list[Path]) -> None:
     d, sig = report.diagnosis, report.signature
-    console.print(f"[bold]Signature[/]: {sig.summary}")
-    console.print("symptoms: " + (", ".join(sig.symptoms) or "none"), highlight=False)
+    if report.reading or not sig.features:  # read from a description: show how the words were read
+        console.print(f"[bold]Description[/]: {sig.summary}", highlight=False)
+        console.print("read as: " + (", ".join(_reading_text(r) for r in report.reading) or "no symptom tag"),
+                      highlight=False)
+    else:
+        console.print(f"[bold]Signature[/]: {sig.summary}")
+        console.print("symptoms: " + (", ".join(sig.symptoms) or "none"), highlight=False)
     causes = Table(title=f"Root causes ({d.backend}, {d.program_version})", title_justify="left")
     for col in ("#", "cause", "confidence", "rationale"):
         causes.add_column(col, overflow="fold")
@@ -121,6 +159,13 @@ def _render(report, written: list[Path]) -> None:
         console.print(f"wrote {path}", highlight=False)
     for w in report.warnings:
         console.print(f"[yellow]warning:[/] {w}", highlight=False)
+
+
+def _reading_text(reading) -> str:
+    """``hovering (0.62: 'the lander hovers')``, or ``hovering (set by --tags)``."""
+    if reading.similarity is None:
+        return f"{reading.tag} (set by --tags)"
+    return f"{reading.tag} ({reading.similarity:.2f}: '{reading.clause[:60]}')"
 
 
 # ---- remedy fix, remedy bench run|curve, remedy demo (the fix-loop issue) ---------------------

@@ -1,0 +1,324 @@
+"""Reading a failure described in words: text -> symptom tags, subject and signature.
+
+Many people who need Remedy's memory have no run directory, only a description
+("the lander hovers and never lands", a forum thread, a bug report). This module
+turns such text into the same :class:`DiagnosisContext` ingredients a run
+directory gives, so one diagnoser serves both:
+
+- :class:`SymptomReader` maps the description onto the signature vocabulary
+  (``cases.vocab.SYMPTOMS``) with the bundled sentence embedder: each clause of the
+  text is compared with a few short natural-language phrasings of every tag; a tag
+  fires when its best match clears a threshold calibrated on the dev split of
+  ``bench/data/describe_reports.jsonl`` (``bench/describe.py``). A clause and a
+  phrasing must agree in polarity, so "it does NOT jitter" cannot fire
+  ``jerky_actions`` while "it never reaches the goal" still fires ``never_succeeds``.
+- :func:`text_subject` builds the subject from what the user said (env id, algorithm,
+  action space); unknowns stay unknown (:data:`UNSPECIFIED`) and are noted.
+- :func:`text_signature` is a signature with no measured features: the tags read and
+  the text itself as the summary (which is what retrieval embeds).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import threading
+from collections.abc import Sequence
+
+import numpy as np
+
+from remedy.cases.algos import canonical_algo
+from remedy.cases.errors import RemedyError, ValidationError
+from remedy.cases.model import ActionSpaceType, EnvTraits, Signature, Subject
+from remedy.cases.vocab import SYMPTOMS
+
+from .diagnosis import UNSPECIFIED, SymptomReading
+from .embedder import Embedder, default_embedder
+
+__all__ = [
+    "TAG_PHRASES",
+    "TAG_OPPOSITES",
+    "DEFAULT_THRESHOLD",
+    "DEFAULT_MAX_TAGS",
+    "DEFAULT_MARGIN",
+    "SymptomReader",
+    "split_clauses",
+    "is_negated",
+    "parse_tags",
+    "text_subject",
+    "algo_fixes_action_space",
+    "text_signature",
+]
+
+#: cosine a clause must reach with one of a tag's phrasings for the tag to fire. Chosen on the dev
+#: split only by ``bench/describe.py`` (grid 0.40..0.60); re-run it after changing TAG_PHRASES.
+DEFAULT_THRESHOLD = 0.5
+#: at most this many tags are read from one description (the strongest first).
+DEFAULT_MAX_TAGS = 4
+#: a clause also votes for tags this close (cosine) to its best-matching tag.
+DEFAULT_MARGIN = 0.05
+
+#: symptom tag -> short phrasings in a user's words. Written from the tag definitions in
+#: ``cases.vocab`` and common RL vocabulary, not from the bench reports. A phrasing with a
+#: negation ("never", "not") matches only negated clauses; see :func:`is_negated`.
+TAG_PHRASES: dict[str, tuple[str, ...]] = {
+    "hovering": ("the agent hovers in the air and never lands",
+                 "the lander keeps flying above the pad until the time runs out",
+                 "it stays airborne instead of touching down"),
+    "timeouts": ("every episode runs until the time limit",
+                 "episodes are always truncated at the maximum number of steps",
+                 "the episode ends by timeout"),
+    "never_succeeds": ("the agent never reaches the goal",
+                       "it never solves the task and the success rate is zero",
+                       "it does not learn anything, the return stays at its minimum"),
+    "low_success": ("the agent only succeeds some of the time",
+                    "it solves the task in some episodes and fails in others",
+                    "the success rate is low"),
+    "jerky_actions": ("the actions oscillate rapidly between the extremes",
+                      "jittery, shaky control that chatters",
+                      "bang-bang control that switches direction every step"),
+    "saturated_actions": ("the actions are stuck at their limits",
+                          "the control output saturates at the maximum or minimum value",
+                          "actions pinned at the bounds of the action space"),
+    "collapsed_entropy": ("the policy entropy drops to zero",
+                          "the agent always picks the same action",
+                          "the policy became deterministic too early"),
+    "premature_convergence": ("learning plateaued early at a poor return",
+                              "the agent is stuck in a local optimum",
+                              "the reward stops improving at a mediocre level"),
+    "unstable_learning": ("the reward rises and then suddenly collapses",
+                          "training is unstable and the return oscillates",
+                          "performance drops catastrophically during training",
+                          "the loss explodes and training diverges",
+                          "training is not stable"),
+    "reward_hacking_suspected": ("the agent exploits the reward without doing the task",
+                                 "it earns a high reward but does not accomplish the task",
+                                 "it found a loophole in the reward"),
+    "constraint_violations": ("the agent violates safety constraints",
+                              "it keeps colliding and breaking limits",
+                              "the behaviour is unsafe"),
+    "early_termination": ("episodes end early because the agent falls or crashes",
+                          "the agent crashes in every episode",
+                          "it keeps dying early in the episode"),
+    "low_coverage": ("the agent explores only a small part of the environment",
+                     "it keeps doing the same thing in the same place",
+                     "it does not explore"),
+    "unscaled_observations": ("the observations have very large or very small values",
+                              "the inputs are not normalized",
+                              "the observation scale is wrong"),
+    "high_variance": ("the return varies wildly between episodes",
+                      "results differ a lot from run to run",
+                      "performance is inconsistent"),
+    "short_episodes": ("episodes are very short",
+                       "the agent fails within a few steps"),
+    "sparse_signal": ("the reward is almost always zero",
+                      "the reward only arrives at the goal",
+                      "the same constant reward every step gives no signal toward the goal"),
+    "poor_generalization": ("it works in training but fails in a different environment",
+                            "the policy does not transfer to new levels or another simulator",
+                            "it fails under unseen conditions"),
+    "undertrained": ("it improves slowly and needs more training",
+                     "the return was still rising when training stopped",
+                     "not enough training steps"),
+    "numerical_instability": ("NaN values appear in the actions or the loss",
+                              "the network outputs NaN or infinity"),
+    "short_time_limit": ("the time limit is too short to finish the task",
+                         "the episode is cut off before the agent can reach the goal",
+                         "there are not enough steps per episode"),
+}
+
+#: tag -> phrasings of the opposite. Embeddings place a word near its antonym ("smooth" near "jittery"),
+#: so a clause that matches a tag's opposite at least as well as the tag itself does not count for it.
+TAG_OPPOSITES: dict[str, tuple[str, ...]] = {
+    "jerky_actions": ("the actions are smooth", "the control is smooth and steady"),
+    "unstable_learning": ("training is stable", "the learning curve rises steadily"),
+    "never_succeeds": ("the agent solves the task", "it reaches the goal"),
+    "high_variance": ("the return is consistent across episodes",),
+    "unscaled_observations": ("the observations are normalized",),
+    "saturated_actions": ("the actions stay well inside their limits",),
+}
+
+_NEGATION = re.compile(r"\b(?:not|no|never|none|nothing|nor|neither|without|cannot)\b|n't\b", re.IGNORECASE)
+_SENTENCES = re.compile(r"[.!?;:\n]+")
+# contrast words start a new clause: "it reaches the goal but does not jitter" reads as two claims
+_CLAUSES = re.compile(r",|\b(?:but|however|although|though|whereas|while|yet|except)\b", re.IGNORECASE)
+
+
+def is_negated(text: str) -> bool:
+    """Whether ``text`` carries a negation cue (not, no, never, without, n't, ...)."""
+    return bool(_NEGATION.search(text))
+
+
+def split_clauses(text: str) -> list[str]:
+    """The description cut into sentences, and sentences into clauses at commas and contrast words.
+
+    Each clause keeps its own negation; clauses of fewer than two words are dropped.
+    """
+    out: list[str] = []
+    for sentence in _SENTENCES.split(text or ""):
+        for clause in _CLAUSES.split(sentence):
+            clause = " ".join(clause.split())
+            if len(clause.split()) >= 2 and clause not in out:
+                out.append(clause)
+    return out
+
+
+class SymptomReader:
+    """Reads symptom tags off a description with a sentence embedder (deterministic)."""
+
+    def __init__(self, embedder: Embedder | None = None, threshold: float = DEFAULT_THRESHOLD,
+                 max_tags: int = DEFAULT_MAX_TAGS, margin: float = DEFAULT_MARGIN) -> None:
+        self.embedder = embedder or default_embedder()
+        self.threshold, self.max_tags, self.margin = float(threshold), int(max_tags), float(margin)
+        self._lock = threading.Lock()
+        self._phrases: tuple[list[str], list[str], np.ndarray, np.ndarray] | None = None
+
+    def _phrase_table(self) -> tuple[list[str], list[str], np.ndarray, np.ndarray]:
+        """(tag per phrasing, phrasings, their unit vectors, their polarity), embedded once.
+
+        Opposite phrasings are tagged ``"~tag"``.
+        """
+        with self._lock:
+            if self._phrases is None:
+                table = [*TAG_PHRASES.items(), *((f"~{t}", p) for t, p in TAG_OPPOSITES.items())]
+                tags = [t for t, phrases in table for _ in phrases]
+                texts = [p for _, phrases in table for p in phrases]
+                neg = np.array([is_negated(p) for p in texts])
+                self._phrases = (tags, texts, self.embedder.encode(texts), neg)
+            return self._phrases
+
+    def clause_scores(self, text: str) -> tuple[list[str], list[str], np.ndarray]:
+        """(clauses, tags, cosine matrix clauses x tags): each tag's best same-polarity phrasing per clause."""
+        clauses = split_clauses(text)
+        tags, _, vecs, neg = self._phrase_table()
+        names = list(TAG_PHRASES)
+        if not clauses:
+            return [], names, np.zeros((0, len(names)))
+        sims = self.embedder.encode(clauses) @ vecs.T  # (clauses, phrasings); rows are unit-norm
+        polarity = np.array([is_negated(c) for c in clauses])
+        sims = np.where(polarity[:, None] == neg[None, :], sims, -1.0)
+        index = {t: k for k, t in enumerate([*names, *(f"~{t}" for t in TAG_OPPOSITES)])}
+        table = np.full((len(clauses), len(index)), -1.0)
+        for j, tag in enumerate(tags):
+            table[:, index[tag]] = np.maximum(table[:, index[tag]], sims[:, j])
+        per_tag = table[:, : len(names)].copy()
+        for tag in TAG_OPPOSITES:  # a clause closer to the opposite than to the tag says the opposite
+            k, opp = index[tag], table[:, index[f"~{tag}"]]
+            per_tag[:, k] = np.where(opp >= per_tag[:, k], -1.0, per_tag[:, k])
+        return clauses, names, per_tag
+
+    def read(self, text: str) -> list[SymptomReading]:
+        """The tags read off ``text``, strongest first (at most ``max_tags``).
+
+        A clause votes for the tags it matches best: those at or above the threshold and within
+        ``margin`` of the clause's best tag. Short negated clauses resemble every negated phrasing a
+        little, so letting each clause vote only for its best matches keeps the reading specific.
+        """
+        clauses, names, per_tag = self.clause_scores(text)
+        best: dict[str, tuple[float, str]] = {}
+        for i, clause in enumerate(clauses):
+            top = float(per_tag[i].max())
+            for k, tag in enumerate(names):
+                s = float(per_tag[i, k])
+                if s >= self.threshold and s >= top - self.margin and s > best.get(tag, (-2.0, ""))[0]:
+                    best[tag] = (s, clause)
+        fired = sorted(((s, tag, clause) for tag, (s, clause) in best.items()), key=lambda x: (-x[0], x[1]))
+        return [SymptomReading(tag=tag, similarity=round(s, 4), clause=clause)
+                for s, tag, clause in fired[: self.max_tags]]
+
+
+def parse_tags(tags: str | Sequence[str]) -> list[str]:
+    """User-given tags ("hovering,timeouts" or a list), checked against the vocabulary."""
+    items = tags.split(",") if isinstance(tags, str) else list(tags)
+    out = []
+    for raw in items:
+        tag = raw.strip().lower().replace("-", "_").replace(" ", "_")
+        if not tag:
+            continue
+        if tag not in SYMPTOMS:
+            close = difflib.get_close_matches(tag, list(SYMPTOMS), n=1, cutoff=0.5)
+            hint = f"did you mean '{close[0]}'?" if close else f"choose from {', '.join(SYMPTOMS)}"
+            raise ValidationError(f"unknown symptom tag '{raw.strip()}'; {hint}")
+        if tag not in out:
+            out.append(tag)
+    return out
+
+
+def _space(action_space: str | None) -> ActionSpaceType | None:
+    if action_space is None:
+        return None
+    try:
+        return ActionSpaceType(str(action_space).strip().lower())
+    except ValueError:
+        raise ValidationError(f"unknown action space '{action_space}'; use discrete or continuous") from None
+
+
+#: algorithms that only take one kind of action space, so naming them says which one it is.
+_DISCRETE_ONLY = {"DQN", "QRDQN"}
+_CONTINUOUS_ONLY = {"SAC", "TD3", "DDPG", "TQC", "CrossQ"}
+
+
+def algo_fixes_action_space(algo: str | None) -> bool:
+    """Whether the (canonical) algorithm takes only one kind of action space (DQN: discrete; SAC: continuous)."""
+    return algo in _DISCRETE_ONLY | _CONTINUOUS_ONLY
+
+
+def _env_traits(env_id: str, notes: list[str]) -> EnvTraits | None:
+    """The registered env's traits, or None (a custom env Remedy cannot make) with a note."""
+    from remedy.cases.evidence.envs import env_traits, suggest_env_id
+
+    try:
+        return env_traits(env_id)
+    except RemedyError as ex:
+        hint = suggest_env_id(env_id)
+        if hint and hint != env_id:
+            notes.append(f"env '{env_id}' is not registered in Gymnasium (did you mean '{hint}'?); "
+                         "its traits come from --action-space and the algorithm")
+        else:
+            notes.append(f"env '{env_id}' could not be made ({str(ex)[:120]}); its traits come from --action-space "
+                         "and the algorithm")
+        return None
+
+
+def text_subject(env_id: str | None = None, algo: str | None = None, action_space: str | None = None,
+                 tags: Sequence[str] = ()) -> tuple[Subject, list[str]]:
+    """The subject a description talks about, and notes on what had to be assumed.
+
+    The action space comes from ``action_space``, else the registered env, else an
+    algorithm that takes only one kind, else a tag only continuous actions have; failing
+    all, continuous is assumed (it rules no patch kind out) and said so.
+    """
+    notes: list[str] = []
+    space = _space(action_space)
+    canon = None
+    if algo:
+        try:
+            canon = canonical_algo(algo)
+        except RemedyError as ex:
+            notes.append(f"{ex}; kept as written, so patches are checked against the env only")
+    traits = _env_traits(env_id, notes) if env_id else None
+    if space is None and traits is not None:
+        space = traits.action_space
+    if space is None and canon in _DISCRETE_ONLY | _CONTINUOUS_ONLY:
+        space = ActionSpaceType.discrete if canon in _DISCRETE_ONLY else ActionSpaceType.continuous
+    if space is None and {"jerky_actions", "saturated_actions"} & set(tags):
+        space = ActionSpaceType.continuous
+    if space is None:
+        space = ActionSpaceType.continuous
+        notes.append("action space not given: assumed continuous so that no patch kind is ruled out; "
+                     "pass --action-space discrete|continuous")
+    if traits is None or traits.action_space != space:
+        traits = EnvTraits(action_space=space, obs_dim=traits.obs_dim if traits else 0,
+                           action_dim=traits.action_dim if traits else 0,
+                           reward_density=traits.reward_density if traits else "dense")
+    subject = Subject(env_id=env_id or UNSPECIFIED, algo=canon or algo or UNSPECIFIED, traits=traits)
+    return subject, notes
+
+
+def text_signature(text: str, tags: Sequence[str]) -> Signature:
+    """A signature read from words: no measured features, the tags read, the text as the summary."""
+    summary = " ".join((text or "").split())
+    if not summary:
+        raise ValidationError("the description is empty; describe what the agent does, e.g. "
+                              "'the lander hovers above the pad and never lands'")
+    return Signature(features={}, symptoms=list(tags), summary=summary)
