@@ -23,7 +23,7 @@ from typer.exceptions import TyperException  # noqa: E402
 
 from remedy.cases.errors import RemedyError  # noqa: E402
 
-from . import bench, diagnose, kb, patch, signature, verify  # noqa: E402
+from . import bench, diagnose, doctor, kb, patch, signature, verify  # noqa: E402
 
 __all__ = ["app", "main"]
 
@@ -63,6 +63,7 @@ _COMMANDS = [
     (bench_app, "run", diagnose.bench_run),
     (bench_app, "curve", diagnose.bench_curve),
     (app, "demo", diagnose.demo_cmd),
+    (app, "doctor", doctor.doctor_cmd),
 ]
 for _group, _name, _func in _COMMANDS:
     _group.command(_name)(_func)
