@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from .index import ANN_MIN_ROWS, Hit, SearchFilters, VectorIndex, case_text, signature_text
     from .offline import OfflineDiagnoser
     from .priors import PRIORS, PriorRule, match_priors
+    from .trust import trust_weights
 
 #: public name -> submodule defining it
 _WHERE = {
@@ -40,6 +41,7 @@ _WHERE = {
     ),
     "OfflineDiagnoser": "offline",
     **dict.fromkeys(("PRIORS", "PriorRule", "match_priors"), "priors"),
+    "trust_weights": "trust",
 }
 
 __all__ = [
@@ -65,6 +67,7 @@ __all__ = [
     "PRIORS",
     "PriorRule",
     "match_priors",
+    "trust_weights",
 ]
 
 
