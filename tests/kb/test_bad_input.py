@@ -336,3 +336,31 @@ def test_api_open_refuses_sqlite(foreign):
     with pytest.raises(KBPathError, match="SQLite database"):
         KnowledgeBase.open(root)
     assert _snapshot(root) == before
+
+
+# -- a damaged index: rebuilt from the store (the store is the truth) --------------------------------
+
+
+def test_damaged_index_is_rebuilt_from_the_store(tmp_path, embedder):
+    root = tmp_path / "kb"
+    with KnowledgeBase.open(root, embedder=embedder) as kb:
+        kb.add_many(corpus_cases())
+    store_before = _snapshot(root / "remedy.duckdb")
+    for f in (root / "index").rglob("data/*.lance"):
+        f.write_bytes(b"\0garbage" * 8)
+    with KnowledgeBase.open(root, embedder=embedder, reconcile=False) as kb:
+        report = kb.reconcile()
+        assert report.rebuilt and report.added == 5
+        assert kb.index.ids() == kb.store.ids()
+        assert kb.similar("lander hovers", k=2)
+    assert _snapshot(root / "remedy.duckdb") == store_before
+
+
+def test_damaged_index_on_search_says_reindex(tmp_path, embedder):
+    root = tmp_path / "kb"
+    with KnowledgeBase.open(root, embedder=embedder) as kb:
+        kb.add_many(corpus_cases())
+        for f in (root / "index").rglob("data/*.lance"):
+            f.write_bytes(b"\0garbage" * 8)
+        with pytest.raises(RemedyError, match="index at .* is damaged .*remedy kb reindex"):
+            kb.similar("lander hovers", k=2)
