@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pickle
 import random
 import statistics
 import tempfile
@@ -106,6 +107,8 @@ def main() -> None:
     parser.add_argument("--base-kb", type=Path, required=True, help="a KB of real (verified/bench) cases")
     parser.add_argument("--seeds", type=int, default=5, help="injection seeds per fraction")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--signatures", type=Path, default=Path("bench/out/wrong_outcomes_signatures.pkl"),
+                        help="cache of the patients' signatures (rolled out once, reused by later runs)")
     args = parser.parse_args()
     from remedy.cases.verify.scenarios import load_scenarios
     from remedy.kb.facade import KnowledgeBase
@@ -114,7 +117,12 @@ def main() -> None:
     truths = {s.name: {c.value for c in s.ground_truth} for s in load_scenarios()}
     with KnowledgeBase.open(args.base_kb, create=False) as src:
         base = list(src.cases())
-    patients = patient_signatures()
+    if args.signatures.is_file():
+        patients = pickle.loads(args.signatures.read_bytes())
+    else:
+        patients = patient_signatures()
+        args.signatures.parent.mkdir(parents=True, exist_ok=True)
+        args.signatures.write_bytes(pickle.dumps(patients))
     rows = []
     with tempfile.TemporaryDirectory() as tmp, KnowledgeBase.open(Path(tmp) / "kb") as kb:
         kb.add_many(base)

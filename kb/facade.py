@@ -21,7 +21,7 @@ import numpy as np
 
 from remedy.cases.errors import KBError, KBNotFoundError, KBPathError, ValidationError
 from remedy.cases.io import ImportLimits, Problem, read_cases, write_cases
-from remedy.cases.model import ActionSpaceType, Case, Signature
+from remedy.cases.model import ActionSpaceType, Case, Signature, Source
 from remedy.cases.store import AddCounts, CaseStore, StoreStats
 from remedy.retrieval.embedder import MINILM_NAME, Embedder, MiniLMEmbedder, default_embedder
 
@@ -241,15 +241,21 @@ class KnowledgeBase:
         skip_invalid: bool = False,
         progress: Progress | None = None,
         limits: ImportLimits | None = None,
+        mark_imported: bool = False,
     ) -> ImportReport:
         """Import a ``.jsonl``, ``.json`` or ``.parquet`` file of cases.
 
         Every record is validated first; any invalid record raises :class:`ImportFileError`
         naming each bad line and nothing is imported, unless ``skip_invalid``. A file past
         ``limits`` (line length, cases per import, field sizes) is refused whole. Re-importing
-        the same cases changes nothing.
+        the same cases changes nothing. ``mark_imported`` files the file's measured cases
+        (``verified``, ``bench``) as ``imported``: another team's outcomes, which the offline
+        vote weighs less than outcomes verified here.
         """
         cases, problems = read_cases(path, skip_invalid=skip_invalid, limits=limits)
+        if mark_imported:
+            local = (Source.verified, Source.bench)
+            cases = [c.model_copy(update={"source": Source.imported}) if c.source in local else c for c in cases]
         counts = self.add_many(cases, progress=progress)
         return ImportReport(Path(path), len(cases), counts.added, counts.unchanged, tuple(problems))
 

@@ -157,11 +157,14 @@ def kb_import(
     max_field_chars: Annotated[int, typer.Option("--max-field-chars", min=1, help="Longest string field.")] = ImportLimits.max_field_chars,
     max_items: Annotated[int, typer.Option("--max-items", min=1, help="Largest list or mapping in a record.")] = ImportLimits.max_items,
     max_file_bytes: Annotated[int, typer.Option("--max-file-bytes", min=1, help="Largest .json/.parquet file.")] = ImportLimits.max_file_bytes,
+    mark_imported: Annotated[bool, typer.Option(
+        "--mark-imported", help="File verified/bench cases as 'imported' (another team's): they weigh less in diagnosis.")] = False,
 ) -> None:
     """Import cases (.jsonl, .json, .parquet); a file with invalid records imports nothing unless --skip-invalid."""
     limits = ImportLimits(max_line_bytes, max_cases, max_field_chars, max_items, max_file_bytes)
     with _open(kb, create=True) as base, _bar(f"importing {file.name}") as update:
-        report = base.import_file(file, skip_invalid=skip_invalid, progress=update, limits=limits)
+        report = base.import_file(file, skip_invalid=skip_invalid, progress=update, limits=limits,
+                                  mark_imported=mark_imported)
     for line, msg in report.problems:
         _err.print(f"[yellow]skipped line {line}:[/] {msg}", highlight=False, soft_wrap=True)
     console.print(

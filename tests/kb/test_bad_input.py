@@ -364,3 +364,16 @@ def test_damaged_index_on_search_says_reindex(tmp_path, embedder):
             f.write_bytes(b"\0garbage" * 8)
         with pytest.raises(RemedyError, match="index at .* is damaged .*remedy kb reindex"):
             kb.similar("lander hovers", k=2)
+
+
+def test_mark_imported_files_measured_cases_as_imported(tmp_path, embedder):
+    from remedy.cases.io import write_cases
+
+    path = tmp_path / "theirs.jsonl"
+    write_cases(path, corpus_cases())
+    with KnowledgeBase.open(tmp_path / "kb", embedder=embedder) as kb:
+        kb.import_file(path, mark_imported=True)
+        sources = {c.case_id: c.source.value for c in kb.cases()}
+    expected = {c.case_id: ("imported" if c.source.value in ("verified", "bench") else c.source.value)
+                for c in corpus_cases()}
+    assert sources == expected and "imported" in sources.values()
