@@ -1,8 +1,10 @@
-"""Cases in files: JSONL and Parquet import/export, validated record by record.
+"""Cases in files: JSONL, JSON and Parquet import/export, validated record by record.
 
 Files travel between teams, so every record is validated with the case model
-and every problem is reported with its line (JSONL) or row (Parquet) number,
-1-based. Floats that JSON cannot hold (NaN, +-inf, which signature features
+and every problem is reported with its line (JSONL), item (JSON array) or row
+(Parquet) number, 1-based. A file is also bounded (:class:`ImportLimits`: line
+length, cases per import, size of any one field), so a hostile or broken file
+is refused with the limit it broke instead of exhausting memory. Floats that JSON cannot hold (NaN, +-inf, which signature features
 use for "not measurable") are written as the strings ``"NaN"``,
 ``"Infinity"``, ``"-Infinity"``, which the case model reads back as floats.
 """
@@ -11,8 +13,10 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import pydantic
 import pydantic_core
@@ -23,6 +27,7 @@ from .patches.spec import Patch
 
 __all__ = [
     "FORMATS",
+    "ImportLimits",
     "Problem",
     "case_to_json",
     "case_from_json",
@@ -32,12 +37,49 @@ __all__ = [
 ]
 
 #: file extensions this module reads and writes
-FORMATS = (".jsonl", ".parquet")
+FORMATS = (".jsonl", ".json", ".parquet")
 
 #: (line or row number, 1-based; 0 for the file as a whole; one-line message)
 Problem = tuple[int, str]
 
 _MAX_MSG = 240
+
+
+@dataclass(frozen=True)
+class ImportLimits:
+    """Bounds on one import; each names the `remedy kb import` flag that raises it.
+
+    A real case is a few KB of JSON (the bundled examples are under 4 KB); the defaults leave
+    two orders of magnitude of room and still refuse a file built to exhaust memory.
+    """
+
+    max_line_bytes: int = 1 << 20  # one JSONL line, one JSON array item or one Parquet cell
+    max_cases: int = 100_000  # records in one file
+    max_field_chars: int = 100_000  # any one string in a record (reward code, summary, ...)
+    max_items: int = 10_000  # any one list or mapping in a record (episodes, features, ...)
+    max_file_bytes: int = 1 << 30  # a whole .json or .parquet file, which is read at once
+
+    def __post_init__(self) -> None:
+        for name, value in vars(self).items():
+            if not isinstance(value, int) or value < 1:
+                raise ValidationError(f"import limit {name} must be a positive integer, got {value!r}")
+
+
+_FLAGS = {
+    "max_line_bytes": "--max-line-bytes",
+    "max_cases": "--max-cases",
+    "max_field_chars": "--max-field-chars",
+    "max_items": "--max-items",
+    "max_file_bytes": "--max-file-bytes",
+}
+
+
+def _over(path: Path, what: str, limit: str, value: int) -> ImportFileError:
+    return ImportFileError(
+        f"{path}: {what}, over the limit of {value:,} ({limit}); nothing imported. "
+        f"If the file is trusted, raise it with `remedy kb import {_FLAGS[limit]} N`",
+        [(0, f"{what} (limit {limit}={value})")],
+    )
 
 
 def case_to_json(case: Case) -> str:
@@ -83,56 +125,146 @@ def _parse_record(data: object) -> Case:
     return Case.model_validate(data)
 
 
-def _validate(lineno: int, text: str | bytes) -> tuple[Case | None, Problem | None]:
-    try:
-        data = json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        return None, (lineno, _clip(f"not valid JSON: {err}"))
+def _validate(lineno: int, data: object, limits: ImportLimits) -> tuple[Case | None, Problem | None]:
+    if isinstance(data, (str, bytes)):
+        try:
+            data = json.loads(data)
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
+            return None, (lineno, _clip(f"not valid JSON: {err}"))
     if not isinstance(data, dict):
         return None, (lineno, f"expected a JSON object, got {type(data).__name__}")
+    oversize = _oversize(data, limits)
+    if oversize:
+        return None, (lineno, oversize)
     try:
         return _parse_record(data), None
     except pydantic.ValidationError as err:
         return None, (lineno, format_validation_error(err))
 
 
-def _jsonl_records(path: Path) -> Iterable[tuple[int, str]]:
+def _oversize(data: object, limits: ImportLimits) -> str:
+    """The first string or container in ``data`` past the limits, as a message; "" if none."""
+    stack: list[tuple[str, object]] = [("", data)]
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, str) and len(value) > limits.max_field_chars:
+            return (f"field '{where}' holds {len(value):,} characters, over the limit of "
+                    f"{limits.max_field_chars:,} (--max-field-chars)")
+        if isinstance(value, (list, dict)):
+            if len(value) > limits.max_items:
+                return (f"field '{where or 'record'}' holds {len(value):,} items, over the limit of "
+                        f"{limits.max_items:,} (--max-items)")
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            stack.extend((f"{where}.{k}" if where else str(k), v) for k, v in items)
+    return ""
+
+
+def _read_line(fh: BinaryIO, limit: int) -> tuple[bytes, bool]:
+    """The next line, at most ``limit`` bytes held in memory; (b"", False) at the end of the file.
+
+    A longer line is consumed in chunks and thrown away: (its first bytes, True).
+    """
+    raw = fh.readline(limit + 1)
+    if len(raw) <= limit or raw.endswith(b"\n"):
+        return raw, False
+    while chunk := fh.readline(1 << 16):
+        if chunk.endswith(b"\n"):
+            break
+    return raw[:64], True
+
+
+def _jsonl_records(path: Path, limits: ImportLimits) -> Iterator[tuple[int, object]]:
     with path.open("rb") as fh:
-        for lineno, raw in enumerate(fh, start=1):
+        lineno = 0
+        while True:
+            raw, too_long = _read_line(fh, limits.max_line_bytes)
+            if not raw:
+                return
+            lineno += 1
+            if too_long:
+                raise _over(path, f"line {lineno} is longer than {limits.max_line_bytes:,} bytes",
+                            "max_line_bytes", limits.max_line_bytes)
             if raw.strip():
                 yield lineno, raw
 
 
-def _parquet_records(path: Path) -> Iterable[tuple[int, str]]:
+def _check_file_size(path: Path, limits: ImportLimits) -> None:
+    size = path.stat().st_size
+    if size > limits.max_file_bytes:
+        raise _over(path, f"the file is {size:,} bytes", "max_file_bytes", limits.max_file_bytes)
+
+
+def _json_records(path: Path, limits: ImportLimits) -> Iterator[tuple[int, object]]:
+    _check_file_size(path, limits)
+    try:
+        data = json.loads(path.read_bytes())
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
+        raise ImportFileError(_clip(f"{path}: not valid JSON ({err}); fix the file"), [(0, "not valid JSON")]) from None
+    if isinstance(data, dict):
+        data = [data]  # one case on its own
+    if not isinstance(data, list):
+        raise ImportFileError(f"{path}: expected a JSON array of cases (or one case object), got "
+                              f"{type(data).__name__}", [(0, "not an array")])
+    for item, record in enumerate(data, start=1):
+        if len(json.dumps(record)) > limits.max_line_bytes:
+            raise _over(path, f"item {item} is longer than {limits.max_line_bytes:,} bytes",
+                        "max_line_bytes", limits.max_line_bytes)
+        yield item, record
+
+
+def _parquet_records(path: Path, limits: ImportLimits) -> Iterator[tuple[int, object]]:
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
+    _check_file_size(path, limits)
+    try:
+        schema = pq.read_schema(path)
+    except (pa.ArrowException, OSError) as err:
+        raise ImportFileError(_clip(f"{path}: not a Parquet file ({err}); export one with `remedy kb export FILE.parquet`"),
+                              [(0, _clip(str(err)))]) from None
+    if "case_json" not in schema.names:
+        raise ImportFileError(f"{path}: no 'case_json' column (columns: {', '.join(schema.names) or 'none'}); "
+                              "a Remedy Parquet file holds one case as JSON text per row in 'case_json'",
+                              [(0, "no case_json column")])
+    kind = schema.field("case_json").type
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+        raise ImportFileError(f"{path}: column 'case_json' has type {kind}, but must hold strings "
+                              "(one case as JSON text per row)", [(0, f"case_json is {kind}")])
     try:
         table = pq.read_table(path, columns=["case_json"])
-    except Exception as err:  # pyarrow raises several types for non-Parquet or column-less files
-        raise ImportFileError(
-            _clip(f"{path}: not a Remedy Parquet file (need a 'case_json' column): {err}"),
-            [(0, _clip(str(err)))],
-        ) from None
+    except (pa.ArrowException, OSError) as err:
+        raise ImportFileError(_clip(f"{path}: unreadable Parquet data ({err})"), [(0, _clip(str(err)))]) from None
     for row, text in enumerate(table.column("case_json").to_pylist(), start=1):
+        if text is not None and len(text) > limits.max_line_bytes:
+            raise _over(path, f"row {row} is longer than {limits.max_line_bytes:,} bytes",
+                        "max_line_bytes", limits.max_line_bytes)
         yield row, text if text is not None else "null"
 
 
-def read_cases(path: Path | str, skip_invalid: bool = False) -> tuple[list[Case], list[Problem]]:
-    """Read and validate every case in a ``.jsonl`` or ``.parquet`` file.
+_READERS = {".jsonl": _jsonl_records, ".json": _json_records, ".parquet": _parquet_records}
+
+
+def read_cases(
+    path: Path | str, skip_invalid: bool = False, limits: ImportLimits | None = None
+) -> tuple[list[Case], list[Problem]]:
+    """Read and validate every case in a ``.jsonl``, ``.json`` or ``.parquet`` file.
 
     Returns the valid cases and the problems, one ``(line, message)`` per bad
     record (duplicate ``case_id`` within the file counts as one). Unless
     ``skip_invalid``, any problem raises :class:`ImportFileError` naming each
-    bad line, so a caller never sees half a file.
+    bad line, so a caller never sees half a file. A file past ``limits``
+    raises :class:`ImportFileError` naming the limit, even with ``skip_invalid``.
     """
     path = Path(path)
     ext = _check_format(path)
+    limits = limits or ImportLimits()
     if not path.is_file():
         raise ImportFileError(f"{path}: no such file", [(0, "no such file")])
-    records = _jsonl_records(path) if ext == ".jsonl" else _parquet_records(path)
     cases, problems, seen = [], [], {}
-    for lineno, text in records:
-        case, problem = _validate(lineno, text)
+    for n, (lineno, text) in enumerate(_READERS[ext](path, limits), start=1):
+        if n > limits.max_cases:
+            raise _over(path, f"more than {limits.max_cases:,} records", "max_cases", limits.max_cases)
+        case, problem = _validate(lineno, text, limits)
         if case is not None and case.case_id in seen:
             problem = (lineno, f"duplicate case_id {case.case_id!r} (first on line {seen[case.case_id]})")
         if problem is not None:
@@ -146,7 +278,7 @@ def read_cases(path: Path | str, skip_invalid: bool = False) -> tuple[list[Case]
 
 
 def _import_message(path: Path, problems: Sequence[Problem], shown: int = 5) -> str:
-    unit = "row" if path.suffix.lower() == ".parquet" else "line"
+    unit = {".parquet": "row", ".json": "item"}.get(path.suffix.lower(), "line")
     head = "; ".join(f"{unit} {n}: {msg}" for n, msg in problems[:shown])
     rest = problems[shown:]
     more = f"; also {unit}s {', '.join(str(n) for n, _ in rest)}" if rest else ""
@@ -157,13 +289,14 @@ def _import_message(path: Path, problems: Sequence[Problem], shown: int = 5) -> 
 
 
 def write_cases(path: Path | str, cases: Iterable[Case]) -> int:
-    """Write cases to ``.jsonl`` or ``.parquet`` (by extension), atomically; returns the count."""
+    """Write cases to ``.jsonl``, ``.json`` or ``.parquet`` (by extension), atomically; returns the count."""
     path = Path(path)
     ext = _check_format(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        n = _write_jsonl(tmp, cases) if ext == ".jsonl" else _write_parquet(tmp, cases)
+        writer = {".jsonl": _write_jsonl, ".json": _write_json, ".parquet": _write_parquet}[ext]
+        n = writer(tmp, cases)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
@@ -176,6 +309,17 @@ def _write_jsonl(path: Path, cases: Iterable[Case]) -> int:
         for case in cases:
             fh.write(case_to_json(case) + "\n")
             n += 1
+    return n
+
+
+def _write_json(path: Path, cases: Iterable[Case]) -> int:
+    n = 0
+    with path.open("w", encoding="utf-8") as fh:
+        fh.write("[")
+        for case in cases:
+            fh.write(("," if n else "") + "\n" + case_to_json(case))
+            n += 1
+        fh.write("\n]\n")
     return n
 
 

@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .patches.spec import Patch
 
@@ -162,9 +162,9 @@ class Subject(FrozenModel):
 class EpisodeSummary(FrozenModel):
     """One evaluation episode, summarized."""
 
-    seed: int | None = None
+    seed: int | None = Field(None, ge=0)
     ret: float
-    length: int
+    length: int = Field(ge=0)
     termination: str  # "terminated", "truncated", or an env-specific reason
     success: bool | None = None
 
@@ -212,17 +212,24 @@ class Diagnosis(FrozenModel):
 class Effect(FrozenModel):
     """Treatment minus control on the original task metric, with a bootstrap CI."""
 
+    # Finite only: a NaN effect would compare as neither improved nor worse and print as bare NaN.
     metric: str  # e.g. "return_iqm" or "success_rate"
-    treatment: float
-    control: float
-    diff: float
-    ci_low: float
-    ci_high: float
+    treatment: float = Field(allow_inf_nan=False)
+    control: float = Field(allow_inf_nan=False)
+    diff: float = Field(allow_inf_nan=False)
+    ci_low: float = Field(allow_inf_nan=False)
+    ci_high: float = Field(allow_inf_nan=False)
     prob_improvement: float | None = Field(None, ge=0, le=1)
-    confidence_level: float = 0.95
+    confidence_level: float = Field(0.95, gt=0, lt=1)
     #: how the interval was computed: "welch_seeds" (seed-level Welch t), or the first
     #: episode-level "bootstrap" that cases stored before it carry
     method: str = "bootstrap"
+
+    @model_validator(mode="after")
+    def _ci_is_ordered(self) -> "Effect":
+        if self.ci_low > self.ci_high:
+            raise ValueError(f"ci_low ({self.ci_low}) must not exceed ci_high ({self.ci_high})")
+        return self
 
     def text(self) -> str:
         """``+0.45 [+0.2, +0.7] success_rate``: the difference, its interval and the metric."""
@@ -238,7 +245,7 @@ class Verification(FrozenModel):
     seeds: int = Field(0, ge=0)
     budget_steps: int = Field(0, ge=0)
     env_steps: int = Field(0, ge=0)
-    wall_time_s: float = Field(0.0, ge=0)
+    wall_time_s: float = Field(0.0, ge=0, allow_inf_nan=False)
     safety_violations: dict[str, float] = Field(default_factory=dict)
     reason: str = ""
     #: the primary metric per training seed, by arm ("treatment", "control"), in seed order

@@ -24,13 +24,20 @@ from typing import NamedTuple
 import duckdb
 import pyarrow as pa
 
-from .errors import CaseNotFoundError, KBError, KBLockedError, KBVersionError, ValidationError
+from .errors import CaseNotFoundError, KBError, KBLockedError, KBPathError, KBVersionError, ValidationError
 from .io import case_from_json, case_to_json
 from .model import Case
 
-__all__ = ["CaseStore", "StoreStats", "AddCounts", "MIGRATIONS", "STORE_SCHEMA_VERSION", "LOCK_TIMEOUT_S"]
+__all__ = ["CaseStore", "StoreStats", "AddCounts", "MIGRATIONS", "STORE_SCHEMA_VERSION", "LOCK_TIMEOUT_S", "MARKER"]
 
 _PID = re.compile(r"PID (\d+)")
+#: ``meta`` row that says "this DuckDB file is a Remedy KB"; a file with tables but without it is foreign
+MARKER = ("application", "remedy")
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_DUCKDB_MAGIC = b"DUCK"  # at bytes 8-11 of every DuckDB file
+# Never let DuckDB fetch or load an extension on its own: a foreign file (SQLite, ...) would make it
+# try to download a scanner, which hangs without network and reads someone else's data with it.
+_CONFIG = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
 #: seconds to keep retrying a locked file before giving up
 LOCK_TIMEOUT_S = 2.0
 
@@ -133,6 +140,7 @@ class CaseStore:
         self._kb = self.path.parent if self.path.name == "remedy.duckdb" else self.path
         if not create and not self.path.exists():
             raise KBError(f"no case store at {self.path}; run `remedy kb init` first")
+        self._check_header()
         self._migrate()
 
     # -- connections ---------------------------------------------------------------
@@ -149,7 +157,7 @@ class CaseStore:
         deadline, delay = time.monotonic() + self.lock_timeout, 0.05
         while True:
             try:
-                return duckdb.connect(str(self.path))
+                return duckdb.connect(str(self.path), config=_CONFIG)
             except duckdb.IOException as err:
                 msg = str(err)
                 if "lock" not in msg.lower():
@@ -175,6 +183,30 @@ class CaseStore:
 
     # -- schema --------------------------------------------------------------------
 
+    def _check_header(self) -> None:
+        """Refuse, before DuckDB touches it, a file that is not a DuckDB database at all."""
+        if not self.path.exists():
+            return
+        if self.path.is_dir():
+            raise KBPathError(f"{self.path} is a directory, not a case store; move it away or point --kb elsewhere")
+        try:
+            with self.path.open("rb") as fh:
+                head = fh.read(16)
+        except OSError as err:
+            raise KBPathError(f"cannot read {self.path}: {err.strerror or err}; check its permissions") from None
+        if not head:
+            return  # an empty file: a KB being created
+        if head.startswith(_SQLITE_MAGIC):
+            raise KBPathError(
+                f"{self.path} is an SQLite database, not a Remedy KB; left unchanged. "
+                "Point --kb at a new directory (or an existing Remedy KB)"
+            )
+        if head[8:12] != _DUCKDB_MAGIC:
+            raise KBPathError(
+                f"{self.path} is not a DuckDB file, so not a Remedy KB; left unchanged. "
+                "Point --kb at a new directory (or an existing Remedy KB)"
+            )
+
     def _migrate(self) -> None:
         with self._connect() as con:
             version = self._version(con)
@@ -183,6 +215,8 @@ class CaseStore:
                     f"KB at {self._kb} was written by a newer Remedy (schema {version}, "
                     f"this one knows {STORE_SCHEMA_VERSION}); upgrade remedy"
                 )
+            if version == 0:
+                self._refuse_foreign(con)
             if version == STORE_SCHEMA_VERSION:
                 return
             con.execute("BEGIN TRANSACTION")
@@ -193,10 +227,23 @@ class CaseStore:
                 con.execute(
                     "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", [str(STORE_SCHEMA_VERSION)]
                 )
+                con.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", list(MARKER))
                 con.execute("COMMIT")
             except BaseException:
                 con.execute("ROLLBACK")
                 raise
+
+    def _refuse_foreign(self, con: duckdb.DuckDBPyConnection) -> None:
+        """A DuckDB file with tables but no Remedy schema version belongs to someone else: touch nothing."""
+        tables = [r[0] for r in con.execute(
+            "SELECT table_name FROM information_schema.tables ORDER BY 1 LIMIT 4"
+        ).fetchall()]
+        if tables:
+            shown = ", ".join(tables[:3]) + (", ..." if len(tables) > 3 else "")
+            raise KBPathError(
+                f"{self.path} is a DuckDB database made by another program (tables {shown}), not a "
+                "Remedy KB; left unchanged. Point --kb at a new directory (or an existing Remedy KB)"
+            )
 
     @staticmethod
     def _version(con: duckdb.DuckDBPyConnection) -> int:
@@ -205,8 +252,11 @@ class CaseStore:
         ).fetchone()[0]
         if not has_meta:
             return 0
-        row = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-        return int(row[0]) if row else 0
+        try:
+            row = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+            return int(row[0]) if row else 0
+        except (duckdb.Error, ValueError, TypeError):
+            return 0  # someone else's `meta` table: _refuse_foreign names it
 
     def schema_version(self) -> int:
         """The schema version recorded in the file."""

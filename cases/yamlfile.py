@@ -1,13 +1,16 @@
-"""Reading a YAML file into a validated pydantic model, with one-line errors that name the field.
+"""Reading YAML safely, and a YAML file into a validated pydantic model with one-line errors.
 
-Run directories (``run.yaml``) and fault scenarios share this; each passes its own error class
-and a hint saying what the file should hold.
+Run directories (``run.yaml``), fault scenarios and patch files share this; each passes its own
+error class and a hint saying what the file should hold. YAML from outside is bounded: the
+file's size, the number of aliases (``*ref``) and the size of the data once every alias is
+expanded -- a "billion laughs" document is a few hundred bytes that expands to gigabytes the
+moment anything walks it (pydantic validation does).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel
@@ -15,9 +18,83 @@ from pydantic import ValidationError as PydanticValidationError
 
 from .errors import RemedyError
 
-__all__ = ["load_yaml_model", "first_error"]
+__all__ = [
+    "load_yaml_model",
+    "safe_load_yaml",
+    "check_expanded_size",
+    "first_error",
+    "MAX_YAML_BYTES",
+    "MAX_YAML_ALIASES",
+    "MAX_EXPANDED_NODES",
+]
 
 M = TypeVar("M", bound=BaseModel)
+
+#: YAML files above this size are refused unread (run.yaml, scenarios and patches are a few KB).
+MAX_YAML_BYTES = 1_000_000
+#: aliases allowed in one document; hand-written configs use a handful, bombs use thousands
+MAX_YAML_ALIASES = 100
+#: values (scalars, lists, mappings) a document may hold with every alias expanded
+MAX_EXPANDED_NODES = 100_000
+
+
+class _LimitExceeded(Exception):
+    """Raised inside the loader; turned into the caller's RemedyError with the source named."""
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """SafeLoader that counts aliases while composing and stops past :data:`MAX_YAML_ALIASES`."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.aliases = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            self.aliases += 1
+            if self.aliases > MAX_YAML_ALIASES:
+                raise _LimitExceeded(f"more than {MAX_YAML_ALIASES} YAML aliases (*refs)")
+        return super().compose_node(parent, index)
+
+
+def safe_load_yaml(text: str, source: str, error: type[RemedyError]) -> Any:
+    """Parse YAML ``text`` with the safe loader and the limits above; any failure is one ``error``."""
+    if len(text) > MAX_YAML_BYTES:
+        raise error(f"{source} is {len(text):,} characters; a YAML file here must be under {MAX_YAML_BYTES:,}")
+    loader = _BoundedLoader(text)
+    try:
+        data = loader.get_single_data()
+    except _LimitExceeded as ex:
+        raise error(f"{source}: {ex}; write the values out instead of referencing them") from None
+    except yaml.YAMLError as ex:
+        mark = getattr(ex, "problem_mark", None)
+        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(ex, "problem", None) or str(ex).splitlines()[0]
+        raise error(f"{source} is not valid YAML ({problem}{where}); fix the file") from None
+    except RecursionError:
+        raise error(f"{source}: YAML nested too deeply; flatten the file") from None
+    finally:
+        loader.dispose()
+    check_expanded_size(data, source, error)
+    return data
+
+
+def check_expanded_size(data: Any, what: str, error: type[RemedyError], bound: int = MAX_EXPANDED_NODES) -> None:
+    """Refuse ``data`` if it holds more than ``bound`` values once shared references are expanded.
+
+    Walks iteratively and stops at the bound, so checking a bomb costs ``bound`` steps, not its size.
+    """
+    stack, seen = [data], 0
+    while stack:
+        value = stack.pop()
+        seen += 1
+        if seen > bound:
+            raise error(f"{what}: more than {bound:,} values once aliases are expanded; refusing it as a YAML bomb")
+        if isinstance(value, dict):
+            stack.extend(value.keys())
+            stack.extend(value.values())
+        elif isinstance(value, (list, tuple)):
+            stack.extend(value)
 
 
 def first_error(ex: PydanticValidationError) -> str:
@@ -31,11 +108,15 @@ def first_error(ex: PydanticValidationError) -> str:
 def load_yaml_model(path: Path, model: type[M], error: type[RemedyError], mapping_hint: str) -> M:
     """Parse ``path`` as YAML and validate it as ``model``; every failure is one ``error`` line."""
     try:
-        data = yaml.safe_load(path.read_text())
+        size = path.stat().st_size
+        if size > MAX_YAML_BYTES:
+            raise error(f"{path} is {size:,} bytes; a YAML file here must be under {MAX_YAML_BYTES:,}")
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise error(f"{path} is not UTF-8 text; save it as UTF-8 YAML") from None
     except OSError as ex:
-        raise error(f"cannot read {path}: {ex.strerror}; check the path") from ex
-    except yaml.YAMLError as ex:
-        raise error(f"{path} is not valid YAML: {str(ex).splitlines()[0]}; fix the file") from ex
+        raise error(f"cannot read {path}: {ex.strerror or ex}; check the path") from ex
+    data = safe_load_yaml(text, str(path), error)
     if not isinstance(data, dict):
         raise error(f"{path} must be a mapping {mapping_hint}")
     try:

@@ -19,15 +19,18 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from remedy.cases.errors import IndexMismatchError, KBNotFoundError, KBPathError, ValidationError
-from remedy.cases.io import Problem, read_cases, write_cases
-from remedy.cases.model import ActionSpaceType, Case, Signature
+from remedy.cases.errors import KBError, KBNotFoundError, KBPathError, ValidationError
+from remedy.cases.io import ImportLimits, Problem, read_cases, write_cases
+from remedy.cases.model import ActionSpaceType, Case, Signature, Source
 from remedy.cases.store import AddCounts, CaseStore, StoreStats
-from remedy.retrieval import Embedder, SearchFilters, VectorIndex, case_text, default_embedder, signature_text
-from remedy.retrieval.embedder import MINILM_NAME, MiniLMEmbedder
+from remedy.retrieval.embedder import MINILM_NAME, Embedder, MiniLMEmbedder, default_embedder
 
 if TYPE_CHECKING:
     from remedy.cases.evidence.signature import RunSignature
+    from remedy.retrieval.index import VectorIndex
+
+# The index module (LanceDB, seconds to import) is imported where the index is first used, so
+# opening a KB to count, show or export cases never pays for it.
 
 __all__ = [
     "KnowledgeBase",
@@ -47,6 +50,9 @@ DB_FILE = "remedy.duckdb"
 INDEX_DIR = "index"
 SEARCH_MODES = ("hybrid", "vector", "text")
 _BATCH = 256
+#: cases embedded per reconcile step: each step is committed to the index on its own, so an
+#: interrupted reconcile keeps what it did and progress can be shown between steps
+RECONCILE_BATCH = 64
 
 #: progress callback: ``progress(done, total)`` with counts of cases
 Progress = Callable[[int, int], None]
@@ -109,11 +115,12 @@ class ReconcileReport:
 
     added: int = 0
     removed: int = 0
+    rebuilt: str = ""  # why the index was damaged and rebuilt from the store, if it was
 
     @property
     def in_sync(self) -> bool:
         """True when nothing had to be done."""
-        return self.added == 0 and self.removed == 0
+        return self.added == 0 and self.removed == 0 and not self.rebuilt
 
 
 @dataclass(frozen=True)
@@ -194,6 +201,8 @@ class KnowledgeBase:
     def index(self) -> VectorIndex:
         """The vector index, opened on first use (raises IndexMismatchError on a model change)."""
         if self._index is None:
+            from remedy.retrieval.index import VectorIndex
+
             self._index = VectorIndex(self.root / INDEX_DIR, self.embedder)
         return self._index
 
@@ -226,14 +235,27 @@ class KnowledgeBase:
         self.index.delete(ids)
         return n
 
-    def import_file(self, path: Path | str, skip_invalid: bool = False, progress: Progress | None = None) -> ImportReport:
-        """Import a ``.jsonl`` or ``.parquet`` file of cases.
+    def import_file(
+        self,
+        path: Path | str,
+        skip_invalid: bool = False,
+        progress: Progress | None = None,
+        limits: ImportLimits | None = None,
+        mark_imported: bool = False,
+    ) -> ImportReport:
+        """Import a ``.jsonl``, ``.json`` or ``.parquet`` file of cases.
 
         Every record is validated first; any invalid record raises :class:`ImportFileError`
-        naming each bad line and nothing is imported, unless ``skip_invalid``. Re-importing
-        the same cases changes nothing.
+        naming each bad line and nothing is imported, unless ``skip_invalid``. A file past
+        ``limits`` (line length, cases per import, field sizes) is refused whole. Re-importing
+        the same cases changes nothing. ``mark_imported`` files the file's measured cases
+        (``verified``, ``bench``) as ``imported``: another team's outcomes, which the offline
+        vote weighs less than outcomes verified here.
         """
-        cases, problems = read_cases(path, skip_invalid=skip_invalid)
+        cases, problems = read_cases(path, skip_invalid=skip_invalid, limits=limits)
+        if mark_imported:
+            local = (Source.verified, Source.bench)
+            cases = [c.model_copy(update={"source": Source.imported}) if c.source in local else c for c in cases]
         counts = self.add_many(cases, progress=progress)
         return ImportReport(Path(path), len(cases), counts.added, counts.unchanged, tuple(problems))
 
@@ -248,20 +270,39 @@ class KnowledgeBase:
 
     def reindex(self, progress: Progress | None = None) -> int:
         """Rebuild the index from the store (also after a model change); returns rows written."""
+        from remedy.retrieval.index import VectorIndex
+
         total = self.store.count()
         self._index = VectorIndex(self.root / INDEX_DIR, self.embedder, reset=True)
         tick = None if progress is None else (lambda done: progress(done, total))
         return self._index.rebuild(self.store.iter_cases(), batch_size=_BATCH, progress=tick)
 
     def reconcile(self, progress: Progress | None = None) -> ReconcileReport:
-        """Embed cases missing from the index and drop index rows without a case."""
+        """Embed cases missing from the index and drop index rows without a case.
+
+        Works in steps of :data:`RECONCILE_BATCH` cases, each written to the index on its own,
+        with ``progress(done, total)`` after each. An index whose files are damaged is rebuilt
+        from the store (the store is the truth); if even that fails, the error says to run
+        `remedy kb reindex`.
+        """
+        try:
+            return self._reconcile(progress)
+        except _LANCE_FAILURES as err:
+            if not _is_lance_failure(err):
+                raise
+            reason = _first_line(err)
+        self._index = None
+        _guard_index(lambda: self.reindex(progress), self.root)
+        return ReconcileReport(added=self.store.count(), rebuilt=reason)
+
+    def _reconcile(self, progress: Progress | None) -> ReconcileReport:
         stored, indexed = self.store.ids(), self.index.ids()
         missing, extra = sorted(stored - indexed), indexed - stored
         if extra:
             self.index.delete(extra)
-        for start in range(0, len(missing), _BATCH):
-            self.index.upsert(self.store.get_many(missing[start : start + _BATCH]))
-            _report(progress, min(start + _BATCH, len(missing)), len(missing))
+        for start in range(0, len(missing), RECONCILE_BATCH):
+            self.index.upsert(self.store.get_many(missing[start : start + RECONCILE_BATCH]))
+            _report(progress, min(start + RECONCILE_BATCH, len(missing)), len(missing))
         return ReconcileReport(added=len(missing), removed=len(extra))
 
     # -- reading -------------------------------------------------------------------
@@ -298,6 +339,8 @@ class KnowledgeBase:
         Filters narrow the candidates before ranking; ``mode`` is ``hybrid`` (vector + BM25
         fused by reciprocal rank), ``vector`` or ``text``.
         """
+        from remedy.retrieval.index import SearchFilters
+
         text, exclude = _query_text(query)
         filters = SearchFilters(
             env_id=env_id,
@@ -310,7 +353,7 @@ class KnowledgeBase:
             exclude_ids=frozenset(exclude_ids) | exclude,
         )
         vector = self.embedder.encode([text])[0]  # text mode too: hits still get a cosine
-        hits = self.index.search(vector, k=k, filters=filters, text=text, mode=mode)
+        hits = _guard_index(lambda: self.index.search(vector, k=k, filters=filters, text=text, mode=mode), self.root)
         found = {c.case_id: c for c in self.store.get_many(h.case_id for h in hits)}
         # A hit without a stored case is an index row a crash left behind: skip it.
         kept = [h for h in hits if h.case_id in found]
@@ -338,12 +381,16 @@ class KnowledgeBase:
             filters.setdefault("action_space", run.subject.traits.action_space.value)
         return run, self.similar(run.signature, k=k, **filters)
 
-    def stats(self) -> KBStats:
-        """Case counts (by source, status, env, root cause), schema version and index size."""
+    def stats(self, index: bool = True) -> KBStats:
+        """Case counts (by source, status, env, root cause), schema version and index size.
+
+        ``index=False`` leaves the index closed (``index_rows`` None): the counts then need
+        neither LanceDB nor the embedding model, which is what `remedy kb stats` shows by default.
+        """
         rows, problem = None, ""
         try:
-            rows = self.index.count()
-        except IndexMismatchError as err:
+            rows = _guard_index(lambda: self.index.count(), self.root) if index else None
+        except KBError as err:
             problem = str(err)
         return KBStats(self.root, self.store.stats(), self.store.schema_version(), rows, self.embedder.name, problem)
 
@@ -374,7 +421,35 @@ def _prepare_dir(root: Path, create: bool) -> None:
         raise KBPathError(f"cannot create KB directory {root}: {err.strerror or err}; pick another --kb") from None
 
 
+#: what LanceDB raises for damaged or truncated files (``RuntimeError: lance error: ...``, IO errors)
+_LANCE_FAILURES = (RuntimeError, OSError, ValueError)
+
+
+def _is_lance_failure(err: BaseException) -> bool:
+    # Only errors that come out of Lance itself mean "damaged index"; anything else is a bug.
+    return "lance" in f"{type(err).__module__} {err}".lower()
+
+
+def _first_line(err: BaseException) -> str:
+    return (str(err).splitlines() or [type(err).__name__])[0][:200]
+
+
+def _guard_index(call: Callable[[], Any], root: Path) -> Any:
+    """Run ``call``; a Lance failure becomes a KBError that says how to recover."""
+    try:
+        return call()
+    except _LANCE_FAILURES as err:
+        if not _is_lance_failure(err):
+            raise
+        raise KBError(
+            f"the index at {root / INDEX_DIR} is damaged ({_first_line(err)}); the cases are safe in the "
+            f"store: run `remedy kb reindex --kb {root}` to rebuild it"
+        ) from None
+
+
 def _query_text(query: str | Signature | Case) -> tuple[str, frozenset[str]]:
+    from remedy.retrieval.index import case_text, signature_text
+
     if isinstance(query, Case):
         return case_text(query), frozenset({query.case_id})
     if isinstance(query, Signature):

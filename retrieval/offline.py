@@ -3,7 +3,9 @@
 No network, deterministic. Three kinds of voter, each weighted by a knob the
 optimizer can tune:
 
-- similar cases, weighted by similarity x measured outcome: an ``improved`` case
+- similar cases, weighted by similarity x measured outcome x trust (``remedy.retrieval.trust``:
+  imported cases count less than ones verified here, and a case that later verifications of
+  similar signatures contradict loses weight): an ``improved`` case
   votes for its root causes and its patch family; ``worse``/``no_effect``/
   ``reward_hacking`` cases vote AGAINST their family (and, more softly, their
   causes) for a similar signature; example (literature) cases vote with a
@@ -39,6 +41,7 @@ from .diagnosis import (
     register_diagnoser,
 )
 from .priors import MAX_BUDGET_MULTIPLE, PRIORS, PriorRule, match_priors
+from .trust import trust_weights
 
 __all__ = ["OfflineDiagnoser", "OFFLINE_PROGRAM"]
 
@@ -110,6 +113,8 @@ class OfflineDiagnoser:
         sim_power: float = 2.0,
         other_env_weight: float = 0.5,
         text_sim_floor: float = 0.3,
+        imported_weight: float = 0.5,
+        contradiction_weight: float = 1.0,
         priors: tuple[PriorRule, ...] = PRIORS,
     ) -> None:
         self.k, self.w_similarity, self.w_effect = k, w_similarity, w_effect
@@ -121,6 +126,7 @@ class OfflineDiagnoser:
         self.cause_link_floor = cause_link_floor
         self.sim_floor, self.sim_power, self.other_env_weight = sim_floor, sim_power, other_env_weight
         self.text_sim_floor = text_sim_floor
+        self.imported_weight, self.contradiction_weight = imported_weight, contradiction_weight
         self.priors = priors
 
     @property
@@ -129,7 +135,7 @@ class OfflineDiagnoser:
         keys = ("k", "w_similarity", "w_effect", "w_rules", "w_prior", "min_similarity", "example_weight",
                 "unverified_weight", "against_cause_weight", "unknown_mass", "tried_penalty",
                 "tried_family_penalty", "cause_link_floor", "max_candidates", "max_causes", "sim_floor",
-                "sim_power", "other_env_weight", "text_sim_floor")
+                "sim_power", "other_env_weight", "text_sim_floor", "imported_weight", "contradiction_weight")
         return {key: getattr(self, key) for key in keys}
 
     @property
@@ -193,8 +199,9 @@ class OfflineDiagnoser:
 
     def _vote_cases(self, ctx: DiagnosisContext, tally: _Tally) -> None:
         near = [rc for rc in ctx.cases if rc.similarity >= self.min_similarity][: self.k]
-        for rc in near:
-            self._vote_case(ctx, rc, tally)
+        trust = trust_weights([rc.case for rc in near], self.imported_weight, self.contradiction_weight)
+        for rc, weight in zip(near, trust):
+            self._vote_case(ctx, rc, tally, weight)
 
     def _outcome_weight(self, case: Case) -> tuple[float, str]:
         """(factor, label): positive for fixes that worked, negative for those that did not."""
@@ -222,10 +229,10 @@ class OfflineDiagnoser:
         x = max(0.0, (similarity - floor) / max(1e-9, 1.0 - floor))
         return x ** self.sim_power
 
-    def _vote_case(self, ctx: DiagnosisContext, rc: RetrievedCase, tally: _Tally) -> None:
+    def _vote_case(self, ctx: DiagnosisContext, rc: RetrievedCase, tally: _Tally, trust: float = 1.0) -> None:
         case = rc.case
         factor, label = self._outcome_weight(case)
-        base = self.w_similarity * self._kernel(rc.similarity, self.text_sim_floor if ctx.description else None)
+        base = self.w_similarity * self._kernel(rc.similarity, self.text_sim_floor if ctx.description else None) * trust
         if case.subject.env_id != ctx.subject.env_id and ctx.subject.env_id != UNSPECIFIED:
             base *= self.other_env_weight
         why = f"case {case.case_id} ({label}, sim {rc.similarity:.2f})"

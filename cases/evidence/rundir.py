@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import json
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -120,6 +121,52 @@ def _find(root: Path, pattern: str) -> list[Path]:
     return sorted(p for p in root.rglob(pattern) if p.is_file())
 
 
+# What a checkpoint's "data" entry says about the class that saved it: attributes only some
+# algorithms keep (present -> one of these; absent -> none of these), and the module of the
+# policy class. TD3 and DDPG save the same things, so they cannot be told apart.
+_SAVED_BY = (
+    ("cg_max_steps", {"TRPO"}),
+    ("n_delta", {"ARS"}),
+    ("n_quantiles", {"QRDQN"}),
+    ("top_quantiles_to_drop_per_net", {"TQC"}),
+    ("clip_range", {"PPO", "RecurrentPPO", "MaskablePPO"}),
+    ("exploration_fraction", {"DQN", "QRDQN"}),
+    ("policy_delay", {"TD3", "DDPG", "CrossQ"}),
+    ("target_entropy", {"SAC", "TQC", "CrossQ"}),
+    ("gae_lambda", {"PPO", "A2C", "TRPO", "RecurrentPPO", "MaskablePPO"}),
+)
+_POLICY_MODULES = {
+    "stable_baselines3.common.policies": {"PPO", "A2C", "TRPO"},
+    "stable_baselines3.dqn.policies": {"DQN"},
+    "stable_baselines3.sac.policies": {"SAC"},
+    "stable_baselines3.td3.policies": {"TD3", "DDPG"},
+    "sb3_contrib.qrdqn.policies": {"QRDQN"},
+    "sb3_contrib.tqc.policies": {"TQC"},
+    "sb3_contrib.ars.policies": {"ARS"},
+    "sb3_contrib.crossq.policies": {"CrossQ"},
+    "sb3_contrib.common.recurrent.policies": {"RecurrentPPO"},
+    "sb3_contrib.common.maskable.policies": {"MaskablePPO"},
+}
+
+
+def checkpoint_algos(data: dict) -> set[str]:
+    """The algorithms that could have saved a checkpoint whose ``data`` entry is ``data``.
+
+    Empty when nothing fits (a custom algorithm or an SB3 version that saves other attributes):
+    then nothing can be said, and callers must not refuse the checkpoint on that basis.
+    """
+    from ..algos import ALGOS
+
+    found = set(ALGOS)
+    for key, algos in _SAVED_BY:
+        found = found & algos if key in data else found - algos
+    policy = data.get("policy_class")
+    module = policy.get("__module__") if isinstance(policy, dict) else None
+    if module in _POLICY_MODULES:
+        found &= _POLICY_MODULES[module]
+    return found
+
+
 class RunDir:
     """A validated run directory: its config, checkpoint and log files."""
 
@@ -158,6 +205,23 @@ class RunDir:
             raise CheckpointError(f"{mp} is corrupt ({ex}); save it again with model.save()") from ex
         if bad is not None or "data" not in names:
             raise CheckpointError(f"{mp} is not a complete SB3 checkpoint (missing or damaged entries); save it again")
+        self._check_algo(mp)
+
+    def _check_algo(self, mp: Path) -> None:
+        """Refuse a checkpoint saved by another algorithm than run.yaml declares (PPO declared as A2C)."""
+        try:
+            with zipfile.ZipFile(mp) as zf:
+                data = json.loads(zf.read("data"))
+        except (OSError, ValueError, KeyError, zipfile.BadZipFile):
+            return  # an unreadable data entry is the loader's to explain
+        found = checkpoint_algos(data) if isinstance(data, dict) else set()
+        declared = self.config.algo
+        if found and declared not in found:
+            saved = " or ".join(sorted(found))
+            raise CheckpointError(
+                f"{mp} was saved by {saved}, but {self.path / RUN_YAML} declares algo: {declared}; "
+                f"set algo to {sorted(found)[0]} (or point at the right checkpoint)"
+            )
 
     # -- files ------------------------------------------------------------
     @property

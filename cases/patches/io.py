@@ -15,6 +15,7 @@ import pydantic
 import yaml
 
 from ..errors import PatchError
+from ..yamlfile import check_expanded_size, safe_load_yaml
 from .spec import Patch
 
 __all__ = ["PATCH_SUFFIXES", "MAX_PATCH_BYTES", "load_patch", "save_patch", "patch_to_yaml", "patch_from_text"]
@@ -84,20 +85,18 @@ def _format_of(path: Path) -> str:
 
 
 def _parse(text: str, fmt: str, source: str) -> Any:
+    # Both paths bound the expanded size: curriculum env_kwargs and hyperparameter changes are
+    # handed to env constructors and SB3 as they are.
     if fmt == "json":
         try:
-            return json.loads(text)
+            data = json.loads(text)
         except json.JSONDecodeError as ex:
             raise PatchError(f"{source}: not valid JSON ({ex.msg} at line {ex.lineno} column {ex.colno})") from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as ex:
-        mark = getattr(ex, "problem_mark", None)
-        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(ex, "problem", None) or str(ex).splitlines()[0]
-        raise PatchError(f"{source}: not valid YAML ({problem}{where})") from None
-    except RecursionError:
-        raise PatchError(f"{source}: YAML nested too deeply") from None
+        except RecursionError:
+            raise PatchError(f"{source}: JSON nested too deeply; flatten the file") from None
+        check_expanded_size(data, source, PatchError)
+        return data
+    return safe_load_yaml(text, source, PatchError)
 
 
 def _one_line(ex: pydantic.ValidationError) -> str:

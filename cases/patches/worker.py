@@ -40,7 +40,7 @@ from typing import Any
 
 from ..errors import SandboxError
 
-__all__ = ["Limits", "run_limited", "network_isolation_available"]
+__all__ = ["Limits", "run_limited", "network_isolation_available", "rlimits_available", "WORKER_ENV_VARS"]
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +48,9 @@ log = logging.getLogger(__name__)
 CLONE_NEWNET = 0x40000000
 #: env vars that size native thread pools; each pool thread reserves address space under RLIMIT_AS.
 _THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS")
+#: the only parent variables a worker sees (locale, search path, headless rendering, thread pools).
+#: Untrusted patch code runs in the worker, and a user's environment holds LM API keys and tokens.
+WORKER_ENV_VARS = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "MUJOCO_GL", "PYOPENGL_PLATFORM", *_THREAD_VARS)
 
 
 @dataclass(frozen=True)
@@ -159,6 +162,15 @@ def network_isolation_available() -> bool:
     return _probe_isolation()
 
 
+def rlimits_available() -> dict[str, bool]:
+    """Which resource limits this process may set on a child (CPU time, address space, core size)."""
+    import resource
+
+    names = {"cpu": "RLIMIT_CPU", "memory": "RLIMIT_AS", "core": "RLIMIT_CORE"}
+    return {key: hasattr(resource, attr) and resource.getrlimit(getattr(resource, attr))[1] != 0
+            for key, attr in names.items()}
+
+
 @lru_cache(maxsize=1)
 def _probe_isolation() -> bool:
     try:
@@ -249,8 +261,9 @@ def _scratch(scratch_dir: Path | None) -> Iterator[Path]:
 
 
 def _child_env(cwd: Path, limits: Limits) -> dict[str, str]:
-    env = dict(os.environ)
-    env["TMPDIR"] = str(cwd)
+    """A minimal, explicit environment: the allow-list above, HOME and TMPDIR in the scratch dir."""
+    env = {k: os.environ[k] for k in WORKER_ENV_VARS if k in os.environ}
+    env["HOME"] = env["TMPDIR"] = str(cwd)
     if limits.threads is not None:
         for var in _THREAD_VARS:
             env[var] = str(int(limits.threads))

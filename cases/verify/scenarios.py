@@ -272,12 +272,15 @@ def build_scenario(s: Scenario, cache_dir: str | Path | None = None, *, force: b
     tmp = target.with_name(target.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     start = time.perf_counter()
-    train(s.run_config(), tmp, seed=s.seed, progress=progress)
-    wall = time.perf_counter() - start
-    success = patient_success_rate(RunDir.load(tmp), s.eval_episodes) if evaluate else None
-    _write_build(tmp, s, wall, success)
-    shutil.rmtree(target, ignore_errors=True)
-    tmp.rename(target)  # atomic on one filesystem: a half-built patient is never found by the cache
+    try:
+        train(s.run_config(), tmp, seed=s.seed, progress=progress)
+        wall = time.perf_counter() - start
+        success = patient_success_rate(RunDir.load(tmp), s.eval_episodes) if evaluate else None
+        _write_build(tmp, s, wall, success)
+        shutil.rmtree(target, ignore_errors=True)
+        tmp.rename(target)  # atomic on one filesystem: a half-built patient is never found by the cache
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # a failed build leaves no .tmp<PID> folder in the cache
     return BuiltScenario(s, RunDir.load(target), cached=False, source="trained", wall_time_s=wall, success_rate=success)
 
 

@@ -12,6 +12,8 @@ the original task, never the patched reward).
 
 from __future__ import annotations
 
+import copy
+
 import json
 import math
 import shutil
@@ -175,7 +177,9 @@ def train(config: RunConfig, out_dir: str | Path, *, seed: int, progress: Progre
     env_fn = make_patched_env_fn(config.env_id, config.env_kwargs, config.wrappers, None, seed,
                                  max_episode_steps=config.max_episode_steps)
     venv = make_vec_env(env_fn, config.n_envs, log, monitor_dir=out / "logs")
-    hyper = dict(config.hyperparams)
+    # A deep copy: SB3 writes into the dicts it is handed (A2C adds optimizer_class to policy_kwargs),
+    # which would change the frozen config and break writing run.yaml.
+    hyper = copy.deepcopy(dict(config.hyperparams))
     policy = hyper.pop("policy", "MlpPolicy")
     model = get_algo(config.algo)(policy, venv, seed=seed, device="cpu", verbose=0, **hyper)
     # progress.csv carries entropy/KL/loss scalars, which the signature's learning-curve features read.
@@ -325,7 +329,7 @@ def _saved_params(run: RunDir) -> dict[str, Any]:
 def _load_for_training(run: RunDir, venv, overrides: dict[str, Any]):
     """One ``Algo.load(path, env=venv, **overrides)``; on failure, the run dir's loader explains why."""
     try:
-        return get_algo(run.config.algo).load(str(run.model_path), env=venv, device="cpu", **overrides)
+        return get_algo(run.config.algo).load(str(run.model_path), env=venv, device="cpu", **copy.deepcopy(overrides))
     except (ValueError, KeyError, RuntimeError, AttributeError):
         return run.load_model(env=venv, **overrides)  # raises CheckpointError with the mismatch spelled out
 

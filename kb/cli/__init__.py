@@ -15,10 +15,13 @@ from typing import Any
 import typer
 from rich.console import Console
 
+import click
+from typer.exceptions import TyperException
+
 from remedy.cases.errors import RemedyError
 from remedy.retrieval.offline_env import offline_defaults
 
-from . import bench, diagnose, kb, patch, signature, verify
+from . import bench, diagnose, doctor, kb, patch, signature, verify
 
 __all__ = ["app", "main"]
 
@@ -58,35 +61,41 @@ _COMMANDS: list[tuple[typer.Typer, str, Callable[..., Any]]] = [
     (bench_app, "run", diagnose.bench_run),
     (bench_app, "curve", diagnose.bench_curve),
     (app, "demo", diagnose.demo_cmd),
+    (app, "doctor", doctor.doctor_cmd),
 ]
 for _group, _name, _func in _COMMANDS:
     _group.command(_name)(_func)
 
 _err = Console(stderr=True)
+#: usage errors from typer's vendored click and from click itself (plug-ins may use either)
+_USAGE_ERRORS = (TyperException, click.ClickException)
 
 
 def main() -> None:
-    """Entry point of the ``remedy`` console script."""
+    """Entry point of the ``remedy`` console script.
+
+    Maps what a user can cause to a short message and an exit status, never a traceback:
+    a :class:`RemedyError` is one red line (exit 1); a usage error (bad option value, missing
+    argument) is the usage line and the problem (exit 2). Anything else is a bug and keeps its
+    traceback.
+    """
     offline_defaults()
     try:
         code = app(standalone_mode=False)  # a command's typer.Exit(n) comes back as n here
-        if isinstance(code, int) and code:
-            sys.exit(code)
     except RemedyError as err:
         _err.print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
         sys.exit(1)
-    except typer.Exit as ex:
+    except (typer.Exit, click.exceptions.Exit) as ex:
         sys.exit(ex.exit_code)
-    except typer.Abort:
+    except (typer.Abort, click.exceptions.Abort, KeyboardInterrupt):
         _err.print("[red]aborted[/]")
         sys.exit(130)
-    except Exception as ex:  # click usage errors arrive here in non-standalone mode
-        import click
-
-        if isinstance(ex, click.ClickException):
-            ex.show()
-            sys.exit(ex.exit_code)
-        raise
+    except _USAGE_ERRORS as ex:
+        # typer raises its own vendored click's exceptions, not click's, so both are listed.
+        ex.show()
+        sys.exit(ex.exit_code)
+    if isinstance(code, int) and code:
+        sys.exit(code)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any
@@ -32,8 +33,23 @@ STATUS_COLOURS = {"improved": "green", "worse": "red", "reward_hacking": "magent
 
 
 def print_json(data: Any) -> None:
-    """Print JSON to stdout, plain (no colour codes), for scripts."""
-    typer.echo(json.dumps(data, indent=2, default=str))
+    """Print strict JSON to stdout, plain (no colour codes), for scripts.
+
+    Non-finite floats (NaN features mean "not measurable") are written as the strings the case
+    files use ("NaN", "Infinity", "-Infinity"): a bare NaN is invalid JSON for strict parsers.
+    """
+    typer.echo(json.dumps(_finite(data), indent=2, default=str, allow_nan=False))
+
+
+def _finite(data: Any) -> Any:
+    if isinstance(data, float) and not math.isfinite(data):
+        return "NaN" if math.isnan(data) else ("Infinity" if data > 0 else "-Infinity")
+    if isinstance(data, dict):
+        return {k: _finite(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [_finite(v) for v in data]
+    return data
+
 
 
 def progress_bar(*, to: Console | None = None, disable: bool = False) -> Progress:

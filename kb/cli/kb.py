@@ -19,6 +19,8 @@ from rich.console import Group
 from rich.panel import Panel
 from rich.table import Table
 
+from remedy.cases.io import ImportLimits
+
 from .common import DEFAULT_KB, JsonOption, KbOption, add_columns, console, err_console, print_json, progress_bar
 
 if TYPE_CHECKING:
@@ -47,7 +49,14 @@ class _Mode(StrEnum):
 def _open(kb: Path, create: bool = False, reconcile: bool = True):
     from remedy.kb.facade import KnowledgeBase
 
-    return KnowledgeBase.open(kb, create=create, reconcile=reconcile)
+    base = KnowledgeBase.open(kb, create=create, reconcile=False)
+    if reconcile:  # after a crash the index may lag the store: catch up, showing progress
+        with _bar("reconciling the index") as update:
+            report = base.reconcile(progress=update)
+        if report.rebuilt:
+            err_console.print(f"[yellow]the index was damaged ({report.rebuilt}); rebuilt it from the store[/]",
+                       highlight=False, soft_wrap=True)
+    return base
 
 
 @contextmanager
@@ -79,10 +88,16 @@ def kb_init(
     console.print(f"KB ready at [bold]{kb}[/]: {total} cases ({added} example cases added).", soft_wrap=True)
 
 
-def kb_stats(kb: KbOption = Path(DEFAULT_KB), as_json: JsonOption = False) -> None:
-    """Case counts by source, status, env and root cause; schema version and index size."""
+def kb_stats(
+    kb: KbOption = Path(DEFAULT_KB),
+    as_json: JsonOption = False,
+    index: Annotated[
+        bool, typer.Option("--index", help="Also open the vector index and count its rows (slower: loads LanceDB).")
+    ] = False,
+) -> None:
+    """Case counts by source, status, env and root cause; schema version (and index size with --index)."""
     with _open(kb, reconcile=False) as base:
-        stats = base.stats()
+        stats = base.stats(index=index)
     if as_json:
         print_json(asdict(stats))
         return
@@ -91,7 +106,10 @@ def kb_stats(kb: KbOption = Path(DEFAULT_KB), as_json: JsonOption = False) -> No
 
 def _stats_table(stats: KBStats) -> Group:
     s = stats.store
-    index = f"{stats.index_rows} rows" if stats.index_rows is not None else f"[red]{stats.index_problem}[/]"
+    if stats.index_rows is not None:
+        index = f"{stats.index_rows} rows"
+    else:
+        index = f"[red]{stats.index_problem}[/]" if stats.index_problem else "not opened (--index counts its rows)"
     head = (
         f"[bold]{stats.path}[/]  {s.total} cases  schema v{stats.schema_version}  "
         f"index: {index} ({stats.embedder})"
@@ -132,10 +150,19 @@ def kb_import(
     skip_invalid: Annotated[
         bool, typer.Option("--skip-invalid", help="Import the valid records and skip the others.")
     ] = False,
+    max_line_bytes: Annotated[int, typer.Option("--max-line-bytes", min=1, help="Longest record, in bytes.")] = ImportLimits.max_line_bytes,
+    max_cases: Annotated[int, typer.Option("--max-cases", min=1, help="Most records in one file.")] = ImportLimits.max_cases,
+    max_field_chars: Annotated[int, typer.Option("--max-field-chars", min=1, help="Longest string field.")] = ImportLimits.max_field_chars,
+    max_items: Annotated[int, typer.Option("--max-items", min=1, help="Largest list or mapping in a record.")] = ImportLimits.max_items,
+    max_file_bytes: Annotated[int, typer.Option("--max-file-bytes", min=1, help="Largest .json/.parquet file.")] = ImportLimits.max_file_bytes,
+    mark_imported: Annotated[bool, typer.Option(
+        "--mark-imported", help="File verified/bench cases as 'imported' (another team's): they weigh less in diagnosis.")] = False,
 ) -> None:
-    """Import cases; a file with invalid records imports nothing unless --skip-invalid."""
+    """Import cases (.jsonl, .json, .parquet); a file with invalid records imports nothing unless --skip-invalid."""
+    limits = ImportLimits(max_line_bytes, max_cases, max_field_chars, max_items, max_file_bytes)
     with _open(kb, create=True) as base, _bar(f"importing {file.name}") as update:
-        report = base.import_file(file, skip_invalid=skip_invalid, progress=update)
+        report = base.import_file(file, skip_invalid=skip_invalid, progress=update, limits=limits,
+                                  mark_imported=mark_imported)
     for line, msg in report.problems:
         err_console.print(f"[yellow]skipped line {line}:[/] {msg}", highlight=False, soft_wrap=True)
     console.print(
@@ -148,7 +175,7 @@ def kb_export(
     file: Annotated[Path, typer.Argument(help="Output file: .jsonl or .parquet.")],
     kb: KbOption = Path(DEFAULT_KB),
 ) -> None:
-    """Export every case to JSONL or Parquet (by extension)."""
+    """Export every case to JSONL, JSON or Parquet (by extension)."""
     with _open(kb, reconcile=False) as base:
         n = base.export(file)
     console.print(f"Exported {n} cases to {file}.", soft_wrap=True)

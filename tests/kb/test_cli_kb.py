@@ -75,7 +75,7 @@ def test_import_is_idempotent_and_export(cli_kb, corpus_file, tmp_path):
     assert "0 added, 5 unchanged" in _ok("kb", "import", corpus_file, "--kb", cli_kb).output
     _ok("kb", "export", tmp_path / "out.parquet", "--kb", cli_kb)
     assert pq.read_table(tmp_path / "out.parquet").num_rows == 5
-    stats = json.loads(_ok("kb", "stats", "--kb", cli_kb, "--json").output)
+    stats = json.loads(_ok("kb", "stats", "--kb", cli_kb, "--json", "--index").output)
     assert stats["store"]["total"] == 5 and stats["index_rows"] == 5
     assert "LunarLander-v3" in _ok("kb", "stats", "--kb", cli_kb).output
 

@@ -48,7 +48,7 @@ SCALED = Signature(features={"obs_abs_max": 3000.0}, symptoms=["unscaled_observa
 def _case(case_id: str, cause: str, patch: Patch, status: str, *, scenario: str | None = None,
           action_space: str = "continuous") -> Case:
     diff = 60.0 if status == "improved" else -60.0
-    eff = Effect(metric="success_rate", treatment=diff, control=0.0, diff=diff, ci_low=diff / 2, ci_high=diff * 1.5)
+    eff = Effect(metric="success_rate", treatment=diff, control=0.0, diff=diff, ci_low=min(diff / 2, diff * 1.5), ci_high=max(diff / 2, diff * 1.5))
     subject = LANDER.model_copy(update={"traits": EnvTraits(action_space=action_space, obs_dim=8, action_dim=2)})
     return Case(case_id=case_id, source=Source.bench, subject=subject, signature=HOVER, scenario=scenario,
                 diagnosis=Diagnosis(causes=[Cause(cause=cause, confidence=0.9)]), patch=patch,

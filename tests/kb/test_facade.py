@@ -214,7 +214,7 @@ def test_embedding_dimension_mismatch(kb_path, corpus, embedder):
 
 def test_invalid_case_is_not_half_written(kb, corpus, tmp_path):
     path = tmp_path / "x.csv"
-    with pytest.raises(ValidationError, match=r"\.jsonl, \.parquet"):
+    with pytest.raises(ValidationError, match=r"\.jsonl, \.json, \.parquet"):
         kb.import_file(path)
     with pytest.raises(ValidationError):
         kb.export(path)

@@ -151,8 +151,9 @@ def test_locked_file_names_the_holder(tmp_path, case_factory):
 def test_not_a_duckdb_file(tmp_path):
     db = tmp_path / "remedy.duckdb"
     db.write_text("hello, not a database")
-    with pytest.raises(KBError, match="not a valid DuckDB database file.*point --kb elsewhere"):
+    with pytest.raises(KBError, match="not a DuckDB file.*left unchanged.*--kb"):
         CaseStore(db)
+    assert db.read_text() == "hello, not a database"
 
 
 # -- property: case -> store -> case ----------------------------------------------------------

@@ -50,8 +50,8 @@ def _case(case_id: str, cause: str, patch: Patch, status: str | None, *, source:
           env_id: str = "LunarLander-v3", effect: float = 50.0) -> Case:
     verification = literature = None
     if status is not None:
-        eff = Effect(metric="return_iqm", treatment=effect, control=0.0, diff=effect, ci_low=effect / 2,
-                     ci_high=effect * 1.5, prob_improvement=0.9 if effect > 0 else 0.1)
+        eff = Effect(metric="return_iqm", treatment=effect, control=0.0, diff=effect, ci_low=min(effect / 2, effect * 1.5),
+                     ci_high=max(effect / 2, effect * 1.5), prob_improvement=0.9 if effect > 0 else 0.1)
         verification = Verification(status=Status(status), effect=eff, seeds=3)
     if source == "example":
         literature = LiteratureEffect(claim="helps", source="SB3 tips")
