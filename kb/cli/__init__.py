@@ -21,7 +21,7 @@ from rich.console import Console  # noqa: E402
 
 from remedy.cases.errors import RemedyError  # noqa: E402
 
-from . import bench, diagnose, kb, patch, signature, verify  # noqa: E402
+from . import bench, diagnose, kb, patch, serve, signature, tokens, verify  # noqa: E402
 
 __all__ = ["app", "main"]
 
@@ -40,6 +40,8 @@ app.add_typer(kb_app, name="kb")
 app.add_typer(case_app, name="case")
 app.add_typer(patch_app, name="patch")
 app.add_typer(bench_app, name="bench")
+tokens_app = typer.Typer(help="API tokens for `remedy serve` (create one per person or CI job).", no_args_is_help=True)
+app.add_typer(tokens_app, name="tokens")
 
 # Every command is registered here, in one place and one style: (group, name, function).
 _COMMANDS = [
@@ -61,6 +63,10 @@ _COMMANDS = [
     (bench_app, "run", diagnose.bench_run),
     (bench_app, "curve", diagnose.bench_curve),
     (app, "demo", diagnose.demo_cmd),
+    (app, "serve", serve.serve),
+    (tokens_app, "create", tokens.tokens_create),
+    (tokens_app, "list", tokens.tokens_list),
+    (tokens_app, "revoke", tokens.tokens_revoke),
 ]
 for _group, _name, _func in _COMMANDS:
     _group.command(_name)(_func)

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-__all__ = ["KbOption", "JsonOption", "console", "print_json", "DEFAULT_KB"]
+__all__ = ["KbOption", "JsonOption", "ServerOption", "console", "print_json", "DEFAULT_KB"]
 
 DEFAULT_KB = ".remedy"
 
@@ -18,6 +18,11 @@ KbOption = Annotated[
     typer.Option("--kb", envvar="REMEDY_KB", help="Knowledge-base directory (default ./.remedy, or $REMEDY_KB)."),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of a table.")]
+ServerOption = Annotated[
+    str | None,
+    typer.Option("--server", envvar="REMEDY_SERVER",
+                 help="Go through a running `remedy serve` at this URL (token from $REMEDY_TOKEN) instead of --kb."),
+]
 
 console = Console()
 

@@ -20,7 +20,8 @@ from rich.panel import Panel
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from .common import DEFAULT_KB, JsonOption, KbOption, console, print_json
+from . import remote
+from .common import DEFAULT_KB, JsonOption, KbOption, ServerOption, console, print_json
 
 if TYPE_CHECKING:
     from remedy.cases.model import Case
@@ -81,8 +82,10 @@ def kb_init(
     console.print(f"KB ready at [bold]{kb}[/]: {total} cases ({added} example cases added).", soft_wrap=True)
 
 
-def kb_stats(kb: KbOption = Path(DEFAULT_KB), as_json: JsonOption = False) -> None:
+def kb_stats(kb: KbOption = Path(DEFAULT_KB), as_json: JsonOption = False, server: ServerOption = None) -> None:
     """Case counts by source, status, env and root cause; schema version and index size."""
+    if server:
+        return remote.kb_stats(server, as_json)
     with _open(kb, reconcile=False) as base:
         stats = base.stats()
     if as_json:
@@ -134,8 +137,11 @@ def kb_import(
     skip_invalid: Annotated[
         bool, typer.Option("--skip-invalid", help="Import the valid records and skip the others.")
     ] = False,
+    server: ServerOption = None,
 ) -> None:
     """Import cases; a file with invalid records imports nothing unless --skip-invalid."""
+    if server:
+        return remote.kb_import(server, file, skip_invalid)
     with _open(kb, create=True) as base, _bar(f"importing {file.name}") as update:
         report = base.import_file(file, skip_invalid=skip_invalid, progress=update)
     for line, msg in report.problems:
@@ -149,8 +155,11 @@ def kb_import(
 def kb_export(
     file: Annotated[Path, typer.Argument(help="Output file: .jsonl or .parquet.")],
     kb: KbOption = Path(DEFAULT_KB),
+    server: ServerOption = None,
 ) -> None:
     """Export every case to JSONL or Parquet (by extension)."""
+    if server:
+        return remote.kb_export(server, file)
     with _open(kb, reconcile=False) as base:
         n = base.export(file)
     console.print(f"Exported {n} cases to {file}.", soft_wrap=True)
@@ -170,8 +179,12 @@ def query(
     k: Annotated[int, typer.Option("--k", "-k", min=1, help="How many cases.")] = 10,
     mode: Annotated[_Mode, typer.Option("--mode", help="Ranking: hybrid, vector or text.")] = _Mode.hybrid,
     as_json: JsonOption = False,
+    server: ServerOption = None,
 ) -> None:
     """What fixed similar failures: the nearest stored cases, with patch and measured effect."""
+    if server:
+        return remote.query(server, text, as_json, env=env, action_space=action_space.value if action_space else None,
+                            algo=algo, only_improved=only_improved, min_effect=min_effect, k=k, mode=mode.value)
     with _open(kb) as base:
         hits = base.similar(
             text,
@@ -202,8 +215,11 @@ def similar(
     ] = False,
     only_improved: Annotated[bool, typer.Option("--only-improved", help="Only verified improvements.")] = False,
     as_json: JsonOption = False,
+    server: ServerOption = None,
 ) -> None:
     """What fixed failures like this agent's: signature of RUN_DIR, then the nearest stored cases."""
+    if server:
+        return _similar_remote(server, run_dir, k, episodes, seed, any_action_space, only_improved, as_json)
     with _open(kb) as base:
         run, hits = base.similar_to_run(
             run_dir, k=k, n_episodes=episodes, seed=seed,
@@ -214,6 +230,15 @@ def similar(
         return
     console.print(f"[bold]signature:[/] {run.signature.summary}", soft_wrap=True)
     console.print(render_similar(hits, title=f"cases similar to {run_dir}") if hits else "No similar cases.")
+
+
+def _similar_remote(server: str, run_dir: Path, k: int, episodes: int, seed: int, any_action_space: bool,
+                    only_improved: bool, as_json: bool) -> None:
+    from remedy.cases.evidence.signature import signature_of_run
+
+    run = signature_of_run(run_dir, n_episodes=episodes, seed=seed)  # rolled out here; only the search is remote
+    space = None if any_action_space else run.subject.traits.action_space.value
+    remote.similar(server, run.signature, run_dir, as_json, k=k, action_space=space, only_improved=only_improved)
 
 
 def format_effect(case: Case) -> str:
@@ -262,8 +287,11 @@ def case_show(
     case_id: Annotated[str, typer.Argument(help="The case id (see `remedy query --json`).")],
     kb: KbOption = Path(DEFAULT_KB),
     as_json: JsonOption = False,
+    server: ServerOption = None,
 ) -> None:
     """Show one stored case in full."""
+    if server:
+        return remote.case_show(server, case_id, as_json)
     with _open(kb, reconcile=False) as base:
         case = base.get(case_id)
     if as_json:
