@@ -36,15 +36,20 @@ class ServiceError(RemedyError):
 class RemedyClient:
     """Calls to one Remedy service with one token (``$REMEDY_TOKEN`` by default)."""
 
-    def __init__(self, url: str, token: str | None = None, timeout: float = 120.0) -> None:
+    def __init__(self, url: str, token: str | None = None, timeout: float = 120.0,
+                 http: httpx.Client | None = None) -> None:
+        """``http``: an httpx client to send through (FastAPI's TestClient in tests); default a new one."""
         self.url = url.rstrip("/")
         token = token if token is not None else os.environ.get(TOKEN_ENV, "")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+        self._owned = http is None
+        self._http = http or httpx.Client(base_url=self.url, timeout=timeout)
+        self._http.headers.update(headers)
 
     def close(self) -> None:
-        """Close the connection pool."""
-        self._http.close()
+        """Close the connection pool (not one passed in by the caller)."""
+        if self._owned:
+            self._http.close()
 
     def __enter__(self) -> "RemedyClient":
         return self

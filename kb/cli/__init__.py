@@ -21,7 +21,7 @@ from rich.console import Console  # noqa: E402
 
 from remedy.cases.errors import RemedyError  # noqa: E402
 
-from . import bench, diagnose, kb, patch, serve, signature, tokens, verify  # noqa: E402
+from . import bench, diagnose, jobs, kb, patch, serve, signature, tokens, verify  # noqa: E402
 
 __all__ = ["app", "main"]
 
@@ -42,6 +42,8 @@ app.add_typer(patch_app, name="patch")
 app.add_typer(bench_app, name="bench")
 tokens_app = typer.Typer(help="API tokens for `remedy serve` (create one per person or CI job).", no_args_is_help=True)
 app.add_typer(tokens_app, name="tokens")
+jobs_app = typer.Typer(help="Verify and fix jobs on a running `remedy serve` (--server URL).", no_args_is_help=True)
+app.add_typer(jobs_app, name="jobs")
 
 # Every command is registered here, in one place and one style: (group, name, function).
 _COMMANDS = [
@@ -67,6 +69,9 @@ _COMMANDS = [
     (tokens_app, "create", tokens.tokens_create),
     (tokens_app, "list", tokens.tokens_list),
     (tokens_app, "revoke", tokens.tokens_revoke),
+    (jobs_app, "list", jobs.jobs_list),
+    (jobs_app, "show", jobs.jobs_show),
+    (jobs_app, "cancel", jobs.jobs_cancel),
 ]
 for _group, _name, _func in _COMMANDS:
     _group.command(_name)(_func)

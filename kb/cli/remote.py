@@ -15,7 +15,8 @@ from rich.console import Console
 
 from .common import console, print_json
 
-__all__ = ["query", "similar", "case_show", "kb_stats", "kb_import", "kb_export"]
+__all__ = ["query", "similar", "case_show", "kb_stats", "kb_import", "kb_export", "verify", "fix", "jobs_list", "jobs_show",
+           "jobs_cancel"]
 
 _err = Console(stderr=True)
 
@@ -123,3 +124,108 @@ def kb_export(server: str, file: Path) -> None:
         lines = list(client.export_lines())
     n = write_cases(file, (case_from_json(line) for line in lines))
     console.print(f"Exported {n} cases from {server} to {file}.", soft_wrap=True)
+
+
+# -- jobs ---------------------------------------------------------------------------------------
+
+
+def _follow(client: Any, job: dict[str, Any], quiet: bool) -> dict[str, Any]:
+    """Wait for a job, showing its progress on stderr; Ctrl-C leaves it running on the service."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=_err, transient=True, disable=quiet) as bar:
+        task = bar.add_task(f"{job['job_id']} queued", total=None)
+
+        def show(j: dict[str, Any]) -> None:
+            p = j["progress"]
+            bar.update(task, description=f"{j['job_id']} {j['state']}: {p['message'][:80]}", completed=p["done"],
+                       total=p["total"] or None)
+
+        return client.wait(job["job_id"], progress=show)
+
+
+def _finish(job: dict[str, Any]) -> dict[str, Any]:
+    from remedy.kb.client import ServiceError
+
+    if job["state"] != "done":
+        raise ServiceError(f"job {job['job_id']} {job['state']}: {job['error']}")
+    return job["result"]
+
+
+def verify(server: str, run_dir: Path, patch_file: Path, as_json: bool, wait: bool, **params: Any) -> None:
+    """`remedy verify` as a job on the service: upload the run, queue, follow, print the stored case."""
+    from remedy.cases.model import Case
+    from remedy.cases.patches.io import load_patch
+
+    from .verify import render_verification
+
+    patch = json.loads(load_patch(patch_file).model_dump_json())  # checked here: a bad file fails before upload
+    with _client(server) as client:
+        run = client.upload_run(run_dir)
+        job = client.submit("verify", run_id=run["run_id"], patch=patch, **params)
+        if not wait:
+            return _print_job(job, as_json)
+        result = _finish(_follow(client, job, as_json))
+    if as_json:
+        print_json({k: result[k] for k in ("case_id", "status", "stored", "case")})
+        return
+    console.print(render_verification(Case.model_validate(result["case"])))
+    console.print(f"case [bold]{result['case_id']}[/] stored in {server} (job {job['job_id']})", highlight=False)
+
+
+def fix(server: str, run_dir: Path, as_json: bool, wait: bool, **params: Any) -> None:
+    """`remedy fix` as a job on the service; prints the loop's result (its JSON shape)."""
+    with _client(server) as client:
+        run = client.upload_run(run_dir)
+        job = client.submit("fix", run_id=run["run_id"], **params)
+        if not wait:
+            return _print_job(job, as_json)
+        result = _finish(_follow(client, job, as_json))
+    if as_json:
+        print_json(result)
+        return
+    for a in result.get("attempts", []):
+        console.print(f"round {a.get('round')}: {a.get('family')} -> {a.get('status')} ({a.get('case_id')})",
+                      highlight=False)
+    console.print(f"stopped: {result.get('stop_reason')}; fixed: {bool(result.get('winner'))} (job {job['job_id']})",
+                  highlight=False)
+
+
+def _print_job(job: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print_json(job)
+        return
+    p = job["progress"]
+    console.print(f"{job['job_id']}  {job['kind']}  [bold]{job['state']}[/]  {p['message']}"
+                  + (f"  {p['done']}/{p['total']}" if p["total"] else "")
+                  + (f"\n  error: {job['error']}" if job["error"] else ""), highlight=False, soft_wrap=True)
+
+
+def jobs_list(server: str, state: str | None, as_json: bool) -> None:
+    """`remedy jobs list`."""
+    with _client(server) as client:
+        jobs = client.jobs(state)
+    if as_json:
+        print_json(jobs)
+        return
+    for job in jobs:
+        _print_job(job, False)
+    if not jobs:
+        console.print("No jobs.")
+
+
+def jobs_show(server: str, job_id: str, as_json: bool, wait: bool) -> None:
+    """`remedy jobs show`."""
+    with _client(server) as client:
+        job = _follow(client, client.job(job_id), as_json) if wait else client.job(job_id)
+    if as_json:
+        print_json(job)
+    else:
+        _print_job(job, False)
+
+
+def jobs_cancel(server: str, job_id: str) -> None:
+    """`remedy jobs cancel`."""
+    with _client(server) as client:
+        _print_job(client.cancel(job_id), False)
