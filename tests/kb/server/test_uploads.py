@@ -98,3 +98,26 @@ def test_archive_without_run_yaml_is_refused(served):
     r = served.client.post("/v1/runs", content=_tar(lambda t: _file(t, "notes.txt")), headers=served.auth("writer"))
     assert r.status_code == 422 and "run.yaml" in r.json()["detail"]
     assert not any(served.service.runs_dir.iterdir())
+
+
+def test_diagnose_an_uploaded_run(served):
+    run_id = served.client.post("/v1/runs", content=tar_run(QUICK), headers=served.auth("writer")).json()["run_id"]
+    r = served.client.post("/v1/diagnose", json={"run_id": run_id, "episodes": 3, "k": 3},
+                           headers=served.auth("reader"))
+    assert r.status_code == 200, r.text
+    report = r.json()
+    assert report["diagnosis"]["causes"] and report["candidates"]
+    assert report["signature"]["summary"]
+
+
+def test_diagnose_a_signature_and_refuse_neither(served):
+    from ..conftest import corpus_cases
+
+    case = corpus_cases()[0]
+    body = {"subject": case.subject.model_dump(mode="json"), "signature": case.signature.model_dump(mode="json")}
+    r = served.client.post("/v1/diagnose", json=body, headers=served.auth("reader"))
+    assert r.status_code == 200 and r.json()["diagnosis"]["backend"] == "offline", r.text
+    r = served.client.post("/v1/diagnose", json={"k": 3}, headers=served.auth("reader"))
+    assert r.status_code == 422 and "run_id" in r.json()["detail"]
+    r = served.client.post("/v1/diagnose", json={"run_id": "../../etc"}, headers=served.auth("reader"))
+    assert r.status_code == 422 and "no uploaded run" in r.json()["detail"]
