@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -75,6 +76,8 @@ class Service:
     runner: JobRunner
     settings: ServiceSettings
     interrupted: list[str] = field(default_factory=list)
+    # DuckDB refuses concurrent transactions that touch the same rows: imports take turns.
+    write_lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
     def runs_dir(self) -> Path:

@@ -55,7 +55,7 @@ def _as_jsonl(body: bytes) -> bytes:
     return b"\n".join(json.dumps(r, allow_nan=True).encode() for r in records) + b"\n"
 
 
-def import_body(kb: Any, body: bytes, skip_invalid: bool) -> ImportOut:
+def import_body(service: Service, body: bytes, skip_invalid: bool) -> ImportOut:
     """Import the cases in a JSONL or JSON-array body: all or nothing unless ``skip_invalid``."""
     if not body.strip():
         raise ValidationError("the body is empty; send cases as JSONL (one object per line) or a JSON array")
@@ -63,7 +63,8 @@ def import_body(kb: Any, body: bytes, skip_invalid: bool) -> ImportOut:
         path = Path(tmp) / "body.jsonl"
         path.write_bytes(_as_jsonl(body))
         try:
-            report = kb.import_file(path, skip_invalid=skip_invalid)
+            with service.write_lock:
+                report = service.kb.import_file(path, skip_invalid=skip_invalid)
         except ImportFileError as err:
             msg = str(err).replace(str(path), "request body").replace("--skip-invalid", "skip_invalid=true")
             raise ImportFileError(msg, err.problems) from None
@@ -137,7 +138,8 @@ def _run_verify(service: Service, params: dict[str, Any], progress: JobProgress)
     case = verify_patch(run_path(service.runs_dir, req.run_id), Patch.from_data(req.patch), _verify_config(req),
                         progress=progress)
     progress("storing the case", 0, 0)
-    stored = service.kb.add(case)
+    with service.write_lock:
+        stored = service.kb.add(case)
     return {"case_id": case.case_id, "status": case.status, "stored": stored,
             "case": json.loads(case_to_json(case))}
 

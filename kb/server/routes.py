@@ -7,6 +7,7 @@ and jobs. Wrong or missing token: 401; a role too low: 403; nothing is written.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable, Iterator
 from typing import Annotated
 
@@ -109,7 +110,7 @@ async def import_cases(request: Request, service: Svc, _: Writer,
                        = False) -> ImportOut:
     """Import cases sent as JSONL or a JSON array; a body with an invalid record imports nothing (422)."""
     body = await request.body()
-    return await run_in_threadpool(handlers.import_body, service.kb, body, skip_invalid)
+    return await run_in_threadpool(handlers.import_body, service, body, skip_invalid)
 
 
 @router.get("/v1/cases", tags=["cases"], responses={200: {"content": {"application/x-ndjson": {}}}})
@@ -148,9 +149,7 @@ def _unpack(service: Service, body: bytes) -> RunOut:
     try:
         cfg = RunDir.load(path).config
     except BaseException:
-        import shutil
-
-        shutil.rmtree(service.runs_dir / run_id, ignore_errors=True)
+        shutil.rmtree(service.runs_dir / run_id, ignore_errors=True)  # an unusable run is not kept
         raise
     return RunOut(run_id=run_id, env_id=cfg.env_id, algo=cfg.algo)
 
