@@ -13,10 +13,12 @@ newer Remedy is refused.
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -28,7 +30,8 @@ from .errors import CaseNotFoundError, KBError, KBLockedError, KBPathError, KBVe
 from .io import case_from_json, case_to_json
 from .model import Case
 
-__all__ = ["CaseStore", "StoreStats", "AddCounts", "MIGRATIONS", "STORE_SCHEMA_VERSION", "LOCK_TIMEOUT_S", "MARKER"]
+__all__ = ["CaseStore", "StoreStats", "AddCounts", "MIGRATIONS", "STORE_SCHEMA_VERSION", "LOCK_TIMEOUT_S", "MARKER",
+           "SERVE_MARKER"]
 
 _PID = re.compile(r"PID (\d+)")
 #: ``meta`` row that says "this DuckDB file is a Remedy KB"; a file with tables but without it is foreign
@@ -40,6 +43,8 @@ _DUCKDB_MAGIC = b"DUCK"  # at bytes 8-11 of every DuckDB file
 _CONFIG = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
 #: seconds to keep retrying a locked file before giving up
 LOCK_TIMEOUT_S = 2.0
+#: file in the KB directory that `remedy serve` writes while it owns the KB: ``{"url", "pid"}``
+SERVE_MARKER = "serve.json"
 
 
 def _v0_to_v1(con: duckdb.DuckDBPyConnection) -> None:
@@ -145,6 +150,10 @@ class CaseStore:
 
     # -- connections ---------------------------------------------------------------
 
+    def connection(self) -> AbstractContextManager[duckdb.DuckDBPyConnection]:
+        """A short-lived connection (retrying while locked), for tables other modules own (tokens, jobs)."""
+        return self._connect()
+
     @contextmanager
     def _connect(self) -> Iterator[duckdb.DuckDBPyConnection]:
         con = self._open_with_retry()
@@ -177,6 +186,13 @@ class CaseStore:
         m = _PID.search(msg)
         pid = int(m.group(1)) if m else None
         who = f"PID {pid}" if pid is not None else "another process"
+        served = _served_by(self._kb / SERVE_MARKER, pid)
+        if served:
+            return KBLockedError(
+                f"KB at {self._kb} is served by `remedy serve` at {served} ({who}); go through it with "
+                f"--server {served} (or REMEDY_SERVER={served}) and REMEDY_TOKEN",
+                pid=pid,
+            )
         return KBLockedError(
             f"KB at {self._kb} is locked by {who}; stop that process or use `remedy serve`", pid=pid
         )
@@ -384,6 +400,24 @@ class CaseStore:
     def _counts(con: duckdb.DuckDBPyConnection, sql: str) -> dict[str, int]:
         rows = con.execute(sql + " ORDER BY 2 DESC, 1").fetchall()
         return {str(k): int(v) for k, v in rows}
+
+
+def _served_by(marker: Path, pid: int | None) -> str:
+    """The URL in the service's marker file when that service is the lock holder, else ""."""
+    try:
+        info = json.loads(marker.read_text())
+        url, owner = str(info["url"]), int(info["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return ""
+    if pid is not None:
+        return url if owner == pid else ""
+    try:  # DuckDB did not name the holder: trust the marker only if its process still lives
+        os.kill(owner, 0)
+    except ProcessLookupError:
+        return ""
+    except PermissionError:
+        pass
+    return url
 
 
 def _checked_row(case: Case) -> tuple:

@@ -9,3 +9,5 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.pop("REMEDY_KB", None)
 os.environ.pop("REMEDY_LM", None)
+os.environ.pop("REMEDY_SERVER", None)  # the CLI would go through a service instead of --kb
+os.environ.pop("REMEDY_TOKEN", None)

@@ -21,7 +21,7 @@ from typer.exceptions import TyperException
 from remedy.cases.errors import RemedyError
 from remedy.retrieval.offline_env import offline_defaults
 
-from . import bench, diagnose, doctor, kb, patch, signature, verify
+from . import bench, diagnose, doctor, jobs, kb, patch, serve, signature, tokens, verify
 
 __all__ = ["app", "main"]
 
@@ -40,6 +40,10 @@ app.add_typer(kb_app, name="kb")
 app.add_typer(case_app, name="case")
 app.add_typer(patch_app, name="patch")
 app.add_typer(bench_app, name="bench")
+tokens_app = typer.Typer(help="API tokens for `remedy serve` (create one per person or CI job).", no_args_is_help=True)
+app.add_typer(tokens_app, name="tokens")
+jobs_app = typer.Typer(help="Verify and fix jobs on a running `remedy serve` (--server URL).", no_args_is_help=True)
+app.add_typer(jobs_app, name="jobs")
 
 # Every command is registered here, in one place and one style: (group, name, function).
 _COMMANDS: list[tuple[typer.Typer, str, Callable[..., Any]]] = [
@@ -62,6 +66,13 @@ _COMMANDS: list[tuple[typer.Typer, str, Callable[..., Any]]] = [
     (bench_app, "curve", diagnose.bench_curve),
     (app, "demo", diagnose.demo_cmd),
     (app, "doctor", doctor.doctor_cmd),
+    (app, "serve", serve.serve),
+    (tokens_app, "create", tokens.tokens_create),
+    (tokens_app, "list", tokens.tokens_list),
+    (tokens_app, "revoke", tokens.tokens_revoke),
+    (jobs_app, "list", jobs.jobs_list),
+    (jobs_app, "show", jobs.jobs_show),
+    (jobs_app, "cancel", jobs.jobs_cancel),
 ]
 for _group, _name, _func in _COMMANDS:
     _group.command(_name)(_func)

@@ -13,8 +13,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-__all__ = ["KbOption", "JsonOption", "console", "err_console", "print_json", "DEFAULT_KB", "progress_bar", "status_markup",
-           "effect_text", "add_columns"]
+__all__ = ["KbOption", "JsonOption", "ServerOption", "console", "err_console", "print_json", "DEFAULT_KB",
+           "progress_bar", "status_markup", "effect_text", "add_columns"]
 
 DEFAULT_KB = ".remedy"
 
@@ -23,6 +23,11 @@ KbOption = Annotated[
     typer.Option("--kb", envvar="REMEDY_KB", help="Knowledge-base directory (default ./.remedy, or $REMEDY_KB)."),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of a table.")]
+ServerOption = Annotated[
+    str | None,
+    typer.Option("--server", envvar="REMEDY_SERVER",
+                 help="Go through a running `remedy serve` at this URL (token from $REMEDY_TOKEN) instead of --kb."),
+]
 
 console = Console()
 #: progress and warnings go to stderr, so stdout stays clean for ``--json``.

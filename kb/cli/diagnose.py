@@ -12,7 +12,7 @@ from rich.table import Table
 from remedy.cases.errors import KBNotFoundError, KBPathError
 from remedy.cases.patches.io import save_patch
 
-from .common import DEFAULT_KB, JsonOption, KbOption, add_columns, console, effect_text, print_json, progress_bar, status_markup
+from .common import DEFAULT_KB, JsonOption, KbOption, ServerOption, add_columns, console, effect_text, print_json, progress_bar, status_markup
 
 __all__ = ["diagnose", "fix_cmd", "bench_run", "bench_curve", "demo_cmd", "write_patches"]
 
@@ -261,8 +261,14 @@ def fix_cmd(
         Path | None, typer.Option("--out", help="Where to write the winning patch (default <kb>/fixes).")] = None,
     kb: KbOption = Path(DEFAULT_KB),
     as_json: JsonOption = False,
+    server: ServerOption = None,
 ) -> None:
     """Diagnose → verify the top candidates → store every attempt → repeat until a fix is verified."""
+    if server:
+        from . import remote
+
+        return remote.fix(server, run_dir, as_json, True, rounds=rounds, candidates=candidates, seeds=seeds,
+                          budget=budget, diagnoser=diagnoser)
     from remedy.kb.facade import KnowledgeBase
     from remedy.cases.evidence.rundir import RunDir
     from remedy.cases.verify.verification import VerifyConfig

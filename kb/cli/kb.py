@@ -21,7 +21,8 @@ from rich.table import Table
 
 from remedy.cases.io import ImportLimits
 
-from .common import DEFAULT_KB, JsonOption, KbOption, add_columns, console, err_console, print_json, progress_bar
+from . import remote
+from .common import DEFAULT_KB, JsonOption, KbOption, ServerOption, add_columns, console, err_console, print_json, progress_bar
 
 if TYPE_CHECKING:
     from remedy.cases.model import Case
@@ -94,8 +95,11 @@ def kb_stats(
     index: Annotated[
         bool, typer.Option("--index", help="Also open the vector index and count its rows (slower: loads LanceDB).")
     ] = False,
+    server: ServerOption = None,
 ) -> None:
     """Case counts by source, status, env and root cause; schema version (and index size with --index)."""
+    if server:
+        return remote.kb_stats(server, as_json)
     with _open(kb, reconcile=False) as base:
         stats = base.stats(index=index)
     if as_json:
@@ -157,9 +161,12 @@ def kb_import(
     max_file_bytes: Annotated[int, typer.Option("--max-file-bytes", min=1, help="Largest .json/.parquet file.")] = ImportLimits.max_file_bytes,
     mark_imported: Annotated[bool, typer.Option(
         "--mark-imported", help="File verified/bench cases as 'imported' (another team's): they weigh less in diagnosis.")] = False,
+    server: ServerOption = None,
 ) -> None:
     """Import cases (.jsonl, .json, .parquet); a file with invalid records imports nothing unless --skip-invalid."""
     limits = ImportLimits(max_line_bytes, max_cases, max_field_chars, max_items, max_file_bytes)
+    if server:
+        return remote.kb_import(server, file, skip_invalid)
     with _open(kb, create=True) as base, _bar(f"importing {file.name}") as update:
         report = base.import_file(file, skip_invalid=skip_invalid, progress=update, limits=limits,
                                   mark_imported=mark_imported)
@@ -174,8 +181,11 @@ def kb_import(
 def kb_export(
     file: Annotated[Path, typer.Argument(help="Output file: .jsonl or .parquet.")],
     kb: KbOption = Path(DEFAULT_KB),
+    server: ServerOption = None,
 ) -> None:
     """Export every case to JSONL, JSON or Parquet (by extension)."""
+    if server:
+        return remote.kb_export(server, file)
     with _open(kb, reconcile=False) as base:
         n = base.export(file)
     console.print(f"Exported {n} cases to {file}.", soft_wrap=True)
@@ -195,8 +205,12 @@ def query(
     k: Annotated[int, typer.Option("--k", "-k", min=1, help="How many cases.")] = 10,
     mode: Annotated[_Mode, typer.Option("--mode", help="Ranking: hybrid, vector or text.")] = _Mode.hybrid,
     as_json: JsonOption = False,
+    server: ServerOption = None,
 ) -> None:
     """What fixed similar failures: the nearest stored cases, with patch and measured effect."""
+    if server:
+        return remote.query(server, text, as_json, env=env, action_space=action_space.value if action_space else None,
+                            algo=algo, only_improved=only_improved, min_effect=min_effect, k=k, mode=mode.value)
     with _open(kb) as base:
         hits = base.similar(
             text,
@@ -227,8 +241,11 @@ def similar(
     ] = False,
     only_improved: Annotated[bool, typer.Option("--only-improved", help="Only verified improvements.")] = False,
     as_json: JsonOption = False,
+    server: ServerOption = None,
 ) -> None:
     """What fixed failures like this agent's: signature of RUN_DIR, then the nearest stored cases."""
+    if server:
+        return _similar_remote(server, run_dir, k, episodes, seed, any_action_space, only_improved, as_json)
     with _open(kb) as base:
         run, hits = base.similar_to_run(
             run_dir, k=k, n_episodes=episodes, seed=seed,
@@ -239,6 +256,15 @@ def similar(
         return
     console.print(f"[bold]signature:[/] {run.signature.summary}", soft_wrap=True)
     console.print(render_similar(hits, title=f"cases similar to {run_dir}") if hits else "No similar cases.")
+
+
+def _similar_remote(server: str, run_dir: Path, k: int, episodes: int, seed: int, any_action_space: bool,
+                    only_improved: bool, as_json: bool) -> None:
+    from remedy.cases.evidence.signature import signature_of_run
+
+    run = signature_of_run(run_dir, n_episodes=episodes, seed=seed)  # rolled out here; only the search is remote
+    space = None if any_action_space else run.subject.traits.action_space.value
+    remote.similar(server, run.signature, run_dir, as_json, k=k, action_space=space, only_improved=only_improved)
 
 
 def format_effect(case: Case) -> str:
@@ -277,8 +303,11 @@ def case_show(
     case_id: Annotated[str, typer.Argument(help="The case id (see `remedy query --json`).")],
     kb: KbOption = Path(DEFAULT_KB),
     as_json: JsonOption = False,
+    server: ServerOption = None,
 ) -> None:
     """Show one stored case in full."""
+    if server:
+        return remote.case_show(server, case_id, as_json)
     with _open(kb, reconcile=False) as base:
         case = base.get(case_id)
     if as_json:

@@ -20,7 +20,7 @@ import typer
 from rich.console import Group
 from rich.table import Table
 
-from .common import DEFAULT_KB, JsonOption, KbOption, console, print_json, progress_bar, status_markup
+from .common import DEFAULT_KB, JsonOption, KbOption, ServerOption, console, print_json, progress_bar, status_markup
 
 if TYPE_CHECKING:
     from remedy.cases.model import Case
@@ -63,8 +63,15 @@ def verify(
     no_store: Annotated[bool, typer.Option("--no-store", help="Do not store the case in the KB.")] = False,
     json_out: JsonOption = False,
     kb: KbOption = Path(DEFAULT_KB),
+    server: ServerOption = None,
+    wait: Annotated[bool, typer.Option("--wait/--no-wait", help="With --server: follow the job, or print its id.")] = True,
 ) -> None:
     """Fine-tune with the patch (treatment) and without (control), compare on the original task, store the case."""
+    if server:
+        from . import remote
+
+        return remote.verify(server, run_dir, patch, json_out, wait, seeds=seeds, budget=budget, episodes=episodes,
+                             force=force)
     from remedy.cases.verify.executors import get_executor
     from remedy.cases.patches.io import load_patch
     from remedy.cases.verify.verification import VerifyConfig, verify_and_confirm, verify_patch

@@ -1,0 +1,162 @@
+"""What the routes and jobs call: one function per operation over the service's KB.
+
+Kept apart from the routes so they stay a few lines each, and so the job
+bodies (verify, fix) can be run and tested without HTTP.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pydantic_core
+
+from remedy.cases.errors import ImportFileError, ValidationError
+from remedy.cases.io import case_to_json
+
+from .jobs import Handler, JobProgress
+from .models import DiagnoseIn, FixJobIn, Hit, ImportOut, VerifyJobIn
+from .uploads import run_path
+
+if TYPE_CHECKING:
+    from remedy.kb.facade import SimilarCase
+
+    from .app import Service
+
+__all__ = ["hits_out", "import_body", "diagnose", "job_handlers", "check_verify", "check_fix", "to_json_bytes"]
+
+
+def to_json_bytes(data: Any) -> bytes:
+    """JSON that survives NaN and inf (written as strings, as case files do)."""
+    return pydantic_core.to_json(data, inf_nan_mode="strings")
+
+
+def hits_out(hits: list[SimilarCase], full: bool) -> list[Hit]:
+    """The API shape of similar cases (``remedy query --json``), with each full case when asked for."""
+    out = []
+    for h in hits:
+        case = json.loads(case_to_json(h.case)) if full else None
+        out.append(Hit(**h.as_dict(), case=case))
+    return out
+
+
+def _as_jsonl(body: bytes) -> bytes:
+    """A JSON array body becomes JSONL (one record per line, numbered from 1); JSONL passes through."""
+    text = body.lstrip()
+    if not text.startswith(b"["):
+        return body
+    try:
+        records = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ImportFileError(f"the body starts like a JSON array but is not valid JSON ({err}); "
+                              "send a JSON array of cases or JSONL", [(0, str(err)[:240])]) from None
+    return b"\n".join(json.dumps(r, allow_nan=True).encode() for r in records) + b"\n"
+
+
+def import_body(service: Service, body: bytes, skip_invalid: bool) -> ImportOut:
+    """Import the cases in a JSONL or JSON-array body: all or nothing unless ``skip_invalid``."""
+    if not body.strip():
+        raise ValidationError("the body is empty; send cases as JSONL (one object per line) or a JSON array")
+    with tempfile.TemporaryDirectory(prefix="remedy-import-") as tmp:
+        path = Path(tmp) / "body.jsonl"
+        path.write_bytes(_as_jsonl(body))
+        try:
+            with service.write_lock:
+                report = service.kb.import_file(path, skip_invalid=skip_invalid)
+        except ImportFileError as err:
+            msg = str(err).replace(str(path), "request body").replace("--skip-invalid", "skip_invalid=true")
+            raise ImportFileError(msg, err.problems) from None
+    problems = [{"line": n, "message": m} for n, m in report.problems]
+    return ImportOut(read=report.read, added=report.added, unchanged=report.unchanged,
+                     skipped=report.skipped, problems=problems)
+
+
+def _backend(name: str) -> Any:
+    from remedy.retrieval.diagnosis import get_diagnoser
+
+    backend = get_diagnoser(name)
+    if name == "llm":
+        _ = backend.lm  # raises LMError now when the service has no REMEDY_LM
+    return backend
+
+
+def diagnose(service: Service, req: DiagnoseIn) -> bytes:
+    """A DiagnosisReport as JSON, for an uploaded run or for a subject and signature."""
+    from remedy.kb.diagnose import diagnose_run, diagnose_signature
+
+    if req.run_id is not None:
+        report = diagnose_run(service.kb, run_path(service.runs_dir, req.run_id), diagnoser=_backend(req.diagnoser),
+                              k=req.k, n_episodes=req.episodes, seed=req.seed)
+    elif req.subject is not None and req.signature is not None:
+        report = diagnose_signature(service.kb, req.subject, req.signature, diagnoser=_backend(req.diagnoser), k=req.k)
+    else:
+        raise ValidationError("send either run_id (an uploaded run, POST /v1/runs) or both subject and signature")
+    return to_json_bytes(report.model_dump(mode="python"))
+
+
+# -- jobs -------------------------------------------------------------------------------------
+
+
+def check_verify(service: Service, req: VerifyJobIn) -> dict[str, Any]:
+    """Refuse a verify job that could never run (unknown run, bad patch, no budget) before queueing it."""
+    from remedy.cases.evidence.rundir import RunDir
+    from remedy.cases.patches.spec import Patch
+
+    run = RunDir.load(run_path(service.runs_dir, req.run_id))
+    Patch.from_data(req.patch)
+    _verify_config(req).budget_for(run.config.train_steps)
+    return req.model_dump()
+
+
+def check_fix(service: Service, req: FixJobIn) -> dict[str, Any]:
+    """Refuse a fix job that could never run before queueing it."""
+    from remedy.cases.evidence.rundir import RunDir
+    from remedy.cases.verify.verification import VerifyConfig
+
+    run = RunDir.load(run_path(service.runs_dir, req.run_id))
+    _backend(req.diagnoser)
+    VerifyConfig(seeds=req.seeds, budget_steps=req.budget).budget_for(run.config.train_steps)
+    return req.model_dump()
+
+
+def _verify_config(req: VerifyJobIn) -> Any:
+    from remedy.cases.verify.verification import VerifyConfig
+
+    config = VerifyConfig(seeds=req.seeds, budget_steps=req.budget, eval_episodes=req.episodes, n_envs=req.n_envs,
+                          force=req.force)
+    config.check()
+    return config
+
+
+def _run_verify(service: Service, params: dict[str, Any], progress: JobProgress) -> dict[str, Any]:
+    from remedy.cases.patches.spec import Patch
+    from remedy.cases.verify.verification import verify_patch
+
+    req = VerifyJobIn.model_validate(params)
+    case = verify_patch(run_path(service.runs_dir, req.run_id), Patch.from_data(req.patch), _verify_config(req),
+                        progress=progress)
+    progress("storing the case", 0, 0)
+    with service.write_lock:
+        stored = service.kb.add(case)
+    return {"case_id": case.case_id, "status": case.status, "stored": stored,
+            "case": json.loads(case_to_json(case))}
+
+
+def _run_fix(service: Service, params: dict[str, Any], progress: JobProgress) -> dict[str, Any]:
+    from remedy.kb.fixloop import fix
+
+    req = FixJobIn.model_validate(params)
+    result = fix(service.kb, run_path(service.runs_dir, req.run_id), rounds=req.rounds, candidates=req.candidates,
+                 seeds=req.seeds, budget=req.budget, diagnoser=_backend(req.diagnoser),
+                 out_dir=service.kb.root / "fixes", progress=progress)
+    return json.loads(to_json_bytes(result.as_dict()))
+
+
+def job_handlers(service: Service) -> dict[str, Handler]:
+    """The job kinds this service runs: ``verify`` and ``fix``."""
+    return {
+        "verify": lambda params, progress: _run_verify(service, params, progress),
+        "fix": lambda params, progress: _run_fix(service, params, progress),
+    }

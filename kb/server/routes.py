@@ -1,0 +1,197 @@
+"""The HTTP routes: each parses its input, checks the caller's role, calls one function, returns JSON.
+
+Every route but ``/health`` needs ``Authorization: Bearer <token>``: ``reader`` for
+reads (open to anyone with ``--public-read``), ``writer`` for imports, uploads
+and jobs. Wrong or missing token: 401; a role too low: 403; nothing is written.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Iterator
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import StreamingResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from remedy.cases.io import case_to_json
+
+from . import handlers
+from .app import Service, remedy_version
+from .jobs import JobState
+from .models import (
+    DiagnoseIn,
+    ErrorOut,
+    FixJobIn,
+    Health,
+    Hit,
+    ImportOut,
+    JobOut,
+    QueryIn,
+    RunOut,
+    SimilarIn,
+    StatsOut,
+    VerifyJobIn,
+)
+from .tokens import Role, TokenRecord
+from .uploads import unpack_run
+
+__all__ = ["router"]
+
+_bearer = HTTPBearer(auto_error=False, description="A token from `remedy tokens create`.")
+_ERRORS = {code: {"model": ErrorOut} for code in (401, 403, 404, 413, 422)}
+router = APIRouter(responses=_ERRORS)
+
+
+def _service(request: Request) -> Service:
+    return request.app.state.service
+
+
+def _require(role: Role) -> Callable[..., TokenRecord | None]:
+    def check(request: Request,
+              creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> TokenRecord | None:
+        service = _service(request)
+        if creds is None:
+            if role is Role.reader and service.settings.public_read:
+                return None
+            raise HTTPException(401, "missing token: send `Authorization: Bearer <token>` (set REMEDY_TOKEN)",
+                                headers={"WWW-Authenticate": "Bearer"})
+        token = service.tokens.authenticate(creds.credentials)
+        if token is None:
+            raise HTTPException(401, "unknown or revoked token; ask for one made with `remedy tokens create`",
+                                headers={"WWW-Authenticate": "Bearer"})
+        if not token.role.allows(role):
+            raise HTTPException(403, f"token {token.name!r} is a {token.role.value}; this needs a {role.value} token")
+        return token
+
+    return check
+
+
+Svc = Annotated[Service, Depends(_service)]
+Reader = Annotated[TokenRecord | None, Depends(_require(Role.reader))]
+Writer = Annotated[TokenRecord | None, Depends(_require(Role.writer))]
+
+
+@router.get("/health", response_model=Health, tags=["service"])
+def health() -> Health:
+    """The service is up (no token needed)."""
+    return Health(version=remedy_version())
+
+
+@router.post("/v1/query", response_model=list[Hit], tags=["cases"])
+def query(req: QueryIn, service: Svc, _: Reader) -> list[Hit]:
+    """What fixed similar failures: the nearest stored cases to a text, with the filters of `remedy query`."""
+    return handlers.hits_out(service.kb.similar(req.text, **req.search_kwargs()), req.full)
+
+
+@router.post("/v1/similar", response_model=list[Hit], tags=["cases"])
+def similar(req: SimilarIn, service: Svc, _: Reader) -> list[Hit]:
+    """The stored cases nearest to a failure signature (from `remedy signature --json`)."""
+    return handlers.hits_out(service.kb.similar(req.signature, **req.search_kwargs()), req.full)
+
+
+@router.get("/v1/cases/{case_id}", tags=["cases"], responses={200: {"description": "The case as JSON."}})
+def get_case(case_id: str, service: Svc, _: Reader) -> Response:
+    """One stored case in full (404 with close ids when unknown)."""
+    return Response(case_to_json(service.kb.get(case_id)), media_type="application/json")
+
+
+_IMPORT_BODY = {"requestBody": {"required": True, "content": {
+    "application/x-ndjson": {"schema": {"type": "string"}},
+    "application/json": {"schema": {"type": "array", "items": {"type": "object"}}},
+}}}
+
+
+@router.post("/v1/cases/import", response_model=ImportOut, tags=["cases"], openapi_extra=_IMPORT_BODY)
+async def import_cases(request: Request, service: Svc, _: Writer,
+                       skip_invalid: Annotated[bool, Query(description="Import the valid records, skip the others.")]
+                       = False) -> ImportOut:
+    """Import cases sent as JSONL or a JSON array; a body with an invalid record imports nothing (422)."""
+    body = await request.body()
+    return await run_in_threadpool(handlers.import_body, service, body, skip_invalid)
+
+
+@router.get("/v1/cases", tags=["cases"], responses={200: {"content": {"application/x-ndjson": {}}}})
+def export_cases(service: Svc, _: Reader) -> StreamingResponse:
+    """Every case as JSONL (what `remedy kb export` writes), streamed."""
+    def lines() -> Iterator[str]:
+        for case in service.kb.cases():
+            yield case_to_json(case) + "\n"
+
+    return StreamingResponse(lines(), media_type="application/x-ndjson")
+
+
+@router.get("/v1/stats", response_model=StatsOut, tags=["cases"])
+def stats(service: Svc, _: Reader) -> StatsOut:
+    """Case counts by source, status, env and root cause; schema version and index size."""
+    s = service.kb.stats()
+    return StatsOut(path=str(s.path), store=s.store.__dict__, schema_version=s.schema_version,
+                    index_rows=s.index_rows, embedder=s.embedder, index_problem=s.index_problem)
+
+
+_UPLOAD_BODY = {"requestBody": {"required": True, "content": {
+    "application/gzip": {"schema": {"type": "string", "format": "binary"}}}}}
+
+
+@router.post("/v1/runs", response_model=RunOut, status_code=201, tags=["runs"], openapi_extra=_UPLOAD_BODY)
+async def upload_run(request: Request, service: Svc, _: Writer) -> RunOut:
+    """Upload a run directory as a .tar.gz (`tar czf run.tgz -C PARENT RUN`); refer to it by run_id."""
+    body = await request.body()
+    return await run_in_threadpool(_unpack, service, body)
+
+
+def _unpack(service: Service, body: bytes) -> RunOut:
+    from remedy.cases.evidence.rundir import RunDir
+
+    run_id, path = unpack_run(body, service.runs_dir, service.settings.max_upload_bytes)
+    try:
+        cfg = RunDir.load(path).config
+    except BaseException:
+        shutil.rmtree(service.runs_dir / run_id, ignore_errors=True)  # an unusable run is not kept
+        raise
+    return RunOut(run_id=run_id, env_id=cfg.env_id, algo=cfg.algo)
+
+
+@router.post("/v1/diagnose", tags=["diagnosis"], responses={200: {"description": "A DiagnosisReport."}})
+def diagnose(req: DiagnoseIn, service: Svc, _: Reader) -> Response:
+    """Root causes and candidate patches for an uploaded run, or for a subject and signature."""
+    return Response(handlers.diagnose(service, req), media_type="application/json")
+
+
+@router.post("/v1/jobs/verify", response_model=JobOut, status_code=202, tags=["jobs"])
+def submit_verify(req: VerifyJobIn, service: Svc, token: Writer) -> JobOut:
+    """Queue a verification (treatment vs control fine-tunes); the case is stored when it is done."""
+    params = handlers.check_verify(service, req)
+    return JobOut(**service.runner.submit("verify", params, _owner(token)).as_dict())
+
+
+@router.post("/v1/jobs/fix", response_model=JobOut, status_code=202, tags=["jobs"])
+def submit_fix(req: FixJobIn, service: Svc, token: Writer) -> JobOut:
+    """Queue the closed fix loop on an uploaded run; every attempt is stored."""
+    params = handlers.check_fix(service, req)
+    return JobOut(**service.runner.submit("fix", params, _owner(token)).as_dict())
+
+
+@router.get("/v1/jobs", response_model=list[JobOut], tags=["jobs"])
+def list_jobs(service: Svc, _: Reader, state: JobState | None = None,
+              limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> list[JobOut]:
+    """Jobs, newest first."""
+    return [JobOut(**j.as_dict()) for j in service.jobs.list(state, limit)]
+
+
+@router.get("/v1/jobs/{job_id}", response_model=JobOut, tags=["jobs"])
+def get_job(job_id: str, service: Svc, _: Reader) -> JobOut:
+    """One job: state, progress, result or error."""
+    return JobOut(**service.jobs.get(job_id).as_dict())
+
+
+@router.post("/v1/jobs/{job_id}/cancel", response_model=JobOut, tags=["jobs"])
+def cancel_job(job_id: str, service: Svc, _: Writer) -> JobOut:
+    """Cancel a job: a queued one at once, a running one at its next step."""
+    return JobOut(**service.jobs.request_cancel(job_id).as_dict())
+
+
+def _owner(token: TokenRecord | None) -> str | None:
+    return token.name if token is not None else None

@@ -1,0 +1,92 @@
+"""`remedy serve` as a real uvicorn process on a loopback port, and the CLI going through it."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from remedy.cases.store import SERVE_MARKER, CaseStore
+from remedy.kb import KnowledgeBase
+from remedy.kb.server.tokens import TokenStore
+
+from ..conftest import corpus_cases
+
+REMEDY = Path(sys.executable).parent / "remedy"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _cli(*args: str, token: str = "") -> subprocess.CompletedProcess:
+    env = {**os.environ, "COLUMNS": "200", "REMEDY_TOKEN": token}
+    return subprocess.run([str(REMEDY), *map(str, args)], capture_output=True, text=True, env=env, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, embedder):
+    """A KB with the corpus and a writer token, served by `remedy serve` (one per module); stopped at the end."""
+    tmp_path = tmp_path_factory.mktemp("e2e")
+    kb = tmp_path / "kb"
+    with KnowledgeBase.open(kb, embedder=embedder) as base:  # built in process: cold CLI runs are slow
+        base.add_many(corpus_cases())
+    _, token = TokenStore(CaseStore(kb / "remedy.duckdb")).create("writer", "e2e")
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen([str(REMEDY), "serve", "--kb", str(kb), "--host", "127.0.0.1", "--port", str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(600):  # bounded: model loading on a busy machine can take a while
+            if proc.poll() is not None:
+                raise AssertionError(f"remedy serve exited: {proc.stderr.read()}")
+            try:
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        else:
+            raise AssertionError("remedy serve never answered /health")
+        yield url, token, kb, tmp_path
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    assert not (kb / SERVE_MARKER).exists()  # a clean stop removes the marker
+
+
+@pytest.mark.slow
+def test_cli_goes_through_the_running_service(server):
+    url, token, kb, tmp = server
+    assert json.loads((kb / SERVE_MARKER).read_text())["url"] == url
+    q = _cli("query", "the lander hovers and never lands", "--server", url, "--json", token=token)
+    assert q.returncode == 0, q.stderr
+    assert json.loads(q.stdout)[0]["case_id"] == "c-lander-hover"
+    table = _cli("query", "torque chatters", "--server", url, "-k", "1", token=token)
+    assert table.returncode == 0 and "Pendulum-v1" in table.stdout, table.stderr
+    stats = _cli("kb", "stats", "--server", url, "--json", token=token)
+    assert stats.returncode == 0 and json.loads(stats.stdout)["store"]["total"] == 5, stats.stderr
+    show = _cli("case", "show", "c-walker-scale", "--server", url, token=token)
+    assert show.returncode == 0 and "BipedalWalker-v3" in show.stdout
+    out = tmp / "out.jsonl"
+    assert _cli("kb", "export", out, "--server", url, token=token).returncode == 0
+    assert len(out.read_text().splitlines()) == 5
+
+
+@pytest.mark.slow
+def test_direct_access_to_a_served_kb_names_the_service_and_bad_tokens_fail(server):
+    url, token, kb, tmp = server
+    direct = _cli("kb", "stats", "--kb", kb)
+    assert direct.returncode == 1 and f"served by `remedy serve` at {url}" in direct.stderr, direct.stderr
+    denied = _cli("kb", "stats", "--server", url, token="rmd_not-a-token")
+    assert denied.returncode == 1 and "401" in denied.stderr and "Traceback" not in denied.stderr
+    missing = _cli("case", "show", "nope", "--server", url, token=token)
+    assert missing.returncode == 1 and "404" in missing.stderr
