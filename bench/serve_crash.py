@@ -10,7 +10,7 @@ then the index reconciled) and checks:
 - every batch without an answer is either whole or absent (an import is one transaction);
 - the index holds exactly the stored cases after the reconcile.
 
-    nice .venv/bin/python bench/crash.py --trials 30
+    nice .venv/bin/python bench/serve_crash.py --trials 30
 """
 
 from __future__ import annotations
