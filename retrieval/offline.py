@@ -105,9 +105,9 @@ class OfflineDiagnoser:
         cause_link_floor: float = 0.25,
         max_candidates: int = 8,
         max_causes: int = 5,
-        sim_floor: float = 0.6,
-        sim_power: float = 2.0,
-        other_env_weight: float = 0.5,
+        sim_floor: float = 0.48,
+        sim_power: float = 1.0,
+        other_env_weight: float = 0.85,
         priors: tuple[PriorRule, ...] = PRIORS,
     ) -> None:
         self.k, self.w_similarity, self.w_effect = k, w_similarity, w_effect
@@ -211,8 +211,12 @@ class OfflineDiagnoser:
         return self.unverified_weight, "unverified"
 
     def _kernel(self, similarity: float) -> float:
-        """How much a neighbour counts: summaries of the same kind of agent already sit near 0.7
-        cosine with the bundled model, so weight rises sharply only above ``sim_floor``."""
+        """How much a neighbour counts: nothing at or below ``sim_floor``, then ``sim_power`` growth.
+
+        Defaults come from the bundled example cases, never from the bench suite
+        (``bench/vote_defaults.py``): ``sim_floor`` 0.48 is the 90th percentile of the cosine
+        between examples that share no root cause; ``sim_power`` 1 (linear, nothing argues for
+        sharper); ``other_env_weight`` 0.85 is P(shared cause | other env) / P(shared | same env)."""
         x = max(0.0, (similarity - self.sim_floor) / max(1e-9, 1.0 - self.sim_floor))
         return x ** self.sim_power
 
