@@ -67,3 +67,14 @@ def test_template_errors_are_clear():
     missing = {"envs": TOY["envs"], "templates": {"lr": {**TOY["templates"]["lr"], "fault": "x {nope}"}}}
     with pytest.raises(ScenarioError, match="nope"):
         expand_templates(missing)
+
+
+def test_declared_mirroring_examples_exist():
+    import json
+    from importlib import resources
+
+    folder = resources.files("remedy.cases") / "examples"
+    ids = {json.loads(line)["case_id"] for f in folder.iterdir() if f.name.endswith(".jsonl")
+           for line in f.read_text().splitlines() if line.strip()}
+    declared = {i for s in load_scenarios() for i in s.examples_excluded}
+    assert declared and declared <= ids
