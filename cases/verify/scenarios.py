@@ -49,6 +49,7 @@ __all__ = [
     "bundled_checkpoint",
     "build",
     "build_scenario",
+    "find_built",
     "patient_success_rate",
 ]
 
@@ -313,6 +314,11 @@ def _found(s: Scenario, cache_dir: str | Path | None) -> BuiltScenario | None:
     info = _read_build(run.path) or {}
     return BuiltScenario(s, run, cached=True, source=source, wall_time_s=float(info.get("wall_time_s", 0.0)),
                          success_rate=info.get("success_rate"))
+
+
+def find_built(s: Scenario, cache_dir: str | Path | None = None) -> BuiltScenario | None:
+    """The shipped or cached build of ``s`` when one exists with its current hash; never trains."""
+    return _found(s, cache_dir)
 
 
 def build(s: Scenario, cache_dir: str | Path | None = None, force: bool = False,
