@@ -3,7 +3,7 @@
 ``remedy bench run`` writes its report when the whole pass ends; on a shared 2-core machine
 a pass over a split takes hours, so this script runs the same core (:func:`run_bench`) one
 scenario at a time, writes ``<out>/<split>/<scenario>.json`` after each, skips scenarios
-already written (resume), and renders the combined per-split report (with baselines and
+already written (resume) and patients `bench build` found not failing, and renders the combined per-split report (with baselines and
 oracle solvability) to ``<out>/<split>-report.md`` / ``.json`` from whatever is done.
 
     .venv/bin/python bench/run_split.py --split holdout --rounds 1 --candidates 1 --seeds 2
@@ -66,8 +66,9 @@ def main() -> None:
     chosen = _order(select_scenarios(args.scenarios, split=args.split), args.oracle_results)
     for s in [] if args.report_only else chosen:
         target = folder / f"{s.name}.json"
-        if target.exists():
-            continue
+        record = latest_results([s], args.oracle_results).get(s.name)  # re-read: `bench build` may run alongside
+        if target.exists() or (record is not None and record.verdict == "not_failing"):
+            continue  # done, or no fault scenario at this budget (the patient already succeeds)
         report = run_bench(None, [s], settings, store=None, label="cold")
         target.write_text(json.dumps(asdict(report.scenarios[0]), indent=2, default=str) + "\n")
         print(f"{s.name}: top1={report.scenarios[0].top1} fixed={report.scenarios[0].fixed}", flush=True)
