@@ -36,11 +36,12 @@ PATIENT = Path(str(resources.files("remedy.cases") / "scenarios" / "checkpoints"
 _FIX_CHILD = """
 import sys
 from remedy.kb.facade import KnowledgeBase
+from remedy.cases.verify.verification import VerifyConfig
 from remedy.kb.fixloop import fix, one_torch_thread
 
 class Acking:
     def __init__(self, kb):
-        self.kb, self.root = kb, kb.root
+        self.kb = kb
     def add(self, case):
         out = self.kb.add(case)
         print("ACK", case.case_id, flush=True)  # only after the store (and index) write returned
@@ -49,7 +50,8 @@ class Acking:
 one_torch_thread()
 kb_dir, run_dir, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
 with KnowledgeBase.open(kb_dir) as kb:
-    fix(kb, run_dir, rounds=2, candidates=1, seeds=1, budget=2000, store=Acking(kb), n_episodes=5, seed=seed,
+    fix(kb, run_dir, config=VerifyConfig(seeds=1, budget_steps=2000), rounds=2, candidates=1, store=Acking(kb),
+        n_episodes=5, seed=seed,
         out_dir=kb_dir + "/fixes")
 print("DONE", flush=True)
 """

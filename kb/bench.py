@@ -9,6 +9,18 @@ the diagnosis never sees its answer. Scored per scenario and overall:
 - verified-fix rate: the loop found a patch verified ``improved``;
 - attempts, env steps and wall time to the first verified fix.
 
+**Honest splits.** Every figure is reported per split (``dev``: priors and weights
+may be tuned on it; ``holdout``: never tuned on) next to trivial baselines
+(:mod:`remedy.kb.baselines`): the most frequent cause and a fixed top-3 (both
+computed on the bundled dev split), and, with ``BenchSettings.baselines``, two
+no-diagnosis fixing arms at the same number of verified candidates and the same
+budget per candidate (RL Zoo tuned defaults; seeded random search). Fix rates
+count only scenarios whose oracle fixes them (``remedy bench build`` records
+that in ``bench/data/oracle.jsonl``); unsolvable ones are listed, and fixes that
+are only more training are reported apart from the others. Bundled example cases
+that mirror a scenario (its declared ``examples_excluded``) are hidden from
+retrieval while that scenario is evaluated.
+
 Attempts are stored as cases (source ``bench``, scenario set). Reports are
 written as JSON and Markdown under ``reports/bench/`` (a timestamped file plus
 ``latest.json`` / ``latest.md``). :func:`run_curve` runs the suite cold (an empty
@@ -18,21 +30,23 @@ the OTHER scenarios' cases) — the meta-learning curve.
 
 from __future__ import annotations
 
-import json
 import statistics
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from remedy.cases.errors import ScenarioError
 from remedy.cases.model import Case, RootCause, Source
 from remedy.cases.verify.scenarios import Scenario, build, load_scenarios
 from remedy.cases.verify.verification import VerifyConfig
 
-from .fixloop import FixResult, fix, one_torch_thread
+from .baselines import FIX_BASELINES, BaselineFix, most_frequent_causes, run_fix_baseline, score_constant
+from .facade import KnowledgeBase
+from .fixloop import AttemptStore, FixResult, fix, one_torch_thread
 
 __all__ = [
     "BenchSettings",
@@ -41,6 +55,9 @@ __all__ = [
     "BenchReport",
     "CurveReport",
     "BenchProgress",
+    "SplitSummary",
+    "split_summaries",
+    "dev_baseline_answer",
     "select_scenarios",
     "score_causes",
     "run_bench",
@@ -72,6 +89,9 @@ class BenchSettings:
     exhaustive: bool = False
     k: int = 10
     diagnose_episodes: int = 20
+    baselines: bool = False  # also run the no-diagnosis fixing arms (tuned defaults, random search)
+    baseline_seed: int = 0
+    oracle_results: str | None = None  # None: bench/data/oracle.jsonl
 
     def verify_config(self, scenario: Scenario) -> VerifyConfig:
         """The verification settings for ``scenario``."""
@@ -104,6 +124,10 @@ class ScenarioResult:
     case_ids: list[str]
     statuses: list[str]
     error: str = ""
+    split: str = "dev"
+    solvable: bool | None = None  # the oracle's verdict from `bench build`; None: not checked
+    budget_only_fix: bool = False  # the winning patch only added training steps
+    baselines: dict[str, dict[str, Any]] | None = None  # arm -> BaselineFix as a dict
 
 
 @dataclass(frozen=True)
@@ -122,6 +146,30 @@ class BenchSummary:
 
 
 @dataclass(frozen=True)
+class SplitSummary:
+    """One split's figures next to its baselines.
+
+    Fix rates are over the ``solvable`` scenarios (oracle verified) plus the unchecked ones;
+    ``unsolvable`` (oracle did not fix it, or the patient did not fail) are listed and left out.
+    """
+
+    split: str
+    n: int
+    top1_accuracy: float
+    top3_accuracy: float
+    baseline_answer: list[str]  # the most frequent dev causes, ranked
+    baseline_top1: float  # always answering baseline_answer[0]
+    baseline_top3: float  # always answering baseline_answer[:3]
+    fix_denominator: int
+    unsolvable: list[str]
+    unchecked: list[str]
+    fix_rate: float
+    budget_only_fix_rate: float
+    other_fix_rate: float
+    baseline_fix_rates: dict[str, float]
+
+
+@dataclass(frozen=True)
 class BenchReport:
     """One pass of the suite."""
 
@@ -132,6 +180,7 @@ class BenchReport:
     summary: BenchSummary
     started_at: str
     wall_time_s: float
+    splits: list[SplitSummary] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready report."""
@@ -150,9 +199,12 @@ class CurveReport:
         return {"kind": "curve", "cold": self.cold.as_dict(), "warm": self.warm.as_dict()}
 
 
-def select_scenarios(pattern: str | None = None, quick: bool = False) -> list[Scenario]:
-    """Bundled scenarios matching ``pattern`` (a name glob, or a YAML path/dir/glob); only quick ones if asked."""
-    return [s for s in load_scenarios(pattern) if s.quick or not quick]
+def select_scenarios(pattern: str | None = None, quick: bool = False, split: str = "all") -> list[Scenario]:
+    """Bundled scenarios matching ``pattern`` (a name glob, or a YAML path/dir/glob); only quick ones if asked;
+    only one split (``dev``/``holdout``) unless ``split`` is ``all``."""
+    if split not in ("all", "dev", "holdout"):
+        raise ScenarioError(f"unknown split '{split}'; use dev, holdout or all")
+    return [s for s in load_scenarios(pattern) if (s.quick or not quick) and split in ("all", s.split)]
 
 
 def score_causes(causes: Sequence[RootCause | str], ground_truth: Sequence[RootCause | str]) -> tuple[bool, bool]:
@@ -182,6 +234,37 @@ def summarize(results: Sequence[ScenarioResult]) -> BenchSummary:
     )
 
 
+def dev_baseline_answer(k: int = 3) -> list[str]:
+    """The ``k`` most frequent ground-truth causes over the bundled **dev** scenarios (the diagnosis baselines)."""
+    return most_frequent_causes([[g.value for g in s.ground_truth] for s in load_scenarios() if s.split == "dev"], k)
+
+
+def _split_summary(split: str, rows: Sequence[ScenarioResult], answer: list[str]) -> SplitSummary:
+    n = len(rows)
+    frac = (lambda xs, d: sum(xs) / d if d else 0.0)
+    b1, b3 = score_constant(answer, [r.ground_truth for r in rows])
+    counted = [r for r in rows if r.solvable is not False]
+    arms = sorted({a for r in counted for a in (r.baselines or {})})
+    return SplitSummary(
+        split=split, n=n, top1_accuracy=frac([r.top1 for r in rows], n), top3_accuracy=frac([r.top3 for r in rows], n),
+        baseline_answer=answer, baseline_top1=b1, baseline_top3=b3, fix_denominator=len(counted),
+        unsolvable=[r.scenario for r in rows if r.solvable is False],
+        unchecked=[r.scenario for r in rows if r.solvable is None],
+        fix_rate=frac([r.fixed for r in counted], len(counted)),
+        budget_only_fix_rate=frac([r.fixed and r.budget_only_fix for r in counted], len(counted)),
+        other_fix_rate=frac([r.fixed and not r.budget_only_fix for r in counted], len(counted)),
+        baseline_fix_rates={a: frac([bool((r.baselines or {}).get(a, {}).get("fixed")) for r in counted], len(counted))
+                            for a in arms},
+    )
+
+
+def split_summaries(results: Sequence[ScenarioResult], answer: list[str] | None = None) -> list[SplitSummary]:
+    """Per split (dev, then holdout; only splits present) figures with the diagnosis and fixing baselines."""
+    answer = dev_baseline_answer() if answer is None else answer
+    return [_split_summary(sp, [r for r in results if r.split == sp], answer)
+            for sp in ("dev", "holdout") if any(r.split == sp for r in results)]
+
+
 def _scenario_result(s: Scenario, res: FixResult) -> ScenarioResult:
     first = res.first_diagnosis
     causes = [c.cause.value for c in first.diagnosis.causes] if first is not None else []
@@ -199,7 +282,8 @@ def _scenario_result(s: Scenario, res: FixResult) -> ScenarioResult:
         total_env_steps=res.total_env_steps, total_wall_time_s=round(res.total_wall_time_s, 2),
         winning_patch=None if w is None else w.patch.summary(), winning_effect=eff,
         cited_cases=list(first.diagnosis.cited_cases) if first is not None else [],
-        case_ids=[a.case_id for a in res.attempts], statuses=[a.status for a in res.attempts],
+        case_ids=[a.case_id for a in res.attempts], statuses=[a.status for a in res.attempts], split=s.split,
+        budget_only_fix=w is not None and w.patch.kinds == ["training_budget"],
     )
 
 
@@ -209,28 +293,29 @@ def _errored(s: Scenario, err: Exception) -> ScenarioResult:
         expected_families=[f.value for f in s.expected_families], first_causes=[], top1=False, top3=False,
         fixed=False, attempts=0, attempts_to_fix=None, env_steps_to_fix=None, wall_time_to_fix_s=None,
         total_env_steps=0, total_wall_time_s=0.0, winning_patch=None, winning_effect=None, cited_cases=[],
-        case_ids=[], statuses=[], error=f"{type(err).__name__}: {err}",
+        case_ids=[], statuses=[], error=f"{type(err).__name__}: {err}", split=s.split,
     )
 
 
 def run_bench(
-    kb: Any,
+    kb: KnowledgeBase | None,
     scenarios: Sequence[Scenario],
     settings: BenchSettings = BenchSettings(),
     *,
-    store: Any = "kb",
+    store: AttemptStore | None,
     label: str = "kb",
     cache_dir: str | Path | None = None,
     progress: BenchProgress | None = None,
 ) -> BenchReport:
     """Run the fix loop on each scenario against ``kb`` (None: cold) and score it.
 
-    Attempts are stored as ``bench`` cases in ``store`` (default ``kb``; None: nowhere).
+    Attempts are stored as ``bench`` cases in ``store`` (usually ``kb``; None: nowhere).
     A scenario that cannot be built or crashes the loop is scored as not fixed, with the
     error, and the suite goes on.
     """
     started, t0 = datetime.now(timezone.utc).isoformat(timespec="seconds"), time.perf_counter()
     one_torch_thread()
+    solvable = _solvability(scenarios, settings)
     results = []
     for s in scenarios:
         say = (lambda msg, d, t, name=s.name: progress(name, msg, d, t)) if progress else None
@@ -238,31 +323,56 @@ def run_bench(
             if say:
                 say("building the patient", 0, 0)
             run = build(s, cache_dir=cache_dir)
-            res = fix(kb, run, store=kb if store == "kb" else store, config=settings.verify_config(s),
+            res = fix(kb, run, store=store, config=settings.verify_config(s), exclude_ids=s.examples_excluded,
                       rounds=settings.rounds, candidates=settings.candidates, diagnoser=settings.diagnoser,
                       exhaustive=settings.exhaustive, scenario=s, exclude_scenario=s.name,
                       source=Source.bench, progress=say, k=settings.k,
-                      n_episodes=settings.diagnose_episodes, out_dir=_fix_dir(store, kb))
-            results.append(_scenario_result(s, res))
+                      n_episodes=settings.diagnose_episodes, out_dir=_fix_dir(store))
+            row = _scenario_result(s, res)
+            arms = _baselines(s, run, settings, say) if settings.baselines else None
+            results.append(replace(row, solvable=solvable.get(s.name), baselines=arms))
         except Exception as err:  # noqa: BLE001 - one broken scenario is a scored failure, not a stopped suite
-            results.append(_errored(s, err))
+            results.append(replace(_errored(s, err), solvable=solvable.get(s.name)))
     kb_root = getattr(kb, "root", None)
     return BenchReport(label=label, kb=None if kb_root is None else str(kb_root), settings=settings,
                        scenarios=results, summary=summarize(results), started_at=started,
-                       wall_time_s=round(time.perf_counter() - t0, 2))
+                       wall_time_s=round(time.perf_counter() - t0, 2), splits=split_summaries(results))
 
 
-def _fix_dir(store: Any, kb: Any) -> Path | None:
-    target = kb if store == "kb" else store
-    root = getattr(target, "root", None)
-    return Path(root) / "fixes" if root is not None else Path(tempfile.gettempdir()) / "remedy-bench-fixes"
+def _solvability(scenarios: Sequence[Scenario], settings: BenchSettings) -> dict[str, bool]:
+    """Scenario name -> solvable, from the oracle records of `remedy bench build` (absent: not checked)."""
+    from remedy.cases.verify.solvability import ORACLE_FILE, latest_results
+
+    records = latest_results(scenarios, settings.oracle_results or ORACLE_FILE)
+    return {name: r.verdict == "solvable" for name, r in records.items() if r.verdict != "error"}
+
+
+def _baselines(s: Scenario, run: Any, settings: BenchSettings, say: Any) -> dict[str, dict[str, Any]]:
+    """The no-diagnosis fixing arms at the loop's candidate count and per-candidate budget."""
+    n = settings.rounds * settings.candidates
+    out = {}
+    for arm in FIX_BASELINES:
+        if say:
+            say(f"baseline {arm}", 0, n)
+        try:
+            out[arm] = asdict(run_fix_baseline(arm, s, run, n, settings.verify_config(s), settings.baseline_seed))
+        except Exception as err:  # noqa: BLE001 - a crashed baseline arm counts as not fixed, with the reason
+            out[arm] = asdict(BaselineFix(arm, False, False, 0, 0, [], None, f"{type(err).__name__}: {err}"))
+    return out
+
+
+def _fix_dir(store: AttemptStore | None) -> Path:
+    """Winning patches go beside the KB that stores the attempts, else to a temporary folder."""
+    if isinstance(store, KnowledgeBase):
+        return store.root / "fixes"
+    return Path(tempfile.gettempdir()) / "remedy-bench-fixes"
 
 
 def run_curve(
     scenarios: Sequence[Scenario],
     settings: BenchSettings = BenchSettings(),
     *,
-    work_kb: Any,
+    work_kb: KnowledgeBase,
     cache_dir: str | Path | None = None,
     progress: BenchProgress | None = None,
 ) -> CurveReport:
@@ -277,90 +387,26 @@ def run_curve(
     cold = run_bench(None, scenarios, settings, store=work_kb, label="cold", cache_dir=cache_dir,
                      progress=tag("cold") if tag else None)
     warm_store = _Collector()
-    warm = run_bench(work_kb, scenarios, settings, store=warm_store, label="warm", cache_dir=cache_dir,
-                     progress=tag("warm") if tag else None)
+    # the no-diagnosis arms do not depend on the KB: run once (cold) and shown for both passes
+    warm = run_bench(work_kb, scenarios, replace(settings, baselines=False), store=warm_store, label="warm",
+                     cache_dir=cache_dir, progress=tag("warm") if tag else None)
     work_kb.add_many(warm_store.cases)  # kept after the pass, so the pass itself never saw them
+    arms = {r.scenario: r.baselines for r in cold.scenarios}
+    rows = [replace(r, baselines=arms.get(r.scenario)) for r in warm.scenarios]
+    warm = replace(warm, settings=settings, scenarios=rows, splits=split_summaries(rows))
     return CurveReport(cold=cold, warm=warm)
 
 
 class _Collector:
-    """A store that only collects cases (the warm pass stores after it finishes)."""
+    """An :class:`AttemptStore` that only collects cases (the warm pass stores them after it finishes)."""
 
     def __init__(self) -> None:
         self.cases: list[Case] = []
-        self.root = None
 
     def add(self, case: Case) -> bool:
         self.cases.append(case)
         return True
 
 
-# --------------------------------------------------------------------------- reports
-
-
-def _fmt(v: float | None, spec: str = ".0f") -> str:
-    return "-" if v is None else format(v, spec)
-
-
-def _scenario_rows(report: BenchReport) -> list[str]:
-    rows = ["| scenario | ground truth | first diagnosis (top 3) | top-1 | top-3 | fixed | attempts to fix "
-            "| env steps to fix | wall s to fix | winning patch | effect [CI] |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for r in report.scenarios:
-        e = r.winning_effect
-        eff = "-" if e is None else f"{e['diff']:+.3g} [{e['ci_low']:+.3g}, {e['ci_high']:+.3g}] {e['metric']}"
-        diag = ", ".join(r.first_causes[:3]) or (f"error: {r.error}" if r.error else "-")
-        rows.append(f"| {r.scenario} | {', '.join(r.ground_truth)} | {diag} | {'yes' if r.top1 else 'no'} "
-                    f"| {'yes' if r.top3 else 'no'} | {'yes' if r.fixed else 'no'} | {_fmt(r.attempts_to_fix)} "
-                    f"| {_fmt(r.env_steps_to_fix, ',.0f')} | {_fmt(r.wall_time_to_fix_s)} | {r.winning_patch or '-'} "
-                    f"| {eff} |")
-    return rows
-
-
-def _summary_rows(reports: Sequence[BenchReport]) -> list[str]:
-    head = "| figure | " + " | ".join(r.label for r in reports) + " |"
-    rows = [head, "| --- |" + " --- |" * len(reports)]
-    figures = (("scenarios", lambda s: str(s.n)), ("top-1 accuracy", lambda s: f"{s.top1_accuracy:.0%}"),
-               ("top-3 accuracy", lambda s: f"{s.top3_accuracy:.0%}"),
-               ("verified-fix rate", lambda s: f"{s.fix_rate:.0%}"),
-               ("mean attempts to fix", lambda s: _fmt(s.mean_attempts_to_fix, ".2f")),
-               ("mean env steps to fix", lambda s: _fmt(s.mean_env_steps_to_fix, ",.0f")),
-               ("mean wall s to fix", lambda s: _fmt(s.mean_wall_time_to_fix_s, ".0f")),
-               ("total env steps", lambda s: f"{s.total_env_steps:,}"),
-               ("total wall s", lambda s: f"{s.total_wall_time_s:.0f}"))
-    for name, get in figures:
-        rows.append(f"| {name} | " + " | ".join(get(r.summary) for r in reports) + " |")
-    return rows
-
-
-def render_markdown(report: BenchReport | CurveReport) -> str:
-    """The report as Markdown: overall figures, then one table per pass."""
-    passes = [report.cold, report.warm] if isinstance(report, CurveReport) else [report]
-    s = passes[0].settings
-    title = "Meta-learning curve (cold vs warm)" if isinstance(report, CurveReport) else "Bench run"
-    lines = [f"# {title}", "", f"Started {passes[0].started_at}; diagnoser `{s.diagnoser}`, {s.rounds} round(s), "
-             f"{s.candidates} candidate(s) per round, {s.seeds} seed(s) per arm, budget "
-             f"{'per scenario' if s.budget is None else f'{s.budget:,} steps'}.", "",
-             "Accuracy scores the first diagnosis against the scenario's ground truth; costs are means over "
-             "the scenarios that were fixed. Retrieval excludes each scenario's own cases.", "", "## Overall", "",
-             *_summary_rows(passes)]
-    for p in passes:
-        lines += ["", f"## Scenarios ({p.label})", "", *_scenario_rows(p)]
-    return "\n".join(lines) + "\n"
-
-
-def write_report(report: BenchReport | CurveReport, out_dir: str | Path = DEFAULT_REPORT_DIR) -> list[Path]:
-    """Write ``<stamp>-<kind>.json/.md`` and ``latest.json/.md`` under ``out_dir``; returns the paths."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    kind = "curve" if isinstance(report, CurveReport) else report.label
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    data = json.dumps(report.as_dict(), indent=2, default=str) + "\n"
-    text = render_markdown(report)
-    paths = []
-    for stem in (f"{stamp}-{kind}", "latest"):
-        for suffix, body in ((".json", data), (".md", text)):
-            path = out / f"{stem}{suffix}"
-            path.write_text(body)
-            paths.append(path)
-    return paths
+# Reports live in bench_report (re-exported here: ``from remedy.kb.bench import render_markdown``).
+from .bench_report import render_markdown, write_report  # noqa: E402

@@ -134,6 +134,7 @@ def diagnose_run(
     n_episodes: int = 20,
     seed: int = 0,
     exclude_scenario: str | None = None,
+    exclude_ids: Iterable[str] = (),
     tried: Sequence[Attempt] = (),
     **diagnoser_params: Any,
 ) -> DiagnosisReport:
@@ -143,7 +144,8 @@ def diagnose_run(
     bundle = collect_evidence(run, n_episodes=n_episodes, seed=seed)
     signature = compute_signature(bundle, subject)
     return diagnose_signature(
-        kb, subject, signature, diagnoser=diagnoser, k=k, exclude_scenario=exclude_scenario, tried=tried,
+        kb, subject, signature, diagnoser=diagnoser, k=k, exclude_scenario=exclude_scenario, exclude_ids=exclude_ids,
+        tried=tried,
         episodes=failure_episodes(bundle), reward_code=reward_text(run), notes=tuple(bundle.notes),
         constraints=tuple(c.expr for c in run.config.constraints),
         **diagnoser_params)

@@ -17,7 +17,7 @@ written as a YAML file the user can apply with ``remedy verify --patch``.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -274,6 +274,7 @@ def fix(
     progress: FixProgress | None = None,
     out_dir: str | Path | None = None,
     exclude_scenario: str | None = None,
+    exclude_ids: Iterable[str] = (),
     source: Source = Source.verified,
     k: int = 10,
     n_episodes: int = 20,
@@ -288,7 +289,8 @@ def fix(
     executor to reuse, else one is built from ``config.executor`` and shut down at the end.
     ``scenario`` (a Scenario, or a :class:`ScenarioRef` for a name only) names the stored cases
     and supplies shifted-env variants; benchmarks pass its name as ``exclude_scenario`` so
-    retrieval never sees the scenario's own cases. A screen that clears is confirmed on fresh
+    retrieval never sees the scenario's own cases (and ``exclude_ids``, e.g. example cases that
+    mirror it). A screen that clears is confirmed on fresh
     seeds, at most ``confirmations`` times per loop; only a confirmed candidate wins. The
     winning patch is written under ``out_dir`` (default ``./remedy-fixes``).
     """
@@ -300,7 +302,8 @@ def fix(
     loop = _Loop(kb=kb, store=store, run=run, config=config, executor=runner, scenario=scenario, source=source,
                  progress=progress, max_confirmations=confirmations)
     try:
-        stop = _rounds(loop, rounds, candidates, diagnoser, exhaustive, exclude_scenario, k, n_episodes, seed)
+        stop = _rounds(loop, rounds, candidates, diagnoser, exhaustive, exclude_scenario, tuple(exclude_ids), k,
+                       n_episodes, seed)
     finally:
         if executor is None:
             runner.shutdown()
@@ -308,12 +311,12 @@ def fix(
 
 
 def _rounds(loop: _Loop, rounds: int, k_cands: int, diagnoser: str | Diagnoser, exhaustive: bool, exclude: str | None,
-            k: int, n_episodes: int, seed: int) -> str:
+            exclude_ids: tuple[str, ...], k: int, n_episodes: int, seed: int) -> str:
     """Run the rounds; returns why the loop stopped."""
     for rnd in range(1, rounds + 1):
         loop.say(f"round {rnd}/{rounds}: diagnosing")
         report = diagnose_run(loop.kb, loop.run, diagnoser=diagnoser, k=k, n_episodes=n_episodes, seed=seed,
-                              exclude_scenario=exclude, tried=loop.tried())
+                              exclude_scenario=exclude, exclude_ids=exclude_ids, tried=loop.tried())
         loop.diagnoses.append(report)
         chosen = _fresh(report, loop, k_cands)
         if not chosen:

@@ -109,9 +109,9 @@ class OfflineDiagnoser:
         cause_link_floor: float = 0.25,
         max_candidates: int = 8,
         max_causes: int = 5,
-        sim_floor: float = 0.6,
-        sim_power: float = 2.0,
-        other_env_weight: float = 0.5,
+        sim_floor: float = 0.48,
+        sim_power: float = 1.0,
+        other_env_weight: float = 0.85,
         text_sim_floor: float = 0.3,
         imported_weight: float = 0.5,
         contradiction_weight: float = 1.0,
@@ -221,10 +221,14 @@ class OfflineDiagnoser:
         return self.unverified_weight, "unverified"
 
     def _kernel(self, similarity: float, floor: float | None = None) -> float:
-        """How much a neighbour counts: summaries of the same kind of agent already sit near 0.7
-        cosine with the bundled model, so weight rises sharply only above ``sim_floor``. A user's
-        description sits further from the stored summaries than a measured signature's summary
-        does, so text contexts use ``text_sim_floor`` (chosen on the describe bench's dev split)."""
+        """How much a neighbour counts: nothing at or below ``sim_floor``, then ``sim_power`` growth.
+
+        Defaults come from the bundled example cases, never from the bench suite
+        (``bench/vote_defaults.py``): ``sim_floor`` 0.48 is the 90th percentile of the cosine
+        between examples that share no root cause; ``sim_power`` 1 (linear, nothing argues for
+        sharper); ``other_env_weight`` 0.85 is P(shared cause | other env) / P(shared | same env).
+        A user's description sits further from the stored summaries than a measured signature's
+        summary does, so text contexts use ``text_sim_floor`` (chosen on the describe bench's dev split)."""
         floor = self.sim_floor if floor is None else floor
         x = max(0.0, (similarity - floor) / max(1e-9, 1.0 - floor))
         return x ** self.sim_power

@@ -3,5 +3,7 @@ fault-scenario suite used to benchmark the whole loop.
 
 ``training`` trains and fine-tunes, ``arms`` runs one arm (treatment or control) of one seed,
 ``executors`` runs arms on a local pool or Ray, ``stats`` holds the effect statistics,
-``verification`` ties them into a stored case, ``scenarios`` defines the fault suite.
+``verification`` ties them into a stored case, ``scenarios`` defines the fault suite,
+``templates`` expands the parameterized fault templates into it, and ``solvability`` checks
+that each patient fails and its oracle patch fixes it.
 """

@@ -20,9 +20,9 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..algos import AlgoName
 from ..evidence.constraints import Constraint
@@ -31,6 +31,7 @@ from ..model import RemedyFamily, RootCause
 from ..evidence.rundir import RunConfig, RunDir, write_run_yaml
 from ..success import SuccessSpec
 from ..evidence.wrappers import WrapperSpec
+from ..patches.spec import Patch
 from ..yamlfile import load_yaml_model
 
 __all__ = [
@@ -41,12 +42,14 @@ __all__ = [
     "Scenario",
     "BuiltScenario",
     "load_scenarios",
+    "bundled_scenarios",
     "load_scenario",
     "scenario_hash",
     "default_cache_dir",
     "bundled_checkpoint",
     "build",
     "build_scenario",
+    "find_built",
     "patient_success_rate",
 ]
 
@@ -93,6 +96,20 @@ class Scenario(BaseModel):
     eval_episodes: int = Field(20, ge=1)
     finetune_budget: int | None = Field(None, ge=0)
     reward_ref: str | None = None
+    #: ``dev`` (priors, weights and prompts may be tuned on it) or ``holdout`` (reported, never tuned on).
+    split: Literal["dev", "holdout"] = "dev"
+    #: a known fix in the patch schema; ``remedy bench build`` checks it fixes the patient (oracle solvability).
+    oracle: Patch | None = None
+    #: the fault family (template name) and env cell this scenario belongs to; the split holds out whole cells.
+    family: str | None = None
+    #: bundled example case ids that describe this very fault; retrieval drops them while this scenario is evaluated.
+    examples_excluded: list[str] = Field(default_factory=list)
+
+    @field_validator("oracle", mode="before")
+    @classmethod
+    def _one_part_oracle(cls, v: Any) -> Any:
+        # a single part ({kind: ...}) is accepted, as in patch files
+        return Patch.from_data(v) if isinstance(v, dict) else v
 
     @property
     def budget(self) -> int:
@@ -151,16 +168,20 @@ def _paths_for(pattern: str) -> list[Path] | None:
     return None
 
 
-def load_scenarios(glob_or_paths: str | Path | Iterable[str | Path] | None = None) -> list[Scenario]:
-    """Scenarios from files: the bundled set by default; a directory, file, path glob, or a name glob
-    (``"cartpole_*"``) over the bundled names. Names must be unique."""
-    if glob_or_paths is None:
-        files: list[Path] = sorted(SCENARIO_DIR.glob("*.yaml"))
-    elif isinstance(glob_or_paths, (str, Path)):
-        files = _resolve_one(str(glob_or_paths))
-    else:
-        files = [f for item in glob_or_paths for f in _resolve_one(str(item))]
-    scenarios = [load_scenario(f) for f in files]
+def _hand_files() -> list[Path]:
+    return sorted(SCENARIO_DIR.glob("*.yaml"))
+
+
+def bundled_scenarios() -> list[Scenario]:
+    """The bundled suite: the hand-written scenario files, then the fault templates' expansion."""
+    from .templates import load_template_scenarios
+
+    hand = [load_scenario(f) for f in _hand_files()]
+    reserved = frozenset((s.family, s.env_id) for s in hand if s.family)
+    return _unique(hand + load_template_scenarios(reserved=reserved))
+
+
+def _unique(scenarios: list[Scenario]) -> list[Scenario]:
     seen: set[str] = set()
     for s in scenarios:
         if s.name in seen:
@@ -169,14 +190,28 @@ def load_scenarios(glob_or_paths: str | Path | Iterable[str | Path] | None = Non
     return scenarios
 
 
-def _resolve_one(pattern: str) -> list[Path]:
-    paths = _paths_for(pattern)
-    if paths is None:  # a name glob over the bundled scenarios
-        paths = [f for f in sorted(SCENARIO_DIR.glob("*.yaml")) if fnmatch.fnmatch(f.stem, pattern)]
-    if not paths:
-        known = ", ".join(f.stem for f in sorted(SCENARIO_DIR.glob("*.yaml")))
-        raise ScenarioError(f"no scenario matches '{pattern}'; bundled scenarios: {known}")
-    return paths
+def load_scenarios(glob_or_paths: str | Path | Iterable[str | Path] | None = None) -> list[Scenario]:
+    """Scenarios: the bundled suite by default (hand files + templates); a directory, file, path glob,
+    or a name glob (``"cartpole_*"``) over the bundled names. Names must be unique."""
+    if glob_or_paths is None:
+        return bundled_scenarios()
+    items = [glob_or_paths] if isinstance(glob_or_paths, (str, Path)) else list(glob_or_paths)
+    out: list[Scenario] = []
+    bundled: list[Scenario] | None = None
+    for item in items:
+        paths = _paths_for(str(item))
+        if paths is not None:
+            if not paths:
+                raise ScenarioError(f"no scenario file matches '{item}'; give a YAML file, directory or path glob")
+            out += [load_scenario(f) for f in paths]
+            continue
+        bundled = bundled if bundled is not None else bundled_scenarios()
+        matched = [s for s in bundled if fnmatch.fnmatch(s.name, str(item))]
+        if not matched:
+            known = ", ".join(s.name for s in bundled)
+            raise ScenarioError(f"no scenario matches '{item}'; bundled scenarios: {known}")
+        out += matched
+    return _unique(out)
 
 
 def scenario_hash(s: Scenario) -> str:
@@ -297,6 +332,11 @@ def _found(s: Scenario, cache_dir: str | Path | None) -> BuiltScenario | None:
     info = _read_build(run.path) or {}
     return BuiltScenario(s, run, cached=True, source=source, wall_time_s=float(info.get("wall_time_s", 0.0)),
                          success_rate=info.get("success_rate"))
+
+
+def find_built(s: Scenario, cache_dir: str | Path | None = None) -> BuiltScenario | None:
+    """The shipped or cached build of ``s`` when one exists with its current hash; never trains."""
+    return _found(s, cache_dir)
 
 
 def build(s: Scenario, cache_dir: str | Path | None = None, force: bool = False,

@@ -288,11 +288,27 @@ def fix_cmd(
     _render_fix(result)
 
 
-def _bench_settings(diagnoser, rounds, candidates, seeds, budget, executor):
+def _bench_settings(diagnoser, rounds, candidates, seeds, budget, executor, baselines=False, oracle_results=None):
     from remedy.kb.bench import BenchSettings
 
     return BenchSettings(diagnoser=diagnoser, rounds=rounds, candidates=candidates, seeds=seeds, budget=budget,
-                         executor=executor)
+                         executor=executor, baselines=baselines,
+                         oracle_results=None if oracle_results is None else str(oracle_results))
+
+
+def _split_table(reports) -> Table:
+    """Per split: Remedy's accuracy and fix rate next to the baselines'."""
+    t = Table(title="Per split, with baselines", title_justify="left")
+    for col in ("split", "pass", "n", "top-1", "top-3", "fix rate (solvable)", "budget-only / other",
+                "baseline top-1 / top-3", "baseline fix rates", "unsolvable"):
+        t.add_column(col, overflow="fold")
+    for r in reports:
+        for x in r.splits:
+            arms = ", ".join(f"{a} {v:.0%}" for a, v in sorted(x.baseline_fix_rates.items())) or "not run"
+            t.add_row(x.split, r.label, str(x.n), f"{x.top1_accuracy:.0%}", f"{x.top3_accuracy:.0%}",
+                      f"{x.fix_rate:.0%} of {x.fix_denominator}", f"{x.budget_only_fix_rate:.0%} / {x.other_fix_rate:.0%}",
+                      f"{x.baseline_top1:.0%} / {x.baseline_top3:.0%}", arms, ", ".join(x.unsolvable) or "-")
+    return t
 
 
 def _bench_table(reports) -> Table:
@@ -336,6 +352,11 @@ QuickOption = Annotated[bool, typer.Option("--quick", help="Only the quick defau
 ReportsOption = Annotated[Path, typer.Option("--reports", help="Where the JSON and Markdown reports go.")]
 CacheOption = Annotated[
     Path | None, typer.Option("--cache", help="Scenario build cache (default ~/.cache/remedy/scenarios).")]
+SplitOption = Annotated[str, typer.Option("--split", help="dev, holdout or all (each reported separately).")]
+BaselinesOption = Annotated[bool, typer.Option(
+    "--baselines/--no-baselines", help="Also run the no-diagnosis fixing arms (RL Zoo defaults, random search).")]
+OracleOption = Annotated[Path | None, typer.Option(
+    "--oracle-results", help="Oracle solvability records (default bench/data/oracle.jsonl, from `bench build`).")]
 
 
 def bench_run(
@@ -349,17 +370,20 @@ def bench_run(
     cold: Annotated[
         bool, typer.Option("--cold", help="Diagnose against an empty KB (built-in priors only).")] = False,
     quick: QuickOption = False,
+    split: SplitOption = "all",
+    baselines: BaselinesOption = True,
+    oracle_results: OracleOption = None,
     reports: ReportsOption = Path("reports/bench"),
     cache: CacheOption = None,
     kb: KbOption = Path(DEFAULT_KB),
     as_json: JsonOption = False,
 ) -> None:
-    """Run the fix loop on each fault scenario; score diagnosis accuracy, fix rate and cost to fix."""
+    """Run the fix loop on each fault scenario; score accuracy and fix rate per split, next to baselines."""
     from remedy.kb.bench import run_bench, select_scenarios, write_report
     from remedy.kb.facade import KnowledgeBase
 
-    chosen = select_scenarios(scenarios, quick)
-    settings = _bench_settings(diagnoser, rounds, candidates, seeds, budget, executor)
+    chosen = select_scenarios(scenarios, quick, split)
+    settings = _bench_settings(diagnoser, rounds, candidates, seeds, budget, executor, baselines, oracle_results)
     _backend(diagnoser)
     with KnowledgeBase.open(kb, create=True) as base, _Live(disable=as_json) as live:
         report = run_bench(None if cold else base, chosen, settings, store=base, label="cold" if cold else "kb",
@@ -369,6 +393,7 @@ def bench_run(
         print_json({**report.as_dict(), "written": [str(p) for p in paths]})
         return
     console.print(_scenario_table(report))
+    console.print(_split_table([report]))
     console.print(_bench_table([report]))
     console.print("wrote " + ", ".join(str(p) for p in paths), highlight=False, soft_wrap=True)
 
@@ -381,6 +406,9 @@ def bench_curve(
     budget: BudgetOption = None,
     executor: ExecutorOption = "local",
     quick: QuickOption = False,
+    split: SplitOption = "all",
+    baselines: BaselinesOption = True,
+    oracle_results: OracleOption = None,
     reports: ReportsOption = Path("reports/bench"),
     cache: CacheOption = None,
     keep: Annotated[Path | None, typer.Option("--keep-kb", help="Keep the curve's KB (cold and warm cases) here "
@@ -393,8 +421,8 @@ def bench_curve(
     from remedy.kb.bench import run_curve, select_scenarios, write_report
     from remedy.kb.facade import KnowledgeBase
 
-    chosen = select_scenarios(scenarios, quick)
-    settings = _bench_settings(diagnoser, rounds, candidates, seeds, budget, executor)
+    chosen = select_scenarios(scenarios, quick, split)
+    settings = _bench_settings(diagnoser, rounds, candidates, seeds, budget, executor, baselines, oracle_results)
     _backend(diagnoser)
     with tempfile.TemporaryDirectory(prefix="remedy-curve-") as tmp:
         where = keep if keep is not None else Path(tmp) / "kb"
@@ -408,6 +436,7 @@ def bench_curve(
         return
     console.print(_scenario_table(curve.cold))
     console.print(_scenario_table(curve.warm))
+    console.print(_split_table([curve.cold, curve.warm]))
     console.print(_bench_table([curve.cold, curve.warm]))
     console.print("wrote " + ", ".join(str(p) for p in paths), highlight=False, soft_wrap=True)
 

@@ -111,7 +111,7 @@ def test_bench_never_cites_the_evaluated_scenarios_own_cases(kb, scenario_file, 
     kb.add_many([own, other])
     # without exclusion the planted case of this very scenario is the nearest and gets cited
     assert "c-own" in diagnose_run(kb, run, n_episodes=3).diagnosis.cited_cases
-    report = run_bench(kb, [s], TINY, cache_dir=cache)
+    report = run_bench(kb, [s], TINY, store=kb, cache_dir=cache)
     (row,) = report.scenarios
     assert row.error == "" and row.cited_cases
     assert "c-own" not in row.cited_cases and "c-other" in row.cited_cases

@@ -23,12 +23,18 @@ def _app():
 
 def test_bench_build_json_then_cached(tmp_path):
     (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(TINY))
-    args = ["bench", "build", "--scenarios", str(tmp_path / "tiny.yaml"), "--cache", str(tmp_path / "cache"), "--json"]
+    args = ["bench", "build", "--scenarios", str(tmp_path / "tiny.yaml"), "--cache", str(tmp_path / "cache"),
+            "--results", str(tmp_path / "oracle.jsonl"), "--json"]
     first = CliRunner().invoke(_app(), args)
     assert first.exit_code == 0, first.output
     row = json.loads(first.output)[0]
     assert row["scenario"] == "tiny_cli_cartpole" and row["cached"] is False and row["train_steps"] == 128
+    assert row["verdict"] in ("no_oracle", "not_failing") and row["split"] == "dev"
     second = CliRunner().invoke(_app(), args)
-    assert json.loads(second.output)[0]["cached"] is True
+    again = json.loads(second.output)[0]
+    assert again["cached"] is True and again["source"] == "recorded"  # resumed: the record is reused
+    assert len((tmp_path / "oracle.jsonl").read_text().splitlines()) == 1
+    bad = CliRunner().invoke(_app(), args[:-1] + ["--shard", "3/2"])
+    assert bad.exit_code != 0
     table = CliRunner().invoke(_app(), args[:-1])
     assert table.exit_code == 0 and "tiny_cli_cartpole" in table.output

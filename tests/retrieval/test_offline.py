@@ -99,7 +99,7 @@ def test_budget_scales_with_the_original_training_steps():
     report = OfflineDiagnoser().diagnose(_ctx(CARTPOLE, sig))
     assert report.top_cause == RootCause.undertraining
     budget = next(c for c in report.candidates if c.family == RemedyFamily.training_budget)
-    assert budget.patch.parts[0].extra_steps == 50_000  # 2.5 x 50k, capped at the Zoo's 100k in total
+    assert budget.patch.parts[0].extra_steps == 50_000  # doubling: 1 x 50k, within the Zoo's 100k in total
 
 
 def test_small_budgets_get_a_multiple_of_themselves():
@@ -107,7 +107,7 @@ def test_small_budgets_get_a_multiple_of_themselves():
     subject = CARTPOLE.model_copy(update={"train_steps": 8_000})
     report = OfflineDiagnoser().diagnose(_ctx(subject, sig))
     budget = next(c for c in report.candidates if c.family == RemedyFamily.training_budget)
-    assert budget.patch.parts[0].extra_steps == 20_000  # 2.5 x 8k
+    assert budget.patch.parts[0].extra_steps == 8_000  # doubling: 1 x 8k
 
 
 def test_nothing_matched_is_unknown():
@@ -180,7 +180,9 @@ def test_cases_below_min_similarity_are_ignored():
 
 
 def test_reward_code_from_another_env_does_not_travel():
-    foreign = OfflineDiagnoser().diagnose(_ctx()).candidates[0].patch  # written for LunarLander
+    code = ("def shaped_reward(obs, action, reward, next_obs, terminated, truncated, info):\n"
+            "    return float(reward) + 10.0 * float(next_obs[6])\n")  # pays LunarLander's leg contact
+    foreign = Patch.from_data({"kind": "reward_shaping", "description": "leg-contact bonus", "code": code})
     other = LANDER.model_copy(update={"env_id": "MountainCarContinuous-v0"})
     ctx = _ctx(subject=other, cases=(RetrievedCase(_case("c-x", "reward_misspecification", foreign, "improved"), 0.9),))
     report = OfflineDiagnoser().diagnose(ctx)

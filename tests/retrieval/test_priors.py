@@ -122,10 +122,12 @@ def test_time_cost_restores_the_original_reward_and_charges_per_step():
                  and fam == RemedyFamily.reward_shaping)
     fn = compile_reward(patch.parts[0].code)
     obs = [0.0] * 8
+    cost = float(patch.parts[0].description.rsplit(" ", 1)[1])
+    assert 0.01 <= cost <= 1.0  # a tenth of the per-step reward scale, not a lander-specific constant
     # a survival-biased training reward of +1.3 while the env's own reward was -0.2: hovering now costs
-    assert fn(obs, [0.0, 0.0], 1.3, obs, False, False, {"original_reward": -0.2}) == pytest.approx(-1.2)
+    assert fn(obs, [0.0, 0.0], 1.3, obs, False, False, {"original_reward": -0.2}) == pytest.approx(-0.2 - cost)
     landed = fn(obs, [0.0, 0.0], 0.0, obs, True, False, {"original_reward": 100.0})
-    assert landed == pytest.approx(199.0)
+    assert landed == pytest.approx(100.0 - cost)  # the env's own landing reward, no extra bonus
 
 
 def test_potential_shaping_is_potential_based():

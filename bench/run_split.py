@@ -1,0 +1,88 @@
+"""Resumable `bench run` over one split, one scenario at a time, each result kept as data.
+
+``remedy bench run`` writes its report when the whole pass ends; on a shared 2-core machine
+a pass over a split takes hours, so this script runs the same core (:func:`run_bench`) one
+scenario at a time, writes ``<out>/<split>/<scenario>.json`` after each, skips scenarios
+already written (resume) and patients `bench build` found not failing, and renders the combined per-split report (with baselines and
+oracle solvability) to ``<out>/<split>-report.md`` / ``.json`` from whatever is done.
+
+    .venv/bin/python bench/run_split.py --split holdout --rounds 1 --candidates 1 --seeds 2
+    .venv/bin/python bench/run_split.py --split dev --report-only
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict, fields
+from pathlib import Path
+
+from remedy.cases.verify.solvability import ORACLE_FILE, latest_results
+from remedy.kb.bench import (
+    BenchReport,
+    BenchSettings,
+    ScenarioResult,
+    render_markdown,
+    run_bench,
+    select_scenarios,
+    split_summaries,
+    summarize,
+)
+
+
+def _load(path: Path) -> ScenarioResult:
+    data = json.loads(path.read_text())
+    names = {f.name for f in fields(ScenarioResult)}
+    return ScenarioResult(**{k: v for k, v in data.items() if k in names})
+
+
+def _order(scenarios, oracle_file):
+    """Solvable scenarios first (they are the fix-rate denominators), then unchecked, then the rest."""
+    records = latest_results(scenarios, oracle_file)
+
+    def rank(s) -> int:
+        r = records.get(s.name)
+        return 1 if r is None else (0 if r.verdict == "solvable" else 2)
+
+    return sorted(scenarios, key=lambda s: (rank(s), s.name))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--split", choices=["dev", "holdout"], required=True)
+    ap.add_argument("--scenarios", default=None, help="name glob within the split")
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--candidates", type=int, default=1)
+    ap.add_argument("--seeds", type=int, default=2)
+    ap.add_argument("--no-baselines", action="store_true")
+    ap.add_argument("--out", type=Path, default=Path("bench/data/runs"))
+    ap.add_argument("--oracle-results", type=Path, default=ORACLE_FILE)
+    ap.add_argument("--report-only", action="store_true", help="only render the report from what is done")
+    args = ap.parse_args()
+    settings = BenchSettings(rounds=args.rounds, candidates=args.candidates, seeds=args.seeds,
+                             baselines=not args.no_baselines, oracle_results=str(args.oracle_results))
+    folder = args.out / args.split
+    folder.mkdir(parents=True, exist_ok=True)
+    chosen = _order(select_scenarios(args.scenarios, split=args.split), args.oracle_results)
+    for s in [] if args.report_only else chosen:
+        target = folder / f"{s.name}.json"
+        record = latest_results([s], args.oracle_results).get(s.name)  # re-read: `bench build` may run alongside
+        if target.exists() or (record is not None and record.verdict == "not_failing"):
+            continue  # done, or no fault scenario at this budget (the patient already succeeds)
+        report = run_bench(None, [s], settings, store=None, label="cold")
+        target.write_text(json.dumps(asdict(report.scenarios[0]), indent=2, default=str) + "\n")
+        print(f"{s.name}: top1={report.scenarios[0].top1} fixed={report.scenarios[0].fixed}", flush=True)
+    done = [_load(p) for p in sorted(folder.glob("*.json"))]
+    records = latest_results(chosen, args.oracle_results)  # solvability may have been recorded since
+    done = [r.__class__(**{**asdict(r), "solvable": None if r.scenario not in records or records[r.scenario].verdict
+                           == "error" else records[r.scenario].verdict == "solvable"}) for r in done]
+    report = BenchReport(label="cold", kb=None, settings=settings, scenarios=done, summary=summarize(done),
+                         started_at="(per scenario)", wall_time_s=sum(r.total_wall_time_s for r in done),
+                         splits=split_summaries(done))
+    (args.out / f"{args.split}-report.md").write_text(render_markdown(report))
+    (args.out / f"{args.split}-report.json").write_text(json.dumps(report.as_dict(), indent=2, default=str) + "\n")
+    print(f"{len(done)}/{len(chosen)} scenarios of {args.split} done; report in {args.out}/{args.split}-report.md")
+
+
+if __name__ == "__main__":
+    main()

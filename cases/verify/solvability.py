@@ -1,0 +1,225 @@
+"""Oracle solvability: does each bench patient fail, and does its known fix (the oracle) fix it?
+
+For every scenario :func:`check_scenario` builds the patient (shipped, cached or
+trained), measures its success rate on the original task, and verifies the
+scenario's ``oracle`` patch against a same-budget control with
+:func:`~remedy.cases.verify.verification.verify_patch` (the scenario's own
+fine-tune budget). The verdict is one of:
+
+- ``solvable``: the patient fails and the oracle's verification says ``improved``;
+- ``unsolvable``: the patient fails but its oracle does not fix it within the
+  budget (left out of fix-rate denominators and listed in bench reports);
+- ``not_failing``: the patient already succeeds (success rate at or above
+  :data:`FAIL_BELOW`), so it is no fault scenario at this budget;
+- ``no_oracle`` / ``error``: nothing to check, or the check crashed (with the reason).
+
+Results are appended, one JSON object a line, to a results file (tracked in
+git: ``bench/data/oracle.jsonl`` by default) keyed by :func:`oracle_key` (the
+scenario's training hash, its oracle, budget and the check settings), so a
+re-run skips what is done (resume) and shards (``shard=(i, n)``) split the work
+between processes that append to the same file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import ScenarioError
+from .scenarios import Scenario, build_scenario, scenario_hash
+
+__all__ = [
+    "FAIL_BELOW",
+    "ORACLE_FILE",
+    "OracleSettings",
+    "OracleResult",
+    "oracle_key",
+    "parse_shard",
+    "shard_of",
+    "by_cost",
+    "estimated_steps",
+    "read_results",
+    "latest_results",
+    "pending",
+    "check_scenario",
+    "check_scenarios",
+]
+
+#: a patient "fails" when its success rate on the original task is below this.
+FAIL_BELOW = 0.5
+#: the tracked results file (relative to the repository root / working directory).
+ORACLE_FILE = Path("bench") / "data" / "oracle.jsonl"
+#: bump when the check itself changes what a stored result means.
+ORACLE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class OracleSettings:
+    """How the oracle is verified: seeds per arm, evaluation episodes (None: the scenario's), workers."""
+
+    seeds: int = 2
+    eval_episodes: int | None = None
+    workers: int = 1
+
+
+@dataclass(frozen=True)
+class OracleResult:
+    """One scenario's solvability record (one line of the results file)."""
+
+    scenario: str
+    key: str
+    split: str
+    family: str | None
+    verdict: str  # solvable | unsolvable | not_failing | no_oracle | error
+    patient_success: float | None
+    oracle: str | None
+    oracle_status: str | None = None
+    oracle_effect: dict[str, float] | None = None
+    oracle_per_seed: dict[str, list[float]] | None = None
+    budget_steps: int = 0
+    env_steps: int = 0
+    wall_time_s: float = 0.0
+    reason: str = ""
+    checked_at: str = ""
+
+
+def oracle_key(s: Scenario, settings: OracleSettings) -> str:
+    """What a stored result depends on: the patient's hash, the oracle, the budget and the check settings."""
+    payload = {"v": ORACLE_VERSION, "patient": scenario_hash(s), "budget": s.budget,
+               "oracle": None if s.oracle is None else s.oracle.model_dump(mode="json"),
+               "seeds": settings.seeds, "episodes": settings.eval_episodes or s.eval_episodes}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def parse_shard(text: str | None) -> tuple[int, int] | None:
+    """``"i/n"`` (1-based, i <= n) as ``(i, n)``; None for no sharding."""
+    if not text:
+        return None
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise ScenarioError(f"--shard '{text}' is not i/n; write e.g. --shard 1/2") from None
+    if not 1 <= i <= n:
+        raise ScenarioError(f"--shard {text}: i must be between 1 and n; write e.g. --shard 1/{max(n, 1)}")
+    return i, n
+
+
+def estimated_steps(s: Scenario, seeds: int = 2) -> int:
+    """Rough env steps a check costs (patient training plus both arms of every seed); orders the work."""
+    extra = sum(getattr(p, "extra_steps", 0) for p in s.oracle.parts) if s.oracle is not None else 0
+    return s.train_steps + seeds * 2 * (s.budget + extra)
+
+
+def by_cost(scenarios: Sequence[Scenario], seeds: int = 2) -> list[Scenario]:
+    """Cheapest checks first (ties by name), so an interrupted run has finished as many scenarios as it could."""
+    return sorted(scenarios, key=lambda s: (estimated_steps(s, seeds), s.name))
+
+
+def shard_of(scenarios: Sequence[Scenario], shard: tuple[int, int] | None) -> list[Scenario]:
+    """The scenarios of shard ``(i, n)``: every n-th by position, starting at the i-th (all when None)."""
+    if shard is None:
+        return list(scenarios)
+    i, n = shard
+    return [s for pos, s in enumerate(scenarios) if pos % n == i - 1]
+
+
+def read_results(path: str | Path = ORACLE_FILE) -> list[OracleResult]:
+    """Every record in a results file, in file order (missing file: none; a torn last line is skipped)."""
+    p = Path(path)
+    if not p.is_file():
+        return []
+    out = []
+    for line in p.read_text().splitlines():
+        try:
+            out.append(OracleResult(**json.loads(line)))
+        except (ValueError, TypeError):
+            continue  # a line cut by a killed writer; the scenario is simply checked again
+    return out
+
+
+def latest_results(scenarios: Sequence[Scenario], path: str | Path = ORACLE_FILE,
+                   settings: OracleSettings = OracleSettings()) -> dict[str, OracleResult]:
+    """The current record per scenario name (matching key; the last one wins), for scenarios that have one."""
+    keys = {s.name: oracle_key(s, settings) for s in scenarios}
+    return {r.scenario: r for r in read_results(path) if keys.get(r.scenario) == r.key}
+
+
+def pending(scenarios: Sequence[Scenario], path: str | Path = ORACLE_FILE,
+            settings: OracleSettings = OracleSettings()) -> list[Scenario]:
+    """Scenarios without a current record (what a resumed run still has to do); ``error`` records are retried."""
+    done = {n for n, r in latest_results(scenarios, path, settings).items() if r.verdict != "error"}
+    return [s for s in scenarios if s.name not in done]
+
+
+def _record(s: Scenario, settings: OracleSettings, verdict: str, success: float | None, **extra: Any) -> OracleResult:
+    return OracleResult(scenario=s.name, key=oracle_key(s, settings), split=s.split, family=s.family, verdict=verdict,
+                        patient_success=success, oracle=None if s.oracle is None else s.oracle.summary(),
+                        checked_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **{"budget_steps": s.budget, **extra})
+
+
+def check_scenario(s: Scenario, settings: OracleSettings = OracleSettings(), *, cache_dir: str | Path | None = None,
+                   progress: Callable[[str], None] | None = None) -> OracleResult:
+    """Build ``s``'s patient, measure it, and verify its oracle (see the module docstring for verdicts)."""
+    from .executors import get_executor
+    from .verification import VerifyConfig, verify_patch
+
+    t0 = time.perf_counter()
+    built = build_scenario(s, cache_dir)
+    success = built.success_rate
+    if success is None:
+        from .scenarios import patient_success_rate
+
+        success = patient_success_rate(built.run, s.eval_episodes)
+    if success >= FAIL_BELOW:
+        return _record(s, settings, "not_failing", success, wall_time_s=round(time.perf_counter() - t0, 1))
+    if s.oracle is None:
+        return _record(s, settings, "no_oracle", success)
+    if progress:
+        progress(f"verifying the oracle: {s.oracle.summary()}")
+    config = VerifyConfig(seeds=settings.seeds, budget_steps=s.budget,
+                          eval_episodes=settings.eval_episodes or s.eval_episodes, n_envs=s.n_envs)
+    case = verify_patch(built.run, s.oracle, config, executor=get_executor("local", max_workers=settings.workers),
+                        scenario=s)
+    v = case.verification
+    eff = None if v.effect is None else {k: getattr(v.effect, k) for k in ("treatment", "control", "diff",
+                                                                          "ci_low", "ci_high")} | {"metric": v.effect.metric}
+    verdict = "solvable" if v.status.value == "improved" else ("error" if v.status.value == "failed" else "unsolvable")
+    return _record(s, settings, verdict, success, oracle_status=v.status.value, oracle_effect=eff,
+                   oracle_per_seed=dict(v.per_seed) or None, env_steps=v.env_steps, reason=v.reason,
+                   wall_time_s=round(time.perf_counter() - t0, 1), budget_steps=v.budget_steps)
+
+
+def _append(path: Path, result: OracleResult) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as fh:  # one write per line: concurrent shards append whole lines
+        fh.write(json.dumps(asdict(result), default=str) + "\n")
+
+
+def check_scenarios(scenarios: Sequence[Scenario], settings: OracleSettings = OracleSettings(), *,
+                    results: str | Path = ORACLE_FILE, shard: tuple[int, int] | None = None,
+                    cache_dir: str | Path | None = None, force: bool = False,
+                    progress: Callable[[str, str], None] | None = None) -> list[OracleResult]:
+    """Check this shard's scenarios that have no current record (all of them with ``force``); append each result.
+
+    A crash in one scenario is recorded as verdict ``error`` with the reason and the run goes on.
+    """
+    path = Path(results)
+    mine = shard_of(scenarios, shard)
+    todo = mine if force else pending(mine, path, settings)
+    out = []
+    for s in todo:
+        say = (lambda msg, name=s.name: progress(name, msg)) if progress else None
+        try:
+            result = check_scenario(s, settings, cache_dir=cache_dir, progress=say)
+        except Exception as err:  # noqa: BLE001 - one broken scenario is a recorded error, not a stopped suite
+            result = _record(s, settings, "error", None, reason=f"{type(err).__name__}: {err}")
+        _append(path, result)
+        out.append(result)
+        if say:
+            say(f"{result.verdict} ({result.wall_time_s:.0f} s)")
+    return out

@@ -1,0 +1,70 @@
+"""Oracle solvability: shard and resume logic, the results file, and one real tiny check."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from remedy.cases.errors import ScenarioError
+from remedy.cases.verify.scenarios import Scenario
+from remedy.cases.verify.solvability import (
+    OracleSettings,
+    by_cost,
+    check_scenarios,
+    latest_results,
+    oracle_key,
+    parse_shard,
+    pending,
+    read_results,
+    shard_of,
+)
+
+TINY = {
+    "name": "tiny_oracle_cartpole", "description": "a few hundred steps of CartPole", "env_id": "CartPole-v1",
+    "algo": "PPO", "hyperparams": {"n_steps": 32, "batch_size": 64, "n_epochs": 1, "policy_kwargs": {"net_arch": [8]}},
+    "train_steps": 128, "n_envs": 2, "fault": "undertrained", "ground_truth": ["undertraining"],
+    "expected_families": ["training_budget"], "success": {"kind": "terminated", "survive": True}, "eval_episodes": 2,
+    "finetune_budget": 128, "oracle": {"kind": "training_budget", "extra_steps": 256},
+}
+
+
+def _scenarios(n: int) -> list[Scenario]:
+    return [Scenario.model_validate({**TINY, "name": f"s{i}", "train_steps": 128 * (n - i)}) for i in range(n)]
+
+
+def test_shards_partition_the_suite_and_parse_strictly():
+    suite = _scenarios(5)
+    parts = [shard_of(suite, (i, 3)) for i in (1, 2, 3)]
+    assert sorted(s.name for p in parts for s in p) == sorted(s.name for s in suite)
+    assert all(set(map(id, a)).isdisjoint(map(id, b)) for a in parts for b in parts if a is not b)
+    assert shard_of(suite, None) == suite and parse_shard("2/3") == (2, 3) and parse_shard(None) is None
+    for bad in ("3/2", "0/2", "x", "1-2"):
+        with pytest.raises(ScenarioError, match="--shard"):
+            parse_shard(bad)
+    assert [s.name for s in by_cost(suite)] == ["s4", "s3", "s2", "s1", "s0"]  # cheapest first
+
+
+def test_resume_skips_recorded_scenarios_retries_errors_and_survives_a_torn_line(tmp_path):
+    suite, settings, path = _scenarios(3), OracleSettings(), tmp_path / "oracle.jsonl"
+    rec = {"split": "dev", "family": None, "patient_success": 0.0, "oracle": "x"}
+    lines = [dict(scenario="s0", key=oracle_key(suite[0], settings), verdict="solvable", **rec),
+             dict(scenario="s1", key=oracle_key(suite[1], settings), verdict="error", **rec),
+             dict(scenario="s2", key="stale-key", verdict="unsolvable", **rec)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in lines) + '{"scenario": "s2", "ke')
+    assert len(read_results(path)) == 3
+    assert set(latest_results(suite, path, settings)) == {"s0", "s1"}  # s2's record is for another oracle/hash
+    assert [s.name for s in pending(suite, path, settings)] == ["s1", "s2"]
+    assert oracle_key(suite[0], OracleSettings(seeds=3)) != oracle_key(suite[0], settings)
+
+
+def test_check_records_a_real_verdict_once_then_skips(tmp_path):
+    (s,) = _scenarios(1)
+    path, cache = tmp_path / "oracle.jsonl", tmp_path / "cache"
+    (first,) = check_scenarios([s], results=path, cache_dir=cache)
+    assert first.scenario == "s0" and first.verdict in ("solvable", "unsolvable", "not_failing")
+    assert first.patient_success is not None
+    if first.verdict != "not_failing":
+        assert first.oracle_status and first.env_steps > 0 and first.oracle_per_seed
+    assert check_scenarios([s], results=path, cache_dir=cache) == []  # done: skipped on resume
+    assert len(read_results(path)) == 1
