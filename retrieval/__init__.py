@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     )
     from .embedder import Embedder, MiniLMEmbedder, default_embedder
     from .index import ANN_MIN_ROWS, Hit, SearchFilters, VectorIndex, case_text, signature_text
-    from .offline import OfflineDiagnoser
+    from .offline import OfflineDiagnoser, OfflineSettings
     from .priors import PRIORS, PriorRule, match_priors
     from .trust import trust_weights
 
@@ -39,7 +39,7 @@ _WHERE = {
          "RetrievedCase", "RuleLike", "get_diagnoser"),
         "diagnosis",
     ),
-    "OfflineDiagnoser": "offline",
+    **dict.fromkeys(("OfflineDiagnoser", "OfflineSettings"), "offline"),
     **dict.fromkeys(("PRIORS", "PriorRule", "match_priors"), "priors"),
     "trust_weights": "trust",
 }
@@ -64,6 +64,7 @@ __all__ = [
     "RuleLike",
     "get_diagnoser",
     "OfflineDiagnoser",
+    "OfflineSettings",
     "PRIORS",
     "PriorRule",
     "match_priors",

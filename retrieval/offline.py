@@ -25,6 +25,9 @@ import json
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from remedy.cases.model import Case, Cause, Diagnosis, RemedyFamily, RootCause, Source, Status
 from remedy.cases.patches.spec import Patch, TrainingBudget
@@ -43,7 +46,7 @@ from .diagnosis import (
 from .priors import MAX_BUDGET_MULTIPLE, PRIORS, PriorRule, match_priors
 from .trust import trust_weights
 
-__all__ = ["OfflineDiagnoser", "OFFLINE_PROGRAM"]
+__all__ = ["OfflineDiagnoser", "OfflineSettings", "OFFLINE_PROGRAM"]
 
 OFFLINE_PROGRAM = "offline-1"
 
@@ -87,56 +90,57 @@ class _Tally:
             self.cited_rules.append(rid)
 
 
+class OfflineSettings(BaseModel):
+    """Every knob of the offline vote, in one frozen, serializable value (the optimizer stores and loads these).
+
+    Defaults come from RL practice and the bundled example cases, never from the bench suite
+    (see ``_kernel`` and ``bench/vote_defaults.py``).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    k: int = Field(10, ge=0, description="similar cases retrieved")
+    w_similarity: float = Field(1.0, ge=0, description="weight of a retrieved case's vote")
+    w_effect: float = Field(1.0, ge=0, description="weight of a case's measured effect in its vote")
+    w_rules: float = Field(1.0, ge=0, description="weight of an accepted rule's vote")
+    w_prior: float = Field(0.5, ge=0, description="weight of a built-in prior rule's vote")
+    min_similarity: float = Field(0.3, description="cases below this cosine do not vote")
+    example_weight: float = Field(0.3, ge=0, description="bundled example cases (literature, unmeasured)")
+    unverified_weight: float = Field(0.1, ge=0, description="cases without a verification")
+    against_cause_weight: float = Field(0.5, ge=0, description="how much a failed patch counts against its cause")
+    unknown_mass: float = Field(0.25, ge=0, description="vote mass kept for 'unknown'")
+    tried_penalty: float = Field(0.2, ge=0, le=1, description="factor on a patch already tried in this loop")
+    tried_family_penalty: float = Field(0.6, ge=0, le=1, description="factor on a family already tried")
+    cause_link_floor: float = Field(0.25, ge=0, description="least cause support for a candidate to be offered")
+    max_candidates: int = Field(8, ge=1, description="candidate patches returned")
+    max_causes: int = Field(5, ge=1, description="root causes returned")
+    sim_floor: float = Field(0.48, ge=0, lt=1, description="cosine at or below which a neighbour counts nothing")
+    sim_power: float = Field(1.0, gt=0, description="growth of a neighbour's weight above sim_floor")
+    other_env_weight: float = Field(0.85, ge=0, description="factor on cases from another env")
+    text_sim_floor: float = Field(0.3, ge=0, lt=1, description="sim_floor for a diagnosis from a description")
+    imported_weight: float = Field(0.5, ge=0, description="factor on cases imported from another team")
+    contradiction_weight: float = Field(1.0, ge=0, description="how much later contradicting cases take away")
+
+
 class OfflineDiagnoser:
-    """Weighted votes of cases, rules and priors. Every knob is a constructor parameter."""
+    """Weighted votes of cases, rules and priors; every knob lives in :class:`OfflineSettings`.
+
+    ``OfflineDiagnoser(settings)`` or ``OfflineDiagnoser(sim_floor=0.5, ...)`` (overrides of the
+    defaults, as ``get_diagnoser("offline", **params)`` passes them).
+    """
 
     name = "offline"
 
-    def __init__(
-        self,
-        k: int = 10,
-        w_similarity: float = 1.0,
-        w_effect: float = 1.0,
-        w_rules: float = 1.0,
-        w_prior: float = 0.5,
-        min_similarity: float = 0.3,
-        example_weight: float = 0.3,
-        unverified_weight: float = 0.1,
-        against_cause_weight: float = 0.5,
-        unknown_mass: float = 0.25,
-        tried_penalty: float = 0.2,
-        tried_family_penalty: float = 0.6,
-        cause_link_floor: float = 0.25,
-        max_candidates: int = 8,
-        max_causes: int = 5,
-        sim_floor: float = 0.48,
-        sim_power: float = 1.0,
-        other_env_weight: float = 0.85,
-        text_sim_floor: float = 0.3,
-        imported_weight: float = 0.5,
-        contradiction_weight: float = 1.0,
-        priors: tuple[PriorRule, ...] = PRIORS,
-    ) -> None:
-        self.k, self.w_similarity, self.w_effect = k, w_similarity, w_effect
-        self.w_rules, self.w_prior, self.min_similarity = w_rules, w_prior, min_similarity
-        self.example_weight, self.unverified_weight = example_weight, unverified_weight
-        self.against_cause_weight, self.unknown_mass = against_cause_weight, unknown_mass
-        self.tried_penalty, self.tried_family_penalty = tried_penalty, tried_family_penalty
-        self.max_candidates, self.max_causes = max_candidates, max_causes
-        self.cause_link_floor = cause_link_floor
-        self.sim_floor, self.sim_power, self.other_env_weight = sim_floor, sim_power, other_env_weight
-        self.text_sim_floor = text_sim_floor
-        self.imported_weight, self.contradiction_weight = imported_weight, contradiction_weight
+    def __init__(self, settings: OfflineSettings | None = None, *, priors: tuple[PriorRule, ...] = PRIORS,
+                 **overrides: Any) -> None:
+        base = settings or OfflineSettings()
+        self.settings = base.model_copy(update=OfflineSettings(**{**base.model_dump(), **overrides}).model_dump())
         self.priors = priors
 
     @property
-    def params(self) -> dict[str, float]:
+    def params(self) -> dict[str, Any]:
         """The tunable knobs, for provenance and the optimizer."""
-        keys = ("k", "w_similarity", "w_effect", "w_rules", "w_prior", "min_similarity", "example_weight",
-                "unverified_weight", "against_cause_weight", "unknown_mass", "tried_penalty",
-                "tried_family_penalty", "cause_link_floor", "max_candidates", "max_causes", "sim_floor",
-                "sim_power", "other_env_weight", "text_sim_floor", "imported_weight", "contradiction_weight")
-        return {key: getattr(self, key) for key in keys}
+        return self.settings.model_dump()
 
     @property
     def program_version(self) -> str:
@@ -165,11 +169,11 @@ class OfflineDiagnoser:
             why = f"{m.rule.id} ({', '.join(m.evidence)})"
             top = max(conf for _, conf in m.rule.causes)
             for cause, conf in m.rule.causes:
-                tally.cause(cause, self.w_prior * conf, why)
+                tally.cause(cause, self.settings.w_prior * conf, why)
             main = max(m.rule.causes, key=lambda cc: cc[1])[0]
             best: dict[RemedyFamily, float] = {}
             for tmpl, patch in m.patches:
-                w = self.w_prior * top * tmpl.weight
+                w = self.settings.w_prior * top * tmpl.weight
                 best[tmpl.family] = max(best.get(tmpl.family, 0.0), w)  # one vote per family per rule
                 tally.offer(CandidatePatch(
                     patch=patch, family=tmpl.family, rationale=f"{tmpl.rationale} [{m.rule.id}: {m.rule.source}]",
@@ -184,7 +188,7 @@ class OfflineDiagnoser:
             rid = str(getattr(rule, "id", "rule"))
             rec = getattr(rule, "recommendation", None)
             conf = _float(_get(rec, "confidence", _get(rule, "confidence", 1.0)), 1.0)
-            w = self.w_rules * conf
+            w = self.settings.w_rules * conf
             cause = _enum(RootCause, _get(rec, "cause", _get(rec, "root_cause", None)))
             if cause is not None:
                 tally.cause(cause, w, f"rule {rid}")
@@ -198,8 +202,8 @@ class OfflineDiagnoser:
             tally.cite_rule(rid)
 
     def _vote_cases(self, ctx: DiagnosisContext, tally: _Tally) -> None:
-        near = [rc for rc in ctx.cases if rc.similarity >= self.min_similarity][: self.k]
-        trust = trust_weights([rc.case for rc in near], self.imported_weight, self.contradiction_weight)
+        near = [rc for rc in ctx.cases if rc.similarity >= self.settings.min_similarity][: self.settings.k]
+        trust = trust_weights([rc.case for rc in near], self.settings.imported_weight, self.settings.contradiction_weight)
         for rc, weight in zip(near, trust):
             self._vote_case(ctx, rc, tally, weight)
 
@@ -210,15 +214,15 @@ class OfflineDiagnoser:
             if status == Status.improved:
                 eff = case.verification.effect
                 strength = eff.prob_improvement if eff and eff.prob_improvement is not None else 1.0
-                return 1.0 + self.w_effect * strength, "improved"
+                return 1.0 + self.settings.w_effect * strength, "improved"
             if status == Status.no_effect:
-                return -0.5 * self.w_effect, "no_effect"
+                return -0.5 * self.settings.w_effect, "no_effect"
             if status in (Status.worse, Status.reward_hacking):
-                return -1.0 * self.w_effect, status.value
-            return -0.25 * self.w_effect, "failed"  # may be a broken patch rather than a wrong idea
+                return -1.0 * self.settings.w_effect, status.value
+            return -0.25 * self.settings.w_effect, "failed"  # may be a broken patch rather than a wrong idea
         if case.source == Source.example or case.literature is not None:
-            return self.example_weight, "example"
-        return self.unverified_weight, "unverified"
+            return self.settings.example_weight, "example"
+        return self.settings.unverified_weight, "unverified"
 
     def _kernel(self, similarity: float, floor: float | None = None) -> float:
         """How much a neighbour counts: nothing at or below ``sim_floor``, then ``sim_power`` growth.
@@ -229,18 +233,18 @@ class OfflineDiagnoser:
         sharper); ``other_env_weight`` 0.85 is P(shared cause | other env) / P(shared | same env).
         A user's description sits further from the stored summaries than a measured signature's
         summary does, so text contexts use ``text_sim_floor`` (chosen on the describe bench's dev split)."""
-        floor = self.sim_floor if floor is None else floor
+        floor = self.settings.sim_floor if floor is None else floor
         x = max(0.0, (similarity - floor) / max(1e-9, 1.0 - floor))
-        return x ** self.sim_power
+        return x ** self.settings.sim_power
 
     def _vote_case(self, ctx: DiagnosisContext, rc: RetrievedCase, tally: _Tally, trust: float = 1.0) -> None:
         case = rc.case
         factor, label = self._outcome_weight(case)
-        base = self.w_similarity * self._kernel(rc.similarity, self.text_sim_floor if ctx.description else None) * trust
+        base = self.settings.w_similarity * self._kernel(rc.similarity, self.settings.text_sim_floor if ctx.description else None) * trust
         if case.subject.env_id != ctx.subject.env_id and ctx.subject.env_id != UNSPECIFIED:
-            base *= self.other_env_weight
+            base *= self.settings.other_env_weight
         why = f"case {case.case_id} ({label}, sim {rc.similarity:.2f})"
-        cause_factor = factor if factor > 0 else factor * self.against_cause_weight
+        cause_factor = factor if factor > 0 else factor * self.settings.against_cause_weight
         if label != "failed":  # a patch that crashed says nothing about the diagnosis
             for rank, cause in enumerate(case.diagnosis.causes if case.diagnosis else []):
                 tally.cause(cause.cause, base * cause_factor * cause.confidence / (1 + rank), why)
@@ -263,8 +267,8 @@ class OfflineDiagnoser:
         if not positive:
             return [Cause(cause=RootCause.unknown, confidence=1.0,
                           rationale="no prior, rule or similar case matched this signature")]
-        total = sum(positive.values()) + self.unknown_mass
-        ranked = sorted(positive.items(), key=lambda kv: (-kv[1], kv[0].value))[: self.max_causes]
+        total = sum(positive.values()) + self.settings.unknown_mass
+        ranked = sorted(positive.items(), key=lambda kv: (-kv[1], kv[0].value))[: self.settings.max_causes]
         return [Cause(cause=c, confidence=round(s / total, 4), rationale=_why(tally.cause_why[c])) for c, s in ranked]
 
     def _candidates(self, ctx: DiagnosisContext, tally: _Tally) -> tuple[list[CandidatePatch], list[str]]:
@@ -277,7 +281,7 @@ class OfflineDiagnoser:
             cites = [*cand.cites, *(c for c in tally.family_cites[family] if c not in cand.cites)]
             scored.append(cand.model_copy(update={"score": round(score, 4), "cites": cites}))
         scored.sort(key=lambda c: (-c.score, c.family.value))
-        return scored[: self.max_candidates], warnings
+        return scored[: self.settings.max_candidates], warnings
 
     def _family_score(self, tally: _Tally, family: RemedyFamily) -> float:
         """Sum of the family's votes, each scaled by how likely the cause it addresses is.
@@ -289,7 +293,7 @@ class OfflineDiagnoser:
         for w, cause in tally.family_votes[family]:
             link = 1.0
             if w > 0 and cause is not None and top > 0:
-                link = max(self.cause_link_floor, tally.causes.get(cause, 0.0) / top)
+                link = max(self.settings.cause_link_floor, tally.causes.get(cause, 0.0) / top)
             score += w * link
         return score
 
@@ -312,9 +316,9 @@ class OfflineDiagnoser:
             if not att.failed:
                 continue
             if att.patch == patch:
-                factor *= self.tried_penalty
+                factor *= self.settings.tried_penalty
             elif patch_family(att.patch) == family:
-                factor *= self.tried_family_penalty
+                factor *= self.settings.tried_family_penalty
         return factor
 
 

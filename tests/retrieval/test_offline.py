@@ -223,7 +223,7 @@ def test_knobs_change_the_outcome_and_the_program_version():
 
 
 def test_registry():
-    assert get_diagnoser("offline", k=3).k == 3
+    assert get_diagnoser("offline", k=3).settings.k == 3
     with pytest.raises(DiagnosisError, match="unknown diagnoser 'oracle'"):
         get_diagnoser("oracle")
 
@@ -233,3 +233,14 @@ def test_report_round_trips_through_json():
 
     report = OfflineDiagnoser().diagnose(_ctx(PENDULUM, JERKY))
     assert DiagnosisReport.model_validate_json(report.model_dump_json()) == report
+
+
+def test_settings_are_one_serializable_value_and_overrides_apply():
+    from remedy.retrieval.offline import OfflineSettings
+
+    tuned = OfflineDiagnoser(sim_floor=0.55, k=4)
+    assert tuned.settings == OfflineSettings(sim_floor=0.55, k=4)
+    restored = OfflineSettings.model_validate_json(tuned.settings.model_dump_json())
+    assert OfflineDiagnoser(restored).program_version == tuned.program_version != OfflineDiagnoser().program_version
+    with pytest.raises(ValueError):
+        OfflineDiagnoser(sim_flor=0.5)  # a misspelt knob is refused, not ignored
