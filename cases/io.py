@@ -16,7 +16,7 @@ import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import pydantic
 import pydantic_core
@@ -323,36 +323,32 @@ def _write_json(path: Path, cases: Iterable[Case]) -> int:
     return n
 
 
+def summary_columns(case: Case) -> dict[str, Any]:
+    """The columns a case is filtered and counted by; shared by the store's table and the Parquet export."""
+    return {
+        "case_id": case.case_id,
+        "source": case.source.value,
+        "env_id": case.subject.env_id,
+        "algo": case.subject.algo,
+        "status": case.status,
+        "effect": case.effect_value,
+        "root_causes": [r.value for r in case.root_causes],
+    }
+
+
+def summary_fields() -> list[tuple[str, Any]]:
+    """Arrow types of :func:`summary_columns`, in order (pyarrow is imported only when asked)."""
+    import pyarrow as pa
+
+    return [("case_id", pa.string()), ("source", pa.string()), ("env_id", pa.string()), ("algo", pa.string()),
+            ("status", pa.string()), ("effect", pa.float64()), ("root_causes", pa.list_(pa.string()))]
+
+
 def _write_parquet(path: Path, cases: Iterable[Case]) -> int:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    rows = [
-        {
-            "case_id": c.case_id,
-            "source": c.source.value,
-            "env_id": c.subject.env_id,
-            "algo": c.subject.algo,
-            "status": c.status,
-            "effect": c.effect_value,
-            "root_causes": [r.value for r in c.root_causes],
-            "summary": c.signature.summary,
-            "case_json": case_to_json(c),
-        }
-        for c in cases
-    ]
-    schema = pa.schema(
-        [
-            ("case_id", pa.string()),
-            ("source", pa.string()),
-            ("env_id", pa.string()),
-            ("algo", pa.string()),
-            ("status", pa.string()),
-            ("effect", pa.float64()),
-            ("root_causes", pa.list_(pa.string())),
-            ("summary", pa.string()),
-            ("case_json", pa.string()),
-        ]
-    )
+    rows = [{**summary_columns(c), "summary": c.signature.summary, "case_json": case_to_json(c)} for c in cases]
+    schema = pa.schema([*summary_fields(), ("summary", pa.string()), ("case_json", pa.string())])
     pq.write_table(pa.Table.from_pylist(rows, schema=schema), path)
     return len(rows)

@@ -27,7 +27,7 @@ import duckdb
 import pyarrow as pa
 
 from .errors import CaseNotFoundError, KBError, KBLockedError, KBPathError, KBVersionError, ValidationError
-from .io import case_from_json, case_to_json
+from .io import case_from_json, case_to_json, summary_columns, summary_fields
 from .model import Case
 
 __all__ = ["CaseStore", "StoreStats", "AddCounts", "MIGRATIONS", "STORE_SCHEMA_VERSION", "LOCK_TIMEOUT_S", "MARKER",
@@ -95,17 +95,12 @@ class StoreStats:
     by_root_cause: dict[str, int] = field(default_factory=dict)
 
 
+# the export's summary columns plus what the store also filters on, and the case itself (``body``)
 _ARROW_SCHEMA = pa.schema(
     [
-        ("case_id", pa.string()),
+        *summary_fields(),
         ("created_at", pa.timestamp("us", tz="UTC")),
-        ("source", pa.string()),
-        ("env_id", pa.string()),
         ("action_space", pa.string()),
-        ("algo", pa.string()),
-        ("status", pa.string()),
-        ("effect", pa.float64()),
-        ("root_causes", pa.list_(pa.string())),
         ("scenario", pa.string()),
         ("body", pa.string()),
     ]
@@ -114,15 +109,9 @@ _ARROW_SCHEMA = pa.schema(
 
 def _row(case: Case) -> dict:
     return {
-        "case_id": case.case_id,
+        **summary_columns(case),
         "created_at": case.provenance.created_at,
-        "source": case.source.value,
-        "env_id": case.subject.env_id,
         "action_space": case.subject.traits.action_space.value,
-        "algo": case.subject.algo,
-        "status": case.status,
-        "effect": case.effect_value,
-        "root_causes": [r.value for r in case.root_causes],
         "scenario": case.scenario,
         "body": case_to_json(case),
     }
@@ -302,7 +291,7 @@ class CaseStore:
                 batch = pa.Table.from_pylist(changed, schema=_ARROW_SCHEMA)  # noqa: F841 (read by SQL)
                 con.execute("BEGIN TRANSACTION")
                 try:
-                    con.execute("INSERT OR REPLACE INTO cases SELECT * FROM batch")
+                    con.execute("INSERT OR REPLACE INTO cases BY NAME SELECT * FROM batch")
                     con.execute("COMMIT")
                 except BaseException:
                     con.execute("ROLLBACK")

@@ -246,7 +246,7 @@ def test_malformed_parquet(tmp_path, corpus):
     assert "row 2" in str(info.value)
     garbage = tmp_path / "garbage.parquet"
     garbage.write_text("not parquet at all")
-    with pytest.raises(ImportFileError, match="not a Remedy Parquet file"):
+    with pytest.raises(ImportFileError, match="not a Parquet file"):
         read_cases(garbage)
     nocol = tmp_path / "nocol.parquet"
     pq.write_table(pa.table({"x": [1]}), nocol)
@@ -255,7 +255,7 @@ def test_malformed_parquet(tmp_path, corpus):
 
 
 def test_unknown_extension_and_missing_file(tmp_path, corpus):
-    with pytest.raises(ValidationError, match=r"unknown file type '.csv'; use one of .jsonl, .parquet"):
+    with pytest.raises(ValidationError, match=r"unknown file type '.csv'; use one of .jsonl, .json, .parquet"):
         write_cases(tmp_path / "x.csv", corpus)
     with pytest.raises(ValidationError, match="unknown file type"):
         read_cases(tmp_path / "x.json")
