@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from datetime import datetime, timezone
 from enum import StrEnum
 from typing import Any, Literal
@@ -157,6 +158,15 @@ class Subject(FrozenModel):
     reward_ref: str | None = None
     success: str = ""
     traits: EnvTraits
+
+    @field_validator("hyperparams")
+    @classmethod
+    def _finite_hyperparams(cls, v: dict[str, Any]) -> dict[str, Any]:
+        # an infinite or NaN setting is never a real configuration, and would not survive JSON
+        bad = [k for k, x in v.items() if isinstance(x, float) and not math.isfinite(x)]
+        if bad:
+            raise ValueError(f"hyperparameter(s) {', '.join(bad)} must be finite numbers")
+        return v
 
 
 class EpisodeSummary(FrozenModel):
