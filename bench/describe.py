@@ -53,9 +53,10 @@ from remedy.retrieval.index import signature_text  # noqa: E402
 from remedy.retrieval.offline import OfflineDiagnoser  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
-THRESHOLDS = (0.40, 0.45, 0.50, 0.55, 0.60, 0.65)
-MARGINS = (0.0, 0.05, 0.10, 0.20)
-TEXT_FLOORS = (0.2, 0.3, 0.4, 0.5)
+THRESHOLDS = (0.45, 0.50, 0.55, 0.60)
+MARGINS = (0.05, 0.15)
+TEXT_FLOORS = (0.3, 0.45)
+_DIAGNOSES: dict[tuple, tuple[list[str], list[str]]] = {}
 
 
 class CachingEmbedder:
@@ -107,11 +108,14 @@ def run_describe(kb, reports, reader, floor: float, k: int = 10, no_tags: bool =
     diag = OfflineDiagnoser(text_sim_floor=floor)
     rows = []
     for r in reports:
-        rep = diagnose_description(kb, r["symptom"], env_id=r.get("env"), algo=r.get("algo"),
-                                   action_space=r.get("action_space"), tags=[] if no_tags else None,
-                                   diagnoser=diag, k=k, reader=reader)
-        rows.append(([c.cause.value for c in rep.diagnosis.causes if c.cause.value != "unknown"],
-                     _unique([c.family.value for c in rep.candidates]), r))
+        tags = () if no_tags else tuple(x.tag for x in reader.read(r["symptom"]))
+        key = (r["id"], tags, floor, k)  # grid points that read the same tags give the same diagnosis
+        if key not in _DIAGNOSES:
+            rep = diagnose_description(kb, r["symptom"], env_id=r.get("env"), algo=r.get("algo"),
+                                       action_space=r.get("action_space"), tags=list(tags), diagnoser=diag, k=k)
+            _DIAGNOSES[key] = ([c.cause.value for c in rep.diagnosis.causes if c.cause.value != "unknown"],
+                               _unique([c.family.value for c in rep.candidates]))
+        rows.append((*_DIAGNOSES[key], r))
     return rows
 
 
@@ -145,6 +149,8 @@ def tune(kb, embedder, dev) -> tuple[dict, list]:
         reader = SymptomReader(embedder, threshold=thr, margin=margin, max_tags=DEFAULT_MAX_TAGS)
         s = score(run_describe(kb, dev, reader, floor))
         grid.append({"threshold": thr, "margin": margin, "text_sim_floor": floor, **s})
+        print(f"dev grid {len(grid):>2}: threshold {thr} margin {margin} floor {floor}: top-1 {s['top1']:.0%} "
+              f"top-3 {s['top3']:.0%} family top-3 {s['family_top3']:.0%}", flush=True)
     best = max(grid, key=lambda g: (round(g["top1"] + g["top3"] + g["family_top3"], 6), g["top1"]))
     return best, grid
 

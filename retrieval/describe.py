@@ -51,7 +51,8 @@ __all__ = [
 ]
 
 #: cosine a clause must reach with one of a tag's phrasings for the tag to fire. Chosen on the dev
-#: split only by ``bench/describe.py`` (grid 0.40..0.60); re-run it after changing TAG_PHRASES.
+#: split only by ``bench/describe.py`` (grid 0.45..0.60, with the margin below and the offline
+#: diagnoser's text_sim_floor); re-run it after changing TAG_PHRASES.
 DEFAULT_THRESHOLD = 0.5
 #: at most this many tags are read from one description (the strongest first).
 DEFAULT_MAX_TAGS = 4
