@@ -133,7 +133,8 @@ def simulate_cell(cell: Cell, trials: int, boot_trials: int, n_boot: int, seed: 
 
 
 def run_sim(args: argparse.Namespace) -> dict:
-    cells = [Cell(m, s, e, r) for m, s, e, r in itertools.product(("returns", "success"), SEEDS, EPISODES, RATIOS)]
+    metrics = args.metrics.split(",")
+    cells = [Cell(m, s, e, r) for m, s, e, r in itertools.product(metrics, SEEDS, EPISODES, RATIOS)]
     rows, start = [], time.perf_counter()
     print(f"A/A simulation: {args.trials} trials per cell (old bootstrap: {args.boot_trials} trials, "
           f"{args.n_boot} resamples); false improved = CI low > 0 (one-sided 2.5% nominal)")
@@ -258,7 +259,7 @@ def save(section: str, data: dict) -> None:
 
 def report() -> None:
     whole = json.loads(JSON_PATH.read_text()) if JSON_PATH.is_file() else {}
-    for row in whole.get("sim", {}).get("cells", []):
+    for row in [r for key in sorted(whole) if key.startswith("sim") for r in whole[key].get("cells", [])]:
         print(f"{row['metric']:8} {row['seeds']:5} {row['episodes']:4} {row['ratio']:5.1f} | {fmt(row['screen'])} | "
               f"{fmt(row['screen_confirm'])} | {fmt(row['old_bootstrap_improved'])}")
     if "real" in whole:
@@ -272,6 +273,8 @@ def main() -> None:
     parser.add_argument("--boot-trials", type=int, default=200, help="sim: trials per cell for the old bootstrap")
     parser.add_argument("--n-boot", type=int, default=250, help="sim: resamples of the old bootstrap")
     parser.add_argument("--seed", type=int, default=0, help="sim: random state")
+    parser.add_argument("--metrics", default="returns,success", help="sim: which metrics' grids to run")
+    parser.add_argument("--section", default=None, help="sim: JSON section to write (default 'sim')")
     parser.add_argument("--scenario", default="cartpole_undertrained", help="real: a shipped quick checkpoint")
     parser.add_argument("--budget", type=int, default=2000, help="real: fine-tuning steps per arm")
     parser.add_argument("--seeds", type=int, default=3, help="real: training seeds per arm")
@@ -285,7 +288,7 @@ def main() -> None:
         return
     if args.part == "sim":
         args.trials = args.trials or 2000
-        save("sim", run_sim(args))
+        save(args.section or "sim", run_sim(args))
     else:
         args.trials = args.trials or 20
         save("real", run_real(args))

@@ -219,6 +219,8 @@ class OfflineDiagnoser:
                 return -0.5 * self.settings.w_effect, "no_effect"
             if status in (Status.worse, Status.reward_hacking):
                 return -1.0 * self.settings.w_effect, status.value
+            if status == Status.inconclusive:  # one seed, or a screen not confirmed: evidence neither way
+                return 0.0, "inconclusive"
             return -0.25 * self.settings.w_effect, "failed"  # may be a broken patch rather than a wrong idea
         if case.source == Source.example or case.literature is not None:
             return self.settings.example_weight, "example"

@@ -43,6 +43,13 @@ over seeds {2, 3, 5} × episodes {5, 20} × seed-spread ratios {0, .5, 1, 2}.
 A status is decided from the interval's sides: ``improved`` needs ``ci_low >
 0``, a one-sided test at level ``(1 - confidence) / 2`` (2.5% at 95%).
 
+Where it is not calibrated: all-or-nothing seeds (each seed succeeds in every
+evaluation episode or in none — common when fine-tunes either learn the task or
+do not). Then both arms can be constant by chance, the interval collapses to a
+point, and an A/A screen says ``improved`` with probability q²(1−q)² at 2 seeds
+(up to 1/16 = 6.25% at q = 0.5), q³(1−q)³ ≤ 1.6% at 3. The confirmation, an
+independent repeat, bounds the pair by the product (≤ 0.4% at 2 seeds).
+
 **Screen, then confirm; the family-wise error.** A fix loop screens many
 candidates with the same seeds (even the same control runs), picks what clears
 the screen, and only then re-verifies it on FRESH training seeds and fresh

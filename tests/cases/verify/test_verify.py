@@ -256,10 +256,12 @@ def test_cli_verify_stores_the_case(cartpole_run, tmp_path, monkeypatch, capsys)
     patch_file.write_text(yaml.safe_dump({"kind": "hyperparameters", "changes": {"ent_coef": 0.01}}))
     kb = tmp_path / "kb"
     code, out, err = _cli(monkeypatch, capsys, "verify", str(cartpole_run), "--patch", str(patch_file), "--seeds", "1",
-                          "--budget", "500", "--episodes", "5", "--kb", str(kb), "--json")
+                          "--budget", "500", "--episodes", "5", "--kb", str(kb), "--json", "--seed-base", "7")
     assert code == 0, err
     data = json.loads(out)
     assert data["stored"] is True and data["case"]["verification"]["effect"] is not None
+    assert data["case"]["verification"]["seed_base"] == 7 and data["next_seed_base"] == 8
+    assert data["status"] == "inconclusive" and data["screen"] is None  # one seed: no verdict, no confirmation
 
     from remedy.kb.facade import KnowledgeBase
 
