@@ -5,7 +5,7 @@ outcomes -- a patch marked ``improved`` (positive effect, CI above zero) that is
 a wrong root cause. Agents copy retrieved experience, so such cases spread.
 
 Procedure. The 13 fault scenarios' patients are built (cached) and each one's signature is
-computed once (20 episodes, seed 0). The base KB holds real cases (``--base-kb``: for example
+computed once (``--episodes``, default 20, seed 0; cached in ``--signatures``). The base KB holds real cases (``--base-kb``: for example
 the KB `remedy bench run` filled, every case verified here). For each wrong fraction p and each
 injection seed, round(p x N) wrong cases are added: each copies a random base case's subject and
 signature (so it sits next to that scenario's patient in retrieval), swaps its diagnosis for a
@@ -37,24 +37,31 @@ from pathlib import Path
 FRACTIONS = (0.0, 0.1, 0.2)
 
 
-def patient_signatures(n_episodes: int = 20) -> list[dict]:
-    """Per scenario: name, ground truth, subject, signature and the diagnosis inputs (rolled out once)."""
+def patient_signatures(cache: Path, n_episodes: int = 20) -> list[dict]:
+    """Per scenario: name, ground truth, subject, signature and the diagnosis inputs (rolled out once).
+
+    Each scenario's entry is saved to ``cache`` as soon as it is computed, so a rerun resumes.
+    """
     from remedy.cases.evidence.rollouts import collect_evidence
     from remedy.cases.evidence.signature import compute_signature
     from remedy.cases.verify.scenarios import build, load_scenarios
     from remedy.kb.diagnose import failure_episodes, reward_text
 
-    out = []
+    done = {p["name"]: p for p in (pickle.loads(cache.read_bytes()) if cache.is_file() else [])}
     for s in load_scenarios():
+        if s.name in done:
+            continue
         run = build(s)
         subject = run.subject()
         bundle = collect_evidence(run, n_episodes=n_episodes, seed=0)
-        out.append({"name": s.name, "truth": [c.value for c in s.ground_truth], "subject": subject,
-                    "signature": compute_signature(bundle, subject), "episodes": failure_episodes(bundle),
-                    "reward_code": reward_text(run), "notes": tuple(bundle.notes),
-                    "constraints": tuple(c.expr for c in run.config.constraints)})
-        print(f"signature of {s.name}: {', '.join(out[-1]['signature'].symptoms) or '-'}", flush=True)
-    return out
+        done[s.name] = {"name": s.name, "truth": [c.value for c in s.ground_truth], "subject": subject,
+                        "signature": compute_signature(bundle, subject), "episodes": failure_episodes(bundle),
+                        "reward_code": reward_text(run), "notes": tuple(bundle.notes),
+                        "constraints": tuple(c.expr for c in run.config.constraints)}
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        cache.write_bytes(pickle.dumps(list(done.values())))
+        print(f"signature of {s.name}: {', '.join(done[s.name]['signature'].symptoms) or '-'}", flush=True)
+    return list(done.values())
 
 
 def wrong_cases(base: list, truths: dict[str, set[str]], n: int, rng: random.Random, source: str) -> list:
@@ -106,6 +113,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base-kb", type=Path, required=True, help="a KB of real (verified/bench) cases")
     parser.add_argument("--seeds", type=int, default=5, help="injection seeds per fraction")
+    parser.add_argument("--episodes", type=int, default=20, help="evaluation episodes per patient signature")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--signatures", type=Path, default=Path("bench/out/wrong_outcomes_signatures.pkl"),
                         help="cache of the patients' signatures (rolled out once, reused by later runs)")
@@ -117,12 +125,7 @@ def main() -> None:
     truths = {s.name: {c.value for c in s.ground_truth} for s in load_scenarios()}
     with KnowledgeBase.open(args.base_kb, create=False) as src:
         base = list(src.cases())
-    if args.signatures.is_file():
-        patients = pickle.loads(args.signatures.read_bytes())
-    else:
-        patients = patient_signatures()
-        args.signatures.parent.mkdir(parents=True, exist_ok=True)
-        args.signatures.write_bytes(pickle.dumps(patients))
+    patients = patient_signatures(args.signatures, args.episodes)
     rows = []
     with tempfile.TemporaryDirectory() as tmp, KnowledgeBase.open(Path(tmp) / "kb") as kb:
         kb.add_many(base)
