@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from datetime import datetime, timezone
 from enum import StrEnum
 from typing import Any
@@ -139,6 +140,21 @@ class Subject(_Frozen):
     reward_ref: str | None = None
     success: str = ""
     traits: EnvTraits
+
+    @field_validator("env_kwargs", "hyperparams")
+    @classmethod
+    def _finite_numbers(cls, v: dict[str, Any]) -> dict[str, Any]:
+        # JSON cannot hold inf/NaN: such a value would come back from the store as a string.
+        stack = [("", v)]
+        while stack:
+            where, node = stack.pop()
+            if isinstance(node, float) and not math.isfinite(node):
+                raise ValueError(f"non-finite number {node} at '{where}'; use a finite value")
+            if isinstance(node, dict):
+                stack.extend((f"{where}.{k}" if where else str(k), x) for k, x in node.items())
+            elif isinstance(node, (list, tuple)):
+                stack.extend((f"{where}.{i}" if where else str(i), x) for i, x in enumerate(node))
+        return v
 
 
 class EpisodeSummary(_Frozen):

@@ -167,7 +167,7 @@ _cases = st.builds(
         Subject,
         env_id=_word,
         algo=st.sampled_from(["PPO", "SAC", "DQN", "A2C"]),
-        hyperparams=st.dictionaries(_word, st.one_of(st.integers(), st.floats(allow_nan=False), st.text()), max_size=3),
+        hyperparams=st.dictionaries(_word, st.one_of(st.integers(), st.floats(allow_nan=False, allow_infinity=False), st.text()), max_size=3),
         traits=st.builds(EnvTraits, action_space=st.sampled_from(["discrete", "continuous"]),
                          obs_dim=st.integers(0, 500), action_dim=st.integers(0, 20)),
     ),
@@ -208,7 +208,7 @@ def test_roundtrip_property(shared_store, case):
 # -- files --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("ext", [".jsonl", ".parquet"])
+@pytest.mark.parametrize("ext", [".jsonl", ".json", ".parquet"])
 def test_files_roundtrip(tmp_path, corpus, ext):
     path = tmp_path / f"cases{ext}"
     assert write_cases(path, corpus) == 5
@@ -255,10 +255,10 @@ def test_malformed_parquet(tmp_path, corpus):
 
 
 def test_unknown_extension_and_missing_file(tmp_path, corpus):
-    with pytest.raises(ValidationError, match=r"unknown file type '.csv'; use one of .jsonl, .parquet"):
+    with pytest.raises(ValidationError, match=r"unknown file type '.csv'; use one of .jsonl, .json, .parquet"):
         write_cases(tmp_path / "x.csv", corpus)
     with pytest.raises(ValidationError, match="unknown file type"):
-        read_cases(tmp_path / "x.json")
+        read_cases(tmp_path / "x.txt")
     with pytest.raises(ImportFileError, match="no such file"):
         read_cases(tmp_path / "missing.jsonl")
 
