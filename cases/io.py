@@ -220,7 +220,7 @@ def _parquet_records(path: Path, limits: ImportLimits) -> Iterator[tuple[int, ob
     try:
         schema = pq.read_schema(path)
     except (pa.ArrowException, OSError) as err:
-        raise ImportFileError(_clip(f"{path}: not a Parquet file ({err}); export one with `remedy kb export FILE.parquet`"),
+        raise ImportFileError(_clip(f"{path}: not a Remedy Parquet file ({err}); export one with `remedy kb export FILE.parquet`"),
                               [(0, _clip(str(err)))]) from None
     if "case_json" not in schema.names:
         raise ImportFileError(f"{path}: no 'case_json' column (columns: {', '.join(schema.names) or 'none'}); "

@@ -159,14 +159,21 @@ class Subject(FrozenModel):
     success: str = ""
     traits: EnvTraits
 
-    @field_validator("hyperparams")
+    @field_validator("env_kwargs", "hyperparams")
     @classmethod
-    def _finite_hyperparams(cls, v: dict[str, Any]) -> dict[str, Any]:
-        # an infinite or NaN setting is never a real configuration, and would not survive JSON
-        bad = [k for k, x in v.items() if isinstance(x, float) and not math.isfinite(x)]
-        if bad:
-            raise ValueError(f"hyperparameter(s) {', '.join(bad)} must be finite numbers")
+    def _finite_numbers(cls, v: dict[str, Any]) -> dict[str, Any]:
+        # JSON cannot hold inf/NaN: such a value would come back from the store as a string.
+        stack = [("", v)]
+        while stack:
+            where, node = stack.pop()
+            if isinstance(node, float) and not math.isfinite(node):
+                raise ValueError(f"non-finite number {node} at '{where}'; use a finite value")
+            if isinstance(node, dict):
+                stack.extend((f"{where}.{k}" if where else str(k), x) for k, x in node.items())
+            elif isinstance(node, (list, tuple)):
+                stack.extend((f"{where}.{i}" if where else str(i), x) for i, x in enumerate(node))
         return v
+
 
 
 class EpisodeSummary(FrozenModel):

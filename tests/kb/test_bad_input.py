@@ -236,7 +236,7 @@ def test_import_parquet_without_case_json(cli, kb_root, tmp_path):
 def test_import_parquet_that_is_not_parquet(cli, kb_root, tmp_path):
     p = tmp_path / "cases.parquet"
     p.write_bytes(b"PK\x03\x04 definitely not parquet" * 10)
-    cli("kb", "import", p, "--kb", kb_root, says=("not a Parquet file",))
+    cli("kb", "import", p, "--kb", kb_root, says=("not a Remedy Parquet file",))
 
 
 def test_import_parquet_bad_row(cli, kb_root, tmp_path):

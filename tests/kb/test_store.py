@@ -208,7 +208,7 @@ def test_roundtrip_property(shared_store, case):
 # -- files --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("ext", [".jsonl", ".parquet"])
+@pytest.mark.parametrize("ext", [".jsonl", ".json", ".parquet"])
 def test_files_roundtrip(tmp_path, corpus, ext):
     path = tmp_path / f"cases{ext}"
     assert write_cases(path, corpus) == 5
@@ -258,7 +258,7 @@ def test_unknown_extension_and_missing_file(tmp_path, corpus):
     with pytest.raises(ValidationError, match=r"unknown file type '.csv'; use one of .jsonl, .json, .parquet"):
         write_cases(tmp_path / "x.csv", corpus)
     with pytest.raises(ValidationError, match="unknown file type"):
-        read_cases(tmp_path / "x.csv")
+        read_cases(tmp_path / "x.txt")
     with pytest.raises(ImportFileError, match="no such file"):
         read_cases(tmp_path / "missing.jsonl")
 
