@@ -139,6 +139,12 @@ class CaseStore:
 
     # -- connections ---------------------------------------------------------------
 
+    def hold(self) -> duckdb.DuckDBPyConnection:
+        """A connection the caller keeps open and closes (the service holds one for its whole run,
+        which makes it the file's owner); opened with the store's own settings, so the store's
+        short-lived connections in the same process can share the file."""
+        return self._open_with_retry()
+
     def connection(self) -> AbstractContextManager[duckdb.DuckDBPyConnection]:
         """A short-lived connection (retrying while locked), for tables other modules own (tokens, jobs)."""
         return self._connect()
