@@ -198,9 +198,9 @@ def test_import_field_too_long(cli, kb_root, tmp_path):
 
 
 def test_import_too_many_items(cli, kb_root, tmp_path):
-    rec = _case_dict(**{"signature.features": {f"f{i}": 1.0 for i in range(20)}})
-    cli("kb", "import", _jsonl(tmp_path, rec), "--kb", kb_root, "--max-items", "15",
-        says=("field 'signature.features' holds 20 items", "--max-items"))
+    rec = _case_dict(**{"signature.features": {f"f{i}": 1.0 for i in range(60)}})
+    cli("kb", "import", _jsonl(tmp_path, rec), "--kb", kb_root, "--max-items", "50",
+        says=("field 'signature.features' holds 60 items", "--max-items"))
 
 
 def test_import_json_not_an_array(cli, kb_root, tmp_path):

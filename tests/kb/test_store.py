@@ -246,7 +246,7 @@ def test_malformed_parquet(tmp_path, corpus):
     assert "row 2" in str(info.value)
     garbage = tmp_path / "garbage.parquet"
     garbage.write_text("not parquet at all")
-    with pytest.raises(ImportFileError, match="not a Parquet file"):
+    with pytest.raises(ImportFileError, match="not a (Remedy )?Parquet file"):
         read_cases(garbage)
     nocol = tmp_path / "nocol.parquet"
     pq.write_table(pa.table({"x": [1]}), nocol)

@@ -105,7 +105,7 @@ def test_checkpoint_env_space_mismatch(run_copy):
 
 def test_wrong_algorithm_for_checkpoint(run_copy):
     _edit_yaml(run_copy, algo="DQN")
-    with pytest.raises(CheckpointError, match="cannot load .* as DQN"):
+    with pytest.raises(CheckpointError, match="was saved by PPO, but .* declares algo: DQN"):
         RunDir.load(run_copy).load_model()
 
 
