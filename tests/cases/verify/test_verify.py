@@ -19,6 +19,7 @@ from remedy.cases.evidence.rundir import RunConfig
 from remedy.cases.verify.scenarios import ShiftedEnv
 from remedy.cases.verify.verification import (
     CONFIRM_EVAL_STRIDE,
+    ScenarioRef,
     VerifyConfig,
     _shifted,
     declared_budget,
@@ -92,7 +93,7 @@ def test_declared_budget_of_a_scenario_patient(tmp_path):
     assert declared_budget(shipped) == 4000  # its finetune_budget, not 20% of its 8000 steps
     assert VerifyConfig().budget_for(8000, declared_budget(shipped)) == 4000
     assert VerifyConfig(budget_steps=700).budget_for(8000, 4000) == 700  # --budget still wins
-    assert declared_budget(shipped, SimpleNamespace(name="x", finetune_budget=123)) == 123
+    assert declared_budget(shipped, ScenarioRef(name="x", finetune_budget=123)) == 123
     assert declared_budget(SimpleNamespace(path=tmp_path)) is None  # no build record: the 20% default
 
 
@@ -113,7 +114,8 @@ def test_config_budget_and_shifted_variants():
     with pytest.raises(Exception, match="at least 1"):
         VerifyConfig(seeds=0).check()
     assert _shifted(None) == ()
-    assert _shifted(type("S", (), {"shifted": [{"name": "long", "env_kwargs": {"a": 1}}]})()) == (("long", '{"a": 1}'),)
+    long = ShiftedEnv(name="long", env_kwargs={"a": 1})
+    assert _shifted(ScenarioRef(name="s", shifted=(long,))) == (("long", '{"a": 1}'),)
 
 
 # -- end to end --------------------------------------------------------------------------------
@@ -126,7 +128,7 @@ def test_verify_returns_a_case_with_effect_and_ci(cartpole_run):
         "def shaped_reward(obs, action, reward, next_obs, terminated, truncated, info):\n"
         "    return reward + 0.5 * (1.0 - min(1.0, abs(float(next_obs[2])) / 0.21))\n")})
     patch = upright
-    scenario = SimpleNamespace(name="cartpole-tiny", shifted=[ShiftedEnv(name="sb_reward", env_kwargs={"sutton_barto_reward": True})])
+    scenario = ScenarioRef(name="cartpole-tiny", shifted=(ShiftedEnv(name="sb_reward", env_kwargs={"sutton_barto_reward": True}),))
     case = verify_patch(cartpole_run, patch, VerifyConfig(seeds=2, **TINY), scenario=scenario,
                         progress=lambda m, d, n: seen.append(m))
     assert isinstance(case, Case) and case.source is Source.verified
