@@ -14,7 +14,7 @@ import json
 import math
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from remedy.cases.evidence.rollouts import EpisodeRecord, EvidenceBundle, collect_evidence
 from remedy.cases.model import EpisodeSummary, Signature, Subject
@@ -27,9 +27,15 @@ from remedy.retrieval.diagnosis import (
     DiagnosisContext,
     DiagnosisReport,
     RetrievedCase,
+    RuleLike,
     SymptomReading,
     get_diagnoser,
 )
+
+if TYPE_CHECKING:
+    from remedy.retrieval.describe import SymptomReader
+
+    from .facade import KnowledgeBase
 
 __all__ = ["KBRetriever", "diagnose_run", "diagnose_signature", "diagnose_description", "failure_episodes",
            "reward_text"]
@@ -42,7 +48,7 @@ _MAX_CODE_CHARS = 4000
 class KBRetriever:
     """The KB facade as a ``CaseRetriever``: ``similar(signature, k, action_space=, exclude_scenario=)``."""
 
-    def __init__(self, kb: Any, mode: str = "hybrid") -> None:
+    def __init__(self, kb: KnowledgeBase, mode: str = "hybrid") -> None:
         self.kb, self.mode = kb, mode
 
     def similar(self, signature: Signature, k: int, *, action_space: str | None = None,
@@ -96,7 +102,7 @@ def _resolve(diagnoser: str | Diagnoser, params: dict[str, Any]) -> Diagnoser:
 
 
 def diagnose_signature(
-    kb: Any,
+    kb: KnowledgeBase | None,
     subject: Subject,
     signature: Signature,
     *,
@@ -107,7 +113,7 @@ def diagnose_signature(
     tried: Sequence[Attempt] = (),
     episodes: Sequence[EpisodeSummary] = (),
     reward_code: str = "",
-    rules: Sequence[Any] = (),
+    rules: Sequence[RuleLike] = (),
     notes: Sequence[str] = (),
     constraints: Sequence[str] = (),
     **diagnoser_params: Any,
@@ -126,7 +132,7 @@ def diagnose_signature(
 
 
 def diagnose_run(
-    kb: Any,
+    kb: KnowledgeBase | None,
     run_dir: str | Path | RunDir,
     *,
     diagnoser: str | Diagnoser = "offline",
@@ -152,7 +158,7 @@ def diagnose_run(
 
 
 def diagnose_description(
-    kb: Any,
+    kb: KnowledgeBase | None,
     text: str,
     *,
     env_id: str | None = None,
@@ -161,9 +167,9 @@ def diagnose_description(
     tags: str | Sequence[str] | None = None,
     diagnoser: str | Diagnoser = "offline",
     k: int = 10,
-    reader: Any = None,
+    reader: SymptomReader | None = None,
     exclude_ids: Iterable[str] = (),
-    rules: Sequence[Any] = (),
+    rules: Sequence[RuleLike] = (),
     **diagnoser_params: Any,
 ) -> DiagnosisReport:
     """Diagnose a failure described in words (no run directory): the same report as :func:`diagnose_run`.
