@@ -39,29 +39,51 @@ def main() -> None:
         report = diagnose_run(None, built.run, n_episodes=args.episodes, exclude_scenario=s.name)
         causes = [c.cause.value for c in report.diagnosis.causes]
         top1, top3 = score_causes(causes, s.ground_truth)
-        rows.append({"scenario": s.name, "split": s.split, "family": s.family, "ground_truth": [g.value for g in
-                     s.ground_truth], "causes": causes[:3], "top1": top1, "top3": top3,
-                     "oracle_verdict": verdicts.get(s.name)})
+        rows.append(
+            {
+                "scenario": s.name,
+                "split": s.split,
+                "family": s.family,
+                "ground_truth": [g.value for g in s.ground_truth],
+                "causes": causes[:3],
+                "top1": top1,
+                "top3": top3,
+                "oracle_verdict": verdicts.get(s.name),
+            }
+        )
         print(f"{s.split:7s} {s.name:40s} top1={top1!s:5s} top3={top3!s:5s} {', '.join(causes[:3])}", flush=True)
-    lines = ["# Diagnosis accuracy per split (cold, offline diagnoser, built patients only)", "",
-             f"Baseline answer (most frequent ground-truth causes on the bundled dev split): {', '.join(answer)}", "",
-             "'failing' leaves out patients that `bench build` found already succeeding (verdict not_failing).", "",
-             "| split | patients | n | top-1 | top-3 | always the most frequent cause: top-1 | fixed top-3: top-3 |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        "# Diagnosis accuracy per split (cold, offline diagnoser, built patients only)",
+        "",
+        f"Baseline answer (most frequent ground-truth causes on the bundled dev split): {', '.join(answer)}",
+        "",
+        "'failing' leaves out patients that `bench build` found already succeeding (verdict not_failing).",
+        "",
+        "| split | patients | n | top-1 | top-3 | always the most frequent cause: top-1 | fixed top-3: top-3 |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
     summary = {}
     for split in ("dev", "holdout"):
         for which in ("all built", "failing"):
-            part = [r for r in rows if r["split"] == split
-                    and (which == "all built" or r["oracle_verdict"] != "not_failing")]
+            part = [
+                r
+                for r in rows
+                if r["split"] == split and (which == "all built" or r["oracle_verdict"] != "not_failing")
+            ]
             n = len(part) or 1
             b1, b3 = score_constant(answer, [r["ground_truth"] for r in part])
-            f = summary[f"{split} ({which})"] = {"n": len(part), "top1": sum(r["top1"] for r in part) / n,
-                                                 "top3": sum(r["top3"] for r in part) / n, "baseline_top1": b1,
-                                                 "baseline_top3": b3}
+            f = summary[f"{split} ({which})"] = {
+                "n": len(part),
+                "top1": sum(r["top1"] for r in part) / n,
+                "top3": sum(r["top3"] for r in part) / n,
+                "baseline_top1": b1,
+                "baseline_top3": b3,
+            }
             lines.append(f"| {split} | {which} | {f['n']} | {f['top1']:.0%} | {f['top3']:.0%} | {b1:.0%} | {b3:.0%} |")
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "accuracy.json").write_text(json.dumps({"answer": answer, "summary": summary, "rows": rows},
-                                                       indent=2) + "\n")
+    (args.out / "accuracy.json").write_text(
+        json.dumps({"answer": answer, "summary": summary, "rows": rows}, indent=2) + "\n"
+    )
     (args.out / "accuracy.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -112,8 +112,9 @@ def old_bootstrap_improved(cell: Cell, rng: np.random.Generator, n_boot: int) ->
 
     agg = stats.iqm if cell.metric == "returns" else stats.mean
     t, c = draw_arm(cell, rng), draw_arm(cell, rng)
-    low, high = stats.bootstrap_ci(t, c, lambda a, b: agg(stats.pooled(a)) - agg(stats.pooled(b)), n_boot=n_boot,
-                                   random_state=rng)
+    low, high = stats.bootstrap_ci(
+        t, c, lambda a, b: agg(stats.pooled(a)) - agg(stats.pooled(b)), n_boot=n_boot, random_state=rng
+    )
     return low > 0, low > 0 or high < 0
 
 
@@ -126,34 +127,57 @@ def simulate_cell(cell: Cell, trials: int, boot_trials: int, n_boot: int, seed: 
             screen += 1
             confirmed += improved(cell, rng)  # a confirmation: new seeds, new episodes
     old = [old_bootstrap_improved(cell, rng, n_boot) for _ in range(boot_trials)]
-    return {"metric": cell.metric, "seeds": cell.seeds, "episodes": cell.episodes, "ratio": cell.ratio,
-            "screen": rate(screen, trials), "screen_confirm": rate(confirmed, trials),
-            "old_bootstrap_improved": rate(sum(o[0] for o in old), boot_trials),
-            "old_bootstrap_excludes_zero": rate(sum(o[1] for o in old), boot_trials)}
+    return {
+        "metric": cell.metric,
+        "seeds": cell.seeds,
+        "episodes": cell.episodes,
+        "ratio": cell.ratio,
+        "screen": rate(screen, trials),
+        "screen_confirm": rate(confirmed, trials),
+        "old_bootstrap_improved": rate(sum(o[0] for o in old), boot_trials),
+        "old_bootstrap_excludes_zero": rate(sum(o[1] for o in old), boot_trials),
+    }
 
 
 def run_sim(args: argparse.Namespace) -> dict:
     metrics = args.metrics.split(",")
     cells = [Cell(m, s, e, r) for m, s, e, r in itertools.product(metrics, SEEDS, EPISODES, RATIOS)]
     rows, start = [], time.perf_counter()
-    print(f"A/A simulation: {args.trials} trials per cell (old bootstrap: {args.boot_trials} trials, "
-          f"{args.n_boot} resamples); false improved = CI low > 0 (one-sided 2.5% nominal)")
-    print(f"{'metric':8} {'seeds':>5} {'eps':>4} {'ratio':>5} | {'screen':24} | {'screen+confirm':24} | "
-          f"{'old bootstrap improved':24} | old excl. 0")
+    print(
+        f"A/A simulation: {args.trials} trials per cell (old bootstrap: {args.boot_trials} trials, "
+        f"{args.n_boot} resamples); false improved = CI low > 0 (one-sided 2.5% nominal)"
+    )
+    print(
+        f"{'metric':8} {'seeds':>5} {'eps':>4} {'ratio':>5} | {'screen':24} | {'screen+confirm':24} | "
+        f"{'old bootstrap improved':24} | old excl. 0"
+    )
     for i, cell in enumerate(cells):
         row = simulate_cell(cell, args.trials, args.boot_trials, args.n_boot, args.seed + i)
         rows.append(row)
-        print(f"{cell.metric:8} {cell.seeds:5} {cell.episodes:4} {cell.ratio:5.1f} | {fmt(row['screen']):24} | "
-              f"{fmt(row['screen_confirm']):24} | {fmt(row['old_bootstrap_improved']):24} | "
-              f"{row['old_bootstrap_excludes_zero']['rate']:.1%}", flush=True)
+        print(
+            f"{cell.metric:8} {cell.seeds:5} {cell.episodes:4} {cell.ratio:5.1f} | {fmt(row['screen']):24} | "
+            f"{fmt(row['screen_confirm']):24} | {fmt(row['old_bootstrap_improved']):24} | "
+            f"{row['old_bootstrap_excludes_zero']['rate']:.1%}",
+            flush=True,
+        )
     worst = max(rows, key=lambda r: r["screen_confirm"]["rate"])
     worst_screen = max(rows, key=lambda r: r["screen"]["rate"])
-    print(f"worst screen+confirm: {fmt(worst['screen_confirm'])} ({worst['metric']}, {worst['seeds']} seeds, "
-          f"{worst['episodes']} eps, ratio {worst['ratio']}); target <= 5%")
-    print(f"worst screen alone:   {fmt(worst_screen['screen'])} ({worst_screen['metric']}, {worst_screen['seeds']} "
-          f"seeds, {worst_screen['episodes']} eps, ratio {worst_screen['ratio']})")
-    return {"trials": args.trials, "boot_trials": args.boot_trials, "n_boot": args.n_boot, "seed": args.seed,
-            "wall_s": round(time.perf_counter() - start, 1), "cells": rows}
+    print(
+        f"worst screen+confirm: {fmt(worst['screen_confirm'])} ({worst['metric']}, {worst['seeds']} seeds, "
+        f"{worst['episodes']} eps, ratio {worst['ratio']}); target <= 5%"
+    )
+    print(
+        f"worst screen alone:   {fmt(worst_screen['screen'])} ({worst_screen['metric']}, {worst_screen['seeds']} "
+        f"seeds, {worst_screen['episodes']} eps, ratio {worst_screen['ratio']})"
+    )
+    return {
+        "trials": args.trials,
+        "boot_trials": args.boot_trials,
+        "n_boot": args.n_boot,
+        "seed": args.seed,
+        "wall_s": round(time.perf_counter() - start, 1),
+        "cells": rows,
+    }
 
 
 # --------------------------------------------------------------------------- (b) real A/A
@@ -179,21 +203,35 @@ def real_trial(run, patch, trial: int, args: argparse.Namespace) -> dict:
     # each trial owns 2 blocks of seeds (screen + confirmation) and its own evaluation episodes
     # the control trains on other seeds than the treatment, so the arms are independent draws (with paired
     # seeds a patch that changes nothing gives bit-identical arms, diff exactly 0: no test of calibration)
-    cfg = VerifyConfig(seeds=args.seeds, budget_steps=args.budget, eval_episodes=args.episodes,
-                       seed_base=args.seed_base + trial * 2 * args.seeds, eval_seed=10_000 + 1_000 * trial,
-                       control_seed_offset=CONTROL_SEED_OFFSET)
+    cfg = VerifyConfig(
+        seeds=args.seeds,
+        budget_steps=args.budget,
+        eval_episodes=args.episodes,
+        seed_base=args.seed_base + trial * 2 * args.seeds,
+        eval_seed=10_000 + 1_000 * trial,
+        control_seed_offset=CONTROL_SEED_OFFSET,
+    )
     start = time.perf_counter()
     screen, confirmation = verify_and_confirm(run, patch, cfg)
     final = confirmation or screen
     v, sv = final.verification, screen.verification
     e = sv.effect
-    return {"trial": trial, "seed_base": sv.seed_base, "screen_status": sv.status.value,
-            "passed_screen": sv.passed_screen, "final_status": v.status.value, "stage": v.stage.value,
-            "metric": None if e is None else e.metric, "diff": None if e is None else e.diff,
-            "ci": None if e is None else [e.ci_low, e.ci_high], "per_seed": sv.per_seed,
-            "confirm_status": None if confirmation is None else v.status.value,
-            "env_steps": sv.env_steps + (v.env_steps if confirmation else 0),
-            "wall_s": round(time.perf_counter() - start, 1), "reason": sv.reason[:300]}
+    return {
+        "trial": trial,
+        "seed_base": sv.seed_base,
+        "screen_status": sv.status.value,
+        "passed_screen": sv.passed_screen,
+        "final_status": v.status.value,
+        "stage": v.stage.value,
+        "metric": None if e is None else e.metric,
+        "diff": None if e is None else e.diff,
+        "ci": None if e is None else [e.ci_low, e.ci_high],
+        "per_seed": sv.per_seed,
+        "confirm_status": None if confirmation is None else v.status.value,
+        "env_steps": sv.env_steps + (v.env_steps if confirmation else 0),
+        "wall_s": round(time.perf_counter() - start, 1),
+        "reason": sv.reason[:300],
+    }
 
 
 def summarize_real(rows: list[dict]) -> dict:
@@ -201,15 +239,23 @@ def summarize_real(rows: list[dict]) -> dict:
     screens = sum(r["passed_screen"] for r in rows)
     final = sum(r["final_status"] == "improved" for r in rows)
     failed = sum(r["screen_status"] == "failed" for r in rows)
-    return {"trials": n, "screen_cleared": rate(screens, n), "false_improved": rate(final, n), "failed": failed,
-            "statuses": {s: sum(r["final_status"] == s for r in rows) for s in sorted({r["final_status"] for r in rows})},
-            "wall_s": round(sum(r["wall_s"] for r in rows), 1), "env_steps": sum(r["env_steps"] for r in rows)}
+    return {
+        "trials": n,
+        "screen_cleared": rate(screens, n),
+        "false_improved": rate(final, n),
+        "failed": failed,
+        "statuses": {s: sum(r["final_status"] == s for r in rows) for s in sorted({r["final_status"] for r in rows})},
+        "wall_s": round(sum(r["wall_s"] for r in rows), 1),
+        "env_steps": sum(r["env_steps"] for r in rows),
+    }
 
 
 def print_real(summary: dict, meta: dict) -> None:
-    print(f"real A/A on {meta['scenario']} ({meta['patch']}), {meta['seeds']} seeds/arm, budget {meta['budget']:,} "
-          f"steps/arm, {meta['episodes']} eval episodes: {summary['trials']} trials, {summary['wall_s']:.0f} s of "
-          f"verification, {summary['env_steps']:,} env steps")
+    print(
+        f"real A/A on {meta['scenario']} ({meta['patch']}), {meta['seeds']} seeds/arm, budget {meta['budget']:,} "
+        f"steps/arm, {meta['episodes']} eval episodes: {summary['trials']} trials, {summary['wall_s']:.0f} s of "
+        f"verification, {summary['env_steps']:,} env steps"
+    )
     print(f"  screen cleared: {fmt(summary['screen_cleared'])}")
     print(f"  false improved (after confirmation): {fmt(summary['false_improved'])}; statuses {summary['statuses']}")
 
@@ -223,10 +269,20 @@ def run_real(args: argparse.Namespace) -> dict:
     one_torch_thread()
     run = RunDir.load(SCENARIO_DIR / "checkpoints" / args.scenario)
     lr = run.config.hyperparams["learning_rate"]
-    patch = Patch.from_data({"kind": "hyperparameters", "description": "A/A: the learning rate it already has",
-                             "changes": {"learning_rate": lr}})
-    meta = {"scenario": args.scenario, "patch": f"learning_rate = {lr} (unchanged)", "seeds": args.seeds,
-            "budget": args.budget, "episodes": args.episodes}
+    patch = Patch.from_data(
+        {
+            "kind": "hyperparameters",
+            "description": "A/A: the learning rate it already has",
+            "changes": {"learning_rate": lr},
+        }
+    )
+    meta = {
+        "scenario": args.scenario,
+        "patch": f"learning_rate = {lr} (unchanged)",
+        "seeds": args.seeds,
+        "budget": args.budget,
+        "episodes": args.episodes,
+    }
     OUT.mkdir(parents=True, exist_ok=True)
     jsonl = Path(args.jsonl)
     done = done_trials(jsonl)
@@ -236,9 +292,11 @@ def run_real(args: argparse.Namespace) -> dict:
         row = real_trial(run, patch, trial, args)
         with jsonl.open("a") as fh:
             fh.write(json.dumps(row) + "\n")
-        print(f"trial {trial}: screen {row['screen_status']}{' (cleared)' if row['passed_screen'] else ''}, "
-              f"final {row['final_status']}, {row['metric']} diff {row['diff']}, CI {row['ci']}, {row['wall_s']} s",
-              flush=True)
+        print(
+            f"trial {trial}: screen {row['screen_status']}{' (cleared)' if row['passed_screen'] else ''}, "
+            f"final {row['final_status']}, {row['metric']} diff {row['diff']}, CI {row['ci']}, {row['wall_s']} s",
+            flush=True,
+        )
         done[trial] = row
     rows = [done[t] for t in sorted(done) if t < args.trials]
     summary = summarize_real(rows)
@@ -260,8 +318,10 @@ def save(section: str, data: dict) -> None:
 def report() -> None:
     whole = json.loads(JSON_PATH.read_text()) if JSON_PATH.is_file() else {}
     for row in [r for key in sorted(whole) if key.startswith("sim") for r in whole[key].get("cells", [])]:
-        print(f"{row['metric']:8} {row['seeds']:5} {row['episodes']:4} {row['ratio']:5.1f} | {fmt(row['screen'])} | "
-              f"{fmt(row['screen_confirm'])} | {fmt(row['old_bootstrap_improved'])}")
+        print(
+            f"{row['metric']:8} {row['seeds']:5} {row['episodes']:4} {row['ratio']:5.1f} | {fmt(row['screen'])} | "
+            f"{fmt(row['screen_confirm'])} | {fmt(row['old_bootstrap_improved'])}"
+        )
     if "real" in whole:
         print_real(whole["real"], whole["real"])
 

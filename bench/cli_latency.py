@@ -53,7 +53,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         kb = Path(tmp) / "kb"
         env = _env(kb)
-        subprocess.run(REMEDY + ["kb", "init"], env=env, check=True, capture_output=True)
+        subprocess.run([*REMEDY, "kb", "init"], env=env, check=True, capture_output=True)
         first_id = _first_case_id(env)
         load_before = os.getloadavg()
         results = {}
@@ -62,19 +62,27 @@ def main() -> None:
             argv = [first_id if a == "ex-cartpole-lr-too-high" else a for a in argv]
             times = [_time(argv, env) for _ in range(args.runs)]
             results[name] = {"median_s": round(statistics.median(times), 3), "min_s": round(min(times), 3)}
-            print(f"{name:15s} median {results[name]['median_s']:.2f} s   min {results[name]['min_s']:.2f} s", flush=True)
+            print(
+                f"{name:15s} median {results[name]['median_s']:.2f} s   min {results[name]['min_s']:.2f} s", flush=True
+            )
         load_after = os.getloadavg()
-    print(f"load average (1/5/15 min) before {load_before[0]:.2f}/{load_before[1]:.2f}/{load_before[2]:.2f}, "
-          f"after {load_after[0]:.2f}/{load_after[1]:.2f}/{load_after[2]:.2f}; {args.runs} runs each")
+    print(
+        f"load average (1/5/15 min) before {load_before[0]:.2f}/{load_before[1]:.2f}/{load_before[2]:.2f}, "
+        f"after {load_after[0]:.2f}/{load_after[1]:.2f}/{load_after[2]:.2f}; {args.runs} runs each"
+    )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"results": results, "load_before": load_before, "load_after": load_after,
-                                         "runs": args.runs}, indent=2))
+        args.json.write_text(
+            json.dumps(
+                {"results": results, "load_before": load_before, "load_after": load_after, "runs": args.runs}, indent=2
+            )
+        )
 
 
 def _first_case_id(env: dict[str, str]) -> str:
-    proc = subprocess.run(REMEDY + ["query", "pole falls", "--k", "1", "--json"], env=env, check=True,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [*REMEDY, "query", "pole falls", "--k", "1", "--json"], env=env, check=True, capture_output=True, text=True
+    )
     return json.loads(proc.stdout)[0]["case_id"]
 
 

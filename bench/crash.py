@@ -87,9 +87,8 @@ def _kill_after(proc: subprocess.Popen, delay: float) -> tuple[bool, str]:
 
 
 def _import_file(tmp: Path, trial: int, n: int) -> tuple[Path, list[str]]:
-    from remedy.cases.io import write_cases
+    from remedy.cases.io import read_cases, write_cases
     from remedy.kb.facade import example_files
-    from remedy.cases.io import read_cases
 
     base = [c for f in example_files() for c in read_cases(f)[0]]
     cases = []
@@ -108,11 +107,17 @@ def _check(kb_dir: Path, acked: set[str], groups: list[list[str]] | None) -> dic
     with KnowledgeBase.open(kb_dir) as kb:  # reconciles the index with the store, as any next open does
         stored, indexed = kb.store.ids(), kb.index.ids()
     partial = any(0 < len(stored & set(g)) < len(g) for g in groups or [])
-    return {"lost_from_store": sorted(acked - stored), "lost_from_index": sorted(acked - indexed),
-            "stored_not_indexed": sorted(stored - indexed), "partial_import": partial}
+    return {
+        "lost_from_store": sorted(acked - stored),
+        "lost_from_index": sorted(acked - indexed),
+        "stored_not_indexed": sorted(stored - indexed),
+        "partial_import": partial,
+    }
 
 
-def import_trials(kb_dir: Path, tmp: Path, trials: int, n_cases: int, rng: random.Random, max_delay: float) -> list[dict]:
+def import_trials(
+    kb_dir: Path, tmp: Path, trials: int, n_cases: int, rng: random.Random, max_delay: float
+) -> list[dict]:
     """Kill a process importing files one after another at random moments."""
     out = []
     for t in range(trials):
@@ -121,14 +126,29 @@ def import_trials(kb_dir: Path, tmp: Path, trials: int, n_cases: int, rng: rando
             path, ids = _import_file(tmp, t * 100 + j, n_cases)
             files[str(path)] = ids
         delay = rng.uniform(1.0, max_delay)
-        proc = subprocess.Popen([sys.executable, "-c", _IMPORT_CHILD, str(kb_dir), *files], stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL, text=True, env=_env(), start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _IMPORT_CHILD, str(kb_dir), *files],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=_env(),
+            start_new_session=True,
+        )
         finished, stdout = _kill_after(proc, delay)
         acked_files = [ln.split(maxsplit=1)[1] for ln in stdout.splitlines() if ln.startswith("ACK ")]
         acked = {i for f in acked_files for i in files[f]}
         res = _check(kb_dir, acked, list(files.values()))
-        out.append({"kind": "import", "trial": t, "delay_s": round(delay, 2), "finished": finished,
-                    "acked": len(acked), "acked_files": len(acked_files), **res})
+        out.append(
+            {
+                "kind": "import",
+                "trial": t,
+                "delay_s": round(delay, 2),
+                "finished": finished,
+                "acked": len(acked),
+                "acked_files": len(acked_files),
+                **res,
+            }
+        )
         print(json.dumps(out[-1]), flush=True)
     return out
 
@@ -138,14 +158,20 @@ def fix_trials(kb_dir: Path, trials: int, rng: random.Random, max_delay: float) 
     out = []
     for t in range(trials):
         delay = rng.uniform(1.0, max_delay)
-        proc = subprocess.Popen([sys.executable, "-c", _FIX_CHILD, str(kb_dir), str(PATIENT), str(t)],
-                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=_env(),
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _FIX_CHILD, str(kb_dir), str(PATIENT), str(t)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=_env(),
+            start_new_session=True,
+        )
         finished, stdout = _kill_after(proc, delay)
         acked = {ln.split()[1] for ln in stdout.splitlines() if ln.startswith("ACK ")}
         res = _check(kb_dir, acked, None)
-        out.append({"kind": "fix", "trial": t, "delay_s": round(delay, 2), "finished": finished,
-                    "acked": len(acked), **res})
+        out.append(
+            {"kind": "fix", "trial": t, "delay_s": round(delay, 2), "finished": finished, "acked": len(acked), **res}
+        )
         print(json.dumps(out[-1]), flush=True)
     return out
 
@@ -156,7 +182,9 @@ def summarize(rows: list[dict]) -> dict:
     for kind in sorted({r["kind"] for r in rows}):
         rs = [r for r in rows if r["kind"] == kind]
         summary[kind] = {
-            "trials": len(rs), "killed": sum(not r["finished"] for r in rs), "acked": sum(r["acked"] for r in rs),
+            "trials": len(rs),
+            "killed": sum(not r["finished"] for r in rs),
+            "acked": sum(r["acked"] for r in rs),
             "lost_from_store": sum(len(r["lost_from_store"]) for r in rs),
             "lost_from_index": sum(len(r["lost_from_index"]) for r in rs),
             "stored_not_indexed": sum(len(r["stored_not_indexed"]) for r in rs),

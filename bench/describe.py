@@ -33,8 +33,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-for _k, _v in (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"), ("TOKENIZERS_PARALLELISM", "false"),
-               ("LITELLM_LOCAL_MODEL_COST_MAP", "True")):
+for _k, _v in (
+    ("HF_HUB_OFFLINE", "1"),
+    ("TRANSFORMERS_OFFLINE", "1"),
+    ("TOKENIZERS_PARALLELISM", "false"),
+    ("LITELLM_LOCAL_MODEL_COST_MAP", "True"),
+):
     os.environ.setdefault(_k, _v)
 
 import numpy as np  # noqa: E402
@@ -111,10 +115,20 @@ def run_describe(kb, reports, reader, floor: float, k: int = 10, no_tags: bool =
         tags = () if no_tags else tuple(x.tag for x in reader.read(r["symptom"]))
         key = (r["id"], tags, floor, k)  # grid points that read the same tags give the same diagnosis
         if key not in _DIAGNOSES:
-            rep = diagnose_description(kb, r["symptom"], env_id=r.get("env"), algo=r.get("algo"),
-                                       action_space=r.get("action_space"), tags=list(tags), diagnoser=diag, k=k)
-            _DIAGNOSES[key] = ([c.cause.value for c in rep.diagnosis.causes if c.cause.value != "unknown"],
-                               _unique([c.family.value for c in rep.candidates]))
+            rep = diagnose_description(
+                kb,
+                r["symptom"],
+                env_id=r.get("env"),
+                algo=r.get("algo"),
+                action_space=r.get("action_space"),
+                tags=list(tags),
+                diagnoser=diag,
+                k=k,
+            )
+            _DIAGNOSES[key] = (
+                [c.cause.value for c in rep.diagnosis.causes if c.cause.value != "unknown"],
+                _unique([c.family.value for c in rep.candidates]),
+            )
         rows.append((*_DIAGNOSES[key], r))
     return rows
 
@@ -124,8 +138,9 @@ def run_query(kb, reports) -> list:
     rows = []
     for r in reports:
         hits = kb.similar(r["symptom"], k=3, mode="hybrid")
-        causes = _unique([h.case.diagnosis.causes[0].cause.value for h in hits
-                          if h.case.diagnosis and h.case.diagnosis.causes])
+        causes = _unique(
+            [h.case.diagnosis.causes[0].cause.value for h in hits if h.case.diagnosis and h.case.diagnosis.causes]
+        )
         fams = _unique([h.case.patch.parts[0].kind for h in hits])
         rows.append((causes, fams, r))
     return rows
@@ -149,8 +164,11 @@ def tune(kb, embedder, dev) -> tuple[dict, list]:
         reader = SymptomReader(embedder, threshold=thr, margin=margin, max_tags=DEFAULT_MAX_TAGS)
         s = score(run_describe(kb, dev, reader, floor))
         grid.append({"threshold": thr, "margin": margin, "text_sim_floor": floor, **s})
-        print(f"dev grid {len(grid):>2}: threshold {thr} margin {margin} floor {floor}: top-1 {s['top1']:.0%} "
-              f"top-3 {s['top3']:.0%} family top-3 {s['family_top3']:.0%}", flush=True)
+        print(
+            f"dev grid {len(grid):>2}: threshold {thr} margin {margin} floor {floor}: top-1 {s['top1']:.0%} "
+            f"top-3 {s['top3']:.0%} family top-3 {s['family_top3']:.0%}",
+            flush=True,
+        )
     best = max(grid, key=lambda g: (round(g["top1"] + g["top3"] + g["family_top3"], 6), g["top1"]))
     return best, grid
 
@@ -175,27 +193,45 @@ def main() -> None:
         table: dict[str, dict[str, dict]] = {}
         for split, rs in (("dev", dev), ("holdout", hold)):
             table.setdefault("describe (dev-tuned)", {})[split] = score(
-                run_describe(kb, rs, chosen, best["text_sim_floor"]))
+                run_describe(kb, rs, chosen, best["text_sim_floor"])
+            )
             table.setdefault("describe (shipped defaults)", {})[split] = score(
-                run_describe(kb, rs, default, OfflineDiagnoser().text_sim_floor))
+                run_describe(kb, rs, default, OfflineDiagnoser().text_sim_floor)
+            )
             table.setdefault("describe, tags only (no retrieval)", {})[split] = score(
-                run_describe(kb, rs, chosen, best["text_sim_floor"], k=0))
+                run_describe(kb, rs, chosen, best["text_sim_floor"], k=0)
+            )
             table.setdefault("describe, cases only (no tags)", {})[split] = score(
-                run_describe(kb, rs, chosen, best["text_sim_floor"], no_tags=True))
+                run_describe(kb, rs, chosen, best["text_sim_floor"], no_tags=True)
+            )
             table.setdefault("query baseline (nearest cases)", {})[split] = score(run_query(kb, rs))
             table.setdefault("most frequent on dev", {})[split] = score(run_frequent(dev, rs))
         base.close()
     _print(best, table, len(dev), len(hold))
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"chosen_on_dev": best, "defaults": {
-        "threshold": DEFAULT_THRESHOLD, "margin": DEFAULT_MARGIN, "text_sim_floor": OfflineDiagnoser().text_sim_floor},
-        "table": table, "grid": grid}, indent=2))
+    args.out.write_text(
+        json.dumps(
+            {
+                "chosen_on_dev": best,
+                "defaults": {
+                    "threshold": DEFAULT_THRESHOLD,
+                    "margin": DEFAULT_MARGIN,
+                    "text_sim_floor": OfflineDiagnoser().text_sim_floor,
+                },
+                "table": table,
+                "grid": grid,
+            },
+            indent=2,
+        )
+    )
     print(f"wrote {args.out}")
 
 
 def _print(best: dict, table: dict, n_dev: int, n_hold: int) -> None:
-    print(f"chosen on dev ({n_dev} reports): threshold {best['threshold']}, margin {best['margin']}, "
-          f"text_sim_floor {best['text_sim_floor']}")
+    print(
+        f"chosen on dev ({n_dev} reports): threshold {best['threshold']}, margin {best['margin']}, "
+        f"text_sim_floor {best['text_sim_floor']}"
+    )
     head = f"{'method':<38} {'split':<8} {'n':>3} {'top-1':>6} {'top-3':>6} {'family top-3':>13}"
     print(head)
     print("-" * len(head))

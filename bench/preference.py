@@ -39,8 +39,12 @@ PROBES = {
 def _code_patch(body: str):
     from remedy.cases.patches import Patch
 
-    return Patch.from_data({"kind": "reward_shaping", "code": (
-        "def shaped_reward(obs, action, reward, next_obs, terminated, truncated, info):\n" + body)})
+    return Patch.from_data(
+        {
+            "kind": "reward_shaping",
+            "code": ("def shaped_reward(obs, action, reward, next_obs, terminated, truncated, info):\n" + body),
+        }
+    )
 
 
 def _patients(cache: Path | None, scratch: Path):
@@ -70,8 +74,11 @@ def _candidates(run) -> list[tuple[str, object]]:
     from remedy.kb.diagnose import diagnose_run
 
     report = diagnose_run(None, run, diagnoser="offline", n_episodes=5, seed=0)
-    out = [(f"diagnoser: {c.patch.summary()}"[:70], c.patch) for c in report.candidates
-           if any(p.kind == "reward_shaping" for p in c.patch.parts)]
+    out = [
+        (f"diagnoser: {c.patch.summary()}"[:70], c.patch)
+        for c in report.candidates
+        if any(p.kind == "reward_shaping" for p in c.patch.parts)
+    ]
     return out + [(name, _code_patch(body)) for name, body in PROBES.items()]
 
 
@@ -88,10 +95,22 @@ def _verdicts(run, patch, episodes: int, seed: int) -> tuple[str, str, float | N
     plan = PatchPlan.from_patch(shaping, env_traits(c.env_id, c.env_kwargs), c.algo)
     factory = make_patched_env_fn(c.env_id, c.env_kwargs, c.wrappers, plan, None, max_episode_steps=c.max_episode_steps)
     model, vn = run.load_model(), _obs_normalizer(run)
-    recs = [r for det in (True, False) for r in rollout(model, factory, n_episodes=episodes, seed=seed,
-                                                         deterministic=det, success=c.success,
-                                                         constraints=c.constraints, keep_trajectories=0,
-                                                         vecnormalize=vn) if not r.nan]
+    recs = [
+        r
+        for det in (True, False)
+        for r in rollout(
+            model,
+            factory,
+            n_episodes=episodes,
+            seed=seed,
+            deterministic=det,
+            success=c.success,
+            constraints=c.constraints,
+            keep_trajectories=0,
+            vecnormalize=vn,
+        )
+        if not r.nan
+    ]
     old = preference_verdict([r.train_ret for r in recs if r.success], [r.train_ret for r in recs if not r.success])
     new = trajectory_verdict([task_measures(r) for r in recs], [r.train_ret for r in recs])
     return old.status, new.status, new.prob

@@ -100,11 +100,23 @@ SYMPTOMS: dict[str, list[str]] = {
         "episodes end early by failure after about {len} steps",
     ],
     "high_variance": ["returns vary from {lo} to {hi} between episodes", "return IQR is {pct}% of the median"],
-    "constraint_violations": ["{pct}% of steps break the declared safety constraint", "the agent leaves the safe region in {pct}% of steps"],
-    "poor_generalization": ["return drops {pct}% on shifted variants of the env", "fails when physics parameters change ({pct}% worse)"],
-    "undertrained": ["only {k}k training steps and the return is still rising", "training stopped at {k}k steps mid-improvement"],
+    "constraint_violations": [
+        "{pct}% of steps break the declared safety constraint",
+        "the agent leaves the safe region in {pct}% of steps",
+    ],
+    "poor_generalization": [
+        "return drops {pct}% on shifted variants of the env",
+        "fails when physics parameters change ({pct}% worse)",
+    ],
+    "undertrained": [
+        "only {k}k training steps and the return is still rising",
+        "training stopped at {k}k steps mid-improvement",
+    ],
     "numerical_instability": ["NaN appeared in the actions after {k}k steps", "observations contain inf values"],
-    "low_coverage": ["{a} visits {pct}% of the state grid", "exploration covers a small part of the state space ({pct}%)"],
+    "low_coverage": [
+        "{a} visits {pct}% of the state grid",
+        "exploration covers a small part of the state space ({pct}%)",
+    ],
 }
 TAGS = list(SYMPTOMS)
 STATUSES = [Status.improved, Status.no_effect, Status.worse, Status.failed, Status.reward_hacking]
@@ -134,7 +146,7 @@ def synth_summary(rng: np.random.Generator) -> tuple[str, str, str, list[str]]:
     phrases = [_fill(str(rng.choice(SYMPTOMS[t])), agent, rng) for t in tags]
     head = f"{algo} on {env_id} after {int(rng.integers(20, 3000))}k steps: "
     tail = f". Return IQM {int(rng.integers(-800, 3000))}, success {int(rng.integers(0, 100))}%."
-    return head + "; ".join(phrases) + tail, env_id, space, tags + [algo]
+    return head + "; ".join(phrases) + tail, env_id, space, [*tags, algo]
 
 
 def synth_cases(n: int, seed: int, prefix: str) -> list[Case]:
@@ -146,12 +158,18 @@ def synth_cases(n: int, seed: int, prefix: str) -> list[Case]:
         summary, env_id, space, tags = synth_summary(rng)
         status = STATUSES[int(rng.integers(len(STATUSES)))]
         diff = float(rng.normal(0, 100))
-        effect = Effect(metric="return_iqm", treatment=diff, control=0.0, diff=diff, ci_low=diff - 50, ci_high=diff + 50)
+        effect = Effect(
+            metric="return_iqm", treatment=diff, control=0.0, diff=diff, ci_low=diff - 50, ci_high=diff + 50
+        )
         out.append(
             Case(
                 case_id=f"{prefix}{i}",
                 source=Source.bench,
-                subject=Subject(env_id=env_id, algo=tags[-1], traits=EnvTraits(action_space=ActionSpaceType(space), obs_dim=8, action_dim=2)),
+                subject=Subject(
+                    env_id=env_id,
+                    algo=tags[-1],
+                    traits=EnvTraits(action_space=ActionSpaceType(space), obs_dim=8, action_dim=2),
+                ),
                 signature=Signature(summary=summary, symptoms=tags[:-1]),
                 patch=patch,
                 verification=Verification(status=status, effect=effect, seeds=2),
@@ -213,10 +231,10 @@ def _ingest(index: VectorIndex, cases: list[Case], batch: int) -> tuple[np.ndarr
     for i in range(0, len(cases), batch):
         chunk = cases[i : i + batch]
         texts = [case_text(c) for c in chunk]
-        v, dt = _timed(lambda: index.embedder.encode(texts))
+        v, dt = _timed(lambda texts=texts: index.embedder.encode(texts))
         vecs.append(v)
         raw_s += dt
-        _, dt = _timed(lambda: index.upsert(chunk))
+        _, dt = _timed(lambda chunk=chunk: index.upsert(chunk))
         ingest_s += dt
     return np.vstack(vecs), raw_s, ingest_s
 
@@ -258,7 +276,7 @@ def _latencies(fn: Callable[[int], object], n: int) -> tuple[list[object], list[
     """Call ``fn(i)`` for i in range(n) back to back; return results and wall times."""
     outs, times = [], []
     for i in range(n):
-        out, dt = _timed(lambda: fn(i))
+        out, dt = _timed(lambda i=i: fn(i))
         outs.append(out)
         times.append(dt)
     return outs, times
@@ -316,7 +334,7 @@ def _sweep(index: VectorIndex, qvecs: list[np.ndarray], tops: list[set[int]]) ->
             index.ef, index.refine_factor = ef, rf
             times, recalls = [], []
             for q, top in zip(qvecs, tops):
-                hits, dt = _timed(lambda: index.search(q, k=10))
+                hits, dt = _timed(lambda q=q: index.search(q, k=10))
                 times.append(dt)
                 recalls.append(len(_ids(hits) & top) / 10)
             out.append({"ef": ef, "refine": rf or 0, "p50_ms": _pct(times, 50), "recall": float(np.mean(recalls))})
@@ -347,7 +365,9 @@ def _print_table(results: list[SizeResult], args: argparse.Namespace) -> None:
         print(f"{label:32}" + "".join(f"{fmt(r):>16}" for r in results))
     for r in results:
         for row in r.sweep:
-            print(f"  sweep {r.size:>9,}: ef={row['ef']:<4} refine={row['refine']}  p50 {row['p50_ms']:.1f} ms  recall@10 {row['recall']:.3f}")
+            print(
+                f"  sweep {r.size:>9,}: ef={row['ef']:<4} refine={row['refine']}  p50 {row['p50_ms']:.1f} ms  recall@10 {row['recall']:.3f}"
+            )
     print(
         f"\n{args.queries} queries, k=10, ef={index_mod.DEFAULT_EF}, refine_factor={index_mod.DEFAULT_REFINE}, ANN from {index_mod.ANN_MIN_ROWS:,} rows. "
         f"Rows beyond the first {args.embed_limit:,} reuse real embeddings perturbed with sigma={args.sigma} "

@@ -59,8 +59,13 @@ def main() -> None:
     ap.add_argument("--oracle-results", type=Path, default=ORACLE_FILE)
     ap.add_argument("--report-only", action="store_true", help="only render the report from what is done")
     args = ap.parse_args()
-    settings = BenchSettings(rounds=args.rounds, candidates=args.candidates, seeds=args.seeds,
-                             baselines=not args.no_baselines, oracle_results=str(args.oracle_results))
+    settings = BenchSettings(
+        rounds=args.rounds,
+        candidates=args.candidates,
+        seeds=args.seeds,
+        baselines=not args.no_baselines,
+        oracle_results=str(args.oracle_results),
+    )
     folder = args.out / args.split
     folder.mkdir(parents=True, exist_ok=True)
     chosen = _order(select_scenarios(args.scenarios, split=args.split), args.oracle_results)
@@ -74,11 +79,27 @@ def main() -> None:
         print(f"{s.name}: top1={report.scenarios[0].top1} fixed={report.scenarios[0].fixed}", flush=True)
     done = [_load(p) for p in sorted(folder.glob("*.json"))]
     records = latest_results(chosen, args.oracle_results)  # solvability may have been recorded since
-    done = [r.__class__(**{**asdict(r), "solvable": None if r.scenario not in records or records[r.scenario].verdict
-                           == "error" else records[r.scenario].verdict == "solvable"}) for r in done]
-    report = BenchReport(label="cold", kb=None, settings=settings, scenarios=done, summary=summarize(done),
-                         started_at="(per scenario)", wall_time_s=sum(r.total_wall_time_s for r in done),
-                         splits=split_summaries(done))
+    done = [
+        r.__class__(
+            **{
+                **asdict(r),
+                "solvable": None
+                if r.scenario not in records or records[r.scenario].verdict == "error"
+                else records[r.scenario].verdict == "solvable",
+            }
+        )
+        for r in done
+    ]
+    report = BenchReport(
+        label="cold",
+        kb=None,
+        settings=settings,
+        scenarios=done,
+        summary=summarize(done),
+        started_at="(per scenario)",
+        wall_time_s=sum(r.total_wall_time_s for r in done),
+        splits=split_summaries(done),
+    )
     (args.out / f"{args.split}-report.md").write_text(render_markdown(report))
     (args.out / f"{args.split}-report.json").write_text(json.dumps(report.as_dict(), indent=2, default=str) + "\n")
     print(f"{len(done)}/{len(chosen)} scenarios of {args.split} done; report in {args.out}/{args.split}-report.md")

@@ -91,9 +91,15 @@ def main() -> None:
         if not first_plain:
             plain_t.append(plain_sb3(run, args.budget, r, 8, tmp))
     p, h = statistics.median(plain_t), statistics.median(harness_t)
-    print(f"(a) plain SB3 load+learn+save  median {p:6.2f} s  min {min(plain_t):6.2f} s  runs {', '.join(f'{x:.2f}' for x in plain_t)}")
-    print(f"    remedy finetune()          median {h:6.2f} s  min {min(harness_t):6.2f} s  runs {', '.join(f'{x:.2f}' for x in harness_t)}")
-    print(f"    ratio harness/plain        median {h / p:6.3f}  min {min(harness_t) / min(plain_t):6.3f}   (target <= 1.05)")
+    print(
+        f"(a) plain SB3 load+learn+save  median {p:6.2f} s  min {min(plain_t):6.2f} s  runs {', '.join(f'{x:.2f}' for x in plain_t)}"
+    )
+    print(
+        f"    remedy finetune()          median {h:6.2f} s  min {min(harness_t):6.2f} s  runs {', '.join(f'{x:.2f}' for x in harness_t)}"
+    )
+    print(
+        f"    ratio harness/plain        median {h / p:6.3f}  min {min(harness_t) / min(plain_t):6.3f}   (target <= 1.05)"
+    )
 
     raw1, raw8 = raw_steps_per_s(run, 1, 20000), raw_steps_per_s(run, 8, 20000)
     print(f"(b) raw env steps/s            1 env {raw1:8.0f}   8 envs {raw8:8.0f}   x{raw8 / raw1:.2f}")
@@ -101,8 +107,10 @@ def main() -> None:
     same_rollout = json.dumps({"kind": "hyperparameters", "changes": {"n_steps": n_steps * 8}})
     t1, s1 = harness(run, args.budget, 0, 1, tmp / "n1", same_rollout)
     t8, s8 = harness(run, args.budget, 0, 8, tmp / "n8")
-    print(f"    fine-tune env steps/s      1 env {s1 / t1:8.0f}   8 envs {s8 / t8:8.0f}   x{(s8 / t8) / (s1 / t1):.2f}"
-          f"   (same rollout of {n_steps * 8} steps per update)")
+    print(
+        f"    fine-tune env steps/s      1 env {s1 / t1:8.0f}   8 envs {s8 / t8:8.0f}   x{(s8 / t8) / (s1 / t1):.2f}"
+        f"   (same rollout of {n_steps * 8} steps per update)"
+    )
 
 
 if __name__ == "__main__":

@@ -54,10 +54,16 @@ def patient_signatures(cache: Path, n_episodes: int = 20) -> list[dict]:
         run = build(s)
         subject = run.subject()
         bundle = collect_evidence(run, n_episodes=n_episodes, seed=0)
-        done[s.name] = {"name": s.name, "truth": [c.value for c in s.ground_truth], "subject": subject,
-                        "signature": compute_signature(bundle, subject), "episodes": failure_episodes(bundle),
-                        "reward_code": reward_text(run), "notes": tuple(bundle.notes),
-                        "constraints": tuple(c.expr for c in run.config.constraints)}
+        done[s.name] = {
+            "name": s.name,
+            "truth": [c.value for c in s.ground_truth],
+            "subject": subject,
+            "signature": compute_signature(bundle, subject),
+            "episodes": failure_episodes(bundle),
+            "reward_code": reward_text(run),
+            "notes": tuple(bundle.notes),
+            "constraints": tuple(c.expr for c in run.config.constraints),
+        }
         cache.parent.mkdir(parents=True, exist_ok=True)
         cache.write_bytes(pickle.dumps(list(done.values())))
         print(f"signature of {s.name}: {', '.join(done[s.name]['signature'].symptoms) or '-'}", flush=True)
@@ -78,15 +84,31 @@ def wrong_cases(base: list, truths: dict[str, set[str]], n: int, rng: random.Ran
         wrong_cause = rng.choice([c for c in causes if c.value not in truth])
         family = patch_family(src.patch)
         others = [c.patch for c in base if patch_family(c.patch) != family] or [src.patch]
-        eff = Effect(metric="return_iqm", treatment=150.0, control=50.0, diff=100.0, ci_low=40.0, ci_high=160.0,
-                     prob_improvement=0.95)
-        out.append(src.model_copy(update={
-            "case_id": f"wrong-{i}", "source": source, "scenario": None, "parent_id": None,
-            "diagnosis": Diagnosis(causes=[Cause(cause=wrong_cause, confidence=0.9, rationale="their diagnosis")]),
-            "patch": rng.choice(others),
-            "verification": Verification(status=Status.improved, effect=eff, seeds=3, budget_steps=10_000),
-            "provenance": Provenance(created_at=earliest - timedelta(days=30 + i)),
-        }))
+        eff = Effect(
+            metric="return_iqm",
+            treatment=150.0,
+            control=50.0,
+            diff=100.0,
+            ci_low=40.0,
+            ci_high=160.0,
+            prob_improvement=0.95,
+        )
+        out.append(
+            src.model_copy(
+                update={
+                    "case_id": f"wrong-{i}",
+                    "source": source,
+                    "scenario": None,
+                    "parent_id": None,
+                    "diagnosis": Diagnosis(
+                        causes=[Cause(cause=wrong_cause, confidence=0.9, rationale="their diagnosis")]
+                    ),
+                    "patch": rng.choice(others),
+                    "verification": Verification(status=Status.improved, effect=eff, seeds=3, budget_steps=10_000),
+                    "provenance": Provenance(created_at=earliest - timedelta(days=30 + i)),
+                }
+            )
+        )
     return out
 
 
@@ -100,9 +122,17 @@ def accuracy(kb, patients: list[dict], weighted: bool) -> tuple[float, float]:
     diagnoser = OfflineDiagnoser(**knobs)
     top1 = top3 = 0
     for p in patients:
-        report = diagnose_signature(kb, p["subject"], p["signature"], diagnoser=diagnoser, exclude_scenario=p["name"],
-                                    episodes=p["episodes"], reward_code=p["reward_code"], notes=p["notes"],
-                                    constraints=p["constraints"])
+        report = diagnose_signature(
+            kb,
+            p["subject"],
+            p["signature"],
+            diagnoser=diagnoser,
+            exclude_scenario=p["name"],
+            episodes=p["episodes"],
+            reward_code=p["reward_code"],
+            notes=p["notes"],
+            constraints=p["constraints"],
+        )
         a, b = score_causes(report.diagnosis.root_causes, p["truth"])
         top1, top3 = top1 + a, top3 + b
     return top1 / len(patients), top3 / len(patients)
@@ -115,8 +145,12 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=5, help="injection seeds per fraction")
     parser.add_argument("--episodes", type=int, default=20, help="evaluation episodes per patient signature")
     parser.add_argument("--json", type=Path, default=None)
-    parser.add_argument("--signatures", type=Path, default=Path("bench/out/wrong_outcomes_signatures.pkl"),
-                        help="cache of the patients' signatures (rolled out once, reused by later runs)")
+    parser.add_argument(
+        "--signatures",
+        type=Path,
+        default=Path("bench/out/wrong_outcomes_signatures.pkl"),
+        help="cache of the patients' signatures (rolled out once, reused by later runs)",
+    )
     args = parser.parse_args()
     from remedy.cases.verify.scenarios import load_scenarios
     from remedy.kb.facade import KnowledgeBase
@@ -131,23 +165,38 @@ def main() -> None:
         kb.add_many(base)
         print(f"base KB: {len(base)} cases; {len(patients)} scenarios", flush=True)
         for frac in FRACTIONS:
-            for label in (("imported", "verified") if frac else ("-",)):
+            for label in ("imported", "verified") if frac else ("-",):
                 for seed in range(args.seeds if frac else 1):
-                    wrong = wrong_cases(base, truths, round(frac * len(base)), random.Random(seed), label) if frac else []
+                    wrong = (
+                        wrong_cases(base, truths, round(frac * len(base)), random.Random(seed), label) if frac else []
+                    )
                     kb.add_many(wrong)
                     for weighted in (False, True):
                         t1, t3 = accuracy(kb, patients, weighted)
-                        rows.append({"fraction": frac, "wrong_source": label, "seed": seed, "n_wrong": len(wrong),
-                                     "weighted": weighted, "top1": t1, "top3": t3})
+                        rows.append(
+                            {
+                                "fraction": frac,
+                                "wrong_source": label,
+                                "seed": seed,
+                                "n_wrong": len(wrong),
+                                "weighted": weighted,
+                                "top1": t1,
+                                "top3": t3,
+                            }
+                        )
                         print(json.dumps(rows[-1]), flush=True)
                     kb.delete([c.case_id for c in wrong])
     table = _table(rows)
     print("\nfraction  wrong labelled  weighting  top-1  top-3   (mean over seeds)")
     for r in table:
-        print(f"{r['fraction']:>8.0%}  {r['wrong_source']:>14}  {'on' if r['weighted'] else 'off':>9}  "
-              f"{r['top1']:.3f}  {r['top3']:.3f}")
-    print(f"base {len(base)} cases, {len(patients)} scenarios, {args.seeds} seeds; wall {time.time() - start:.0f} s; "
-          f"load average {os.getloadavg()[0]:.1f}")
+        print(
+            f"{r['fraction']:>8.0%}  {r['wrong_source']:>14}  {'on' if r['weighted'] else 'off':>9}  "
+            f"{r['top1']:.3f}  {r['top3']:.3f}"
+        )
+    print(
+        f"base {len(base)} cases, {len(patients)} scenarios, {args.seeds} seeds; wall {time.time() - start:.0f} s; "
+        f"load average {os.getloadavg()[0]:.1f}"
+    )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"rows": rows, "table": table, "base_cases": len(base)}, indent=2))
@@ -158,8 +207,15 @@ def _table(rows: list[dict]) -> list[dict]:
     out = []
     for frac, label, weighted in keys:
         sel = [r for r in rows if (r["fraction"], r["wrong_source"], r["weighted"]) == (frac, label, weighted)]
-        out.append({"fraction": frac, "wrong_source": label, "weighted": weighted,
-                    "top1": statistics.fmean(r["top1"] for r in sel), "top3": statistics.fmean(r["top3"] for r in sel)})
+        out.append(
+            {
+                "fraction": frac,
+                "wrong_source": label,
+                "weighted": weighted,
+                "top1": statistics.fmean(r["top1"] for r in sel),
+                "top3": statistics.fmean(r["top3"] for r in sel),
+            }
+        )
     return out
 
 

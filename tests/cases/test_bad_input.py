@@ -67,21 +67,38 @@ def test_mislabelled_as_off_policy(run_dir):
         RunDir.load(run_dir)
 
 
-@pytest.mark.parametrize(("name", "write", "error", "says"), [
-    ("missing-dir", None, RunDirError, "does not exist"),
-    ("no-run-yaml", lambda r: (r / "run.yaml").unlink(), RunDirError, "has no run.yaml"),
-    ("not-a-mapping", lambda r: (r / "run.yaml").write_text("- just\n- a list\n"), RunDirError, "must be a mapping"),
-    ("bad-yaml", lambda r: (r / "run.yaml").write_text("env_id: [unclosed\n"), RunDirError, "not valid YAML"),
-    ("unknown-key", lambda r: _edit_run_yaml(r, colour="red"), RunDirError, "field 'colour'"),
-    ("unknown-algo", lambda r: _edit_run_yaml(r, algo="PPOO"), RunDirError, "did you mean 'PPO'"),
-    ("negative-steps", lambda r: _edit_run_yaml(r, train_steps=-5), RunDirError, "field 'train_steps'"),
-    ("bomb", lambda r: (r / "run.yaml").write_text("env_id: CartPole-v1\nalgo: PPO\nenv_kwargs:\n" + _indent(BOMB, 2)),
-     RunDirError, "once aliases are expanded"),
-    ("too-big", lambda r: (r / "run.yaml").write_text("notes: '" + "x" * 1_100_000 + "'\n"), RunDirError, "must be under"),
-    ("not-utf8", lambda r: (r / "run.yaml").write_bytes(b"env_id: \xff\xfe\n"), RunDirError, "not UTF-8"),
-    ("zip-not-zip", lambda r: (r / "model.zip").write_text("nope"), CheckpointError, "is not a zip file"),
-    ("no-model", lambda r: (r / "model.zip").unlink(), CheckpointError, "is missing"),
-])
+@pytest.mark.parametrize(
+    ("name", "write", "error", "says"),
+    [
+        ("missing-dir", None, RunDirError, "does not exist"),
+        ("no-run-yaml", lambda r: (r / "run.yaml").unlink(), RunDirError, "has no run.yaml"),
+        (
+            "not-a-mapping",
+            lambda r: (r / "run.yaml").write_text("- just\n- a list\n"),
+            RunDirError,
+            "must be a mapping",
+        ),
+        ("bad-yaml", lambda r: (r / "run.yaml").write_text("env_id: [unclosed\n"), RunDirError, "not valid YAML"),
+        ("unknown-key", lambda r: _edit_run_yaml(r, colour="red"), RunDirError, "field 'colour'"),
+        ("unknown-algo", lambda r: _edit_run_yaml(r, algo="PPOO"), RunDirError, "did you mean 'PPO'"),
+        ("negative-steps", lambda r: _edit_run_yaml(r, train_steps=-5), RunDirError, "field 'train_steps'"),
+        (
+            "bomb",
+            lambda r: (r / "run.yaml").write_text("env_id: CartPole-v1\nalgo: PPO\nenv_kwargs:\n" + _indent(BOMB, 2)),
+            RunDirError,
+            "once aliases are expanded",
+        ),
+        (
+            "too-big",
+            lambda r: (r / "run.yaml").write_text("notes: '" + "x" * 1_100_000 + "'\n"),
+            RunDirError,
+            "must be under",
+        ),
+        ("not-utf8", lambda r: (r / "run.yaml").write_bytes(b"env_id: \xff\xfe\n"), RunDirError, "not UTF-8"),
+        ("zip-not-zip", lambda r: (r / "model.zip").write_text("nope"), CheckpointError, "is not a zip file"),
+        ("no-model", lambda r: (r / "model.zip").unlink(), CheckpointError, "is missing"),
+    ],
+)
 def test_bad_run_dirs(run_dir, tmp_path, name, write, error, says):
     path = run_dir if write is not None else tmp_path / "nowhere"
     if write is not None:
@@ -94,14 +111,20 @@ def test_bad_run_dirs(run_dir, tmp_path, name, write, error, says):
 # -- scenario files --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("name", "text", "says"), [
-    ("bomb", "name: x\nenv_kwargs:\n" + _indent(BOMB, 2), "once aliases are expanded"),
-    ("aliases", "name: x\nl: &l 1\nrefs: [" + ", ".join(["*l"] * (MAX_YAML_ALIASES + 1)) + "]\n",
-     f"more than {MAX_YAML_ALIASES} YAML aliases"),
-    ("bad-yaml", "name: [x\n", "not valid YAML"),
-    ("missing-fields", "name: x\n", "field '"),
-    ("not-a-mapping", "42\n", "must be a mapping"),
-])
+@pytest.mark.parametrize(
+    ("name", "text", "says"),
+    [
+        ("bomb", "name: x\nenv_kwargs:\n" + _indent(BOMB, 2), "once aliases are expanded"),
+        (
+            "aliases",
+            "name: x\nl: &l 1\nrefs: [" + ", ".join(["*l"] * (MAX_YAML_ALIASES + 1)) + "]\n",
+            f"more than {MAX_YAML_ALIASES} YAML aliases",
+        ),
+        ("bad-yaml", "name: [x\n", "not valid YAML"),
+        ("missing-fields", "name: x\n", "field '"),
+        ("not-a-mapping", "42\n", "must be a mapping"),
+    ],
+)
 def test_bad_scenario_files(tmp_path, name, text, says):
     p = tmp_path / f"{name}.yaml"
     p.write_text(text)
@@ -118,21 +141,37 @@ def test_shipped_scenario_loads():
 
 
 def _nested_json(depth_items: int) -> str:
-    return '{"kind": "curriculum", "stages": [{"fraction": 1.0, "env_kwargs": {"k": [' + ",".join(
-        ["[1,2,3,4,5,6,7,8,9,10]"] * depth_items) + "]}}]}"
+    return (
+        '{"kind": "curriculum", "stages": [{"fraction": 1.0, "env_kwargs": {"k": ['
+        + ",".join(["[1,2,3,4,5,6,7,8,9,10]"] * depth_items)
+        + "]}}]}"
+    )
 
 
-@pytest.mark.parametrize(("name", "suffix", "text", "says"), [
-    ("curriculum-bomb", ".yaml", "kind: curriculum\nstages:\n  - fraction: 1.0\n    env_kwargs:\n" + _indent(BOMB, 6),
-     "once aliases are expanded"),
-    ("many-aliases", ".yaml", "kind: hyperparameters\nx: &x 1\nchanges: {" + ", ".join(
-        f"k{i}: *x" for i in range(MAX_YAML_ALIASES + 1)) + "}\n", "YAML aliases"),
-    ("json-huge-kwargs", ".json", _nested_json(12_000), "once aliases are expanded"),
-    ("empty", ".yaml", "", "the patch file is empty"),
-    ("unknown-kind", ".yaml", "kind: magic\n", "magic"),
-    ("list", ".yaml", "- kind: time_limit\n", "must be a mapping"),
-    ("bad-json", ".json", "{kind: 1}", "not valid JSON"),
-])
+@pytest.mark.parametrize(
+    ("name", "suffix", "text", "says"),
+    [
+        (
+            "curriculum-bomb",
+            ".yaml",
+            "kind: curriculum\nstages:\n  - fraction: 1.0\n    env_kwargs:\n" + _indent(BOMB, 6),
+            "once aliases are expanded",
+        ),
+        (
+            "many-aliases",
+            ".yaml",
+            "kind: hyperparameters\nx: &x 1\nchanges: {"
+            + ", ".join(f"k{i}: *x" for i in range(MAX_YAML_ALIASES + 1))
+            + "}\n",
+            "YAML aliases",
+        ),
+        ("json-huge-kwargs", ".json", _nested_json(12_000), "once aliases are expanded"),
+        ("empty", ".yaml", "", "the patch file is empty"),
+        ("unknown-kind", ".yaml", "kind: magic\n", "magic"),
+        ("list", ".yaml", "- kind: time_limit\n", "must be a mapping"),
+        ("bad-json", ".json", "{kind: 1}", "not valid JSON"),
+    ],
+)
 def test_bad_patch_files(tmp_path, name, suffix, text, says):
     p = tmp_path / f"{name}{suffix}"
     p.write_text(text)

@@ -13,26 +13,37 @@ from hypothesis import strategies as st
 
 from remedy.cases.errors import ImportFileError
 from remedy.cases.io import case_from_json, case_to_json, read_cases, write_cases
-from remedy.cases.model import Cause, Diagnosis, Effect, EnvTraits, Case, Signature, Subject, Verification
+from remedy.cases.model import Case, Cause, Diagnosis, Effect, EnvTraits, Signature, Subject, Verification
 from remedy.cases.patches.spec import Patch
 
 VALID = Case(
     case_id="c-prop",
     source="verified",
-    subject=Subject(env_id="CartPole-v1", algo="PPO", train_steps=1000,
-                    traits=EnvTraits(action_space="discrete", obs_dim=4, action_dim=2)),
+    subject=Subject(
+        env_id="CartPole-v1",
+        algo="PPO",
+        train_steps=1000,
+        traits=EnvTraits(action_space="discrete", obs_dim=4, action_dim=2),
+    ),
     signature=Signature(features={"return_iqm": 12.0, "coverage": float("nan")}, symptoms=["timeouts"], summary="s"),
     diagnosis=Diagnosis(causes=[Cause(cause="undertraining", confidence=0.7)]),
     patch=Patch.from_data({"kind": "training_budget", "extra_steps": 500}),
-    verification=Verification(status="improved", seeds=2, budget_steps=100,
-                              effect=Effect(metric="return_iqm", treatment=3.0, control=1.0, diff=2.0,
-                                            ci_low=0.5, ci_high=3.5)),
+    verification=Verification(
+        status="improved",
+        seeds=2,
+        budget_steps=100,
+        effect=Effect(metric="return_iqm", treatment=3.0, control=1.0, diff=2.0, ci_low=0.5, ci_high=3.5),
+    ),
 )
 BASE = json.loads(case_to_json(VALID))
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-10**12, 10**12) | st.floats(allow_nan=True, allow_infinity=True)
-    | st.text(max_size=20) | st.sampled_from(["NaN", "Infinity", "improved", "PPO", "undertraining"]),
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**12), 10**12)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=20)
+    | st.sampled_from(["NaN", "Infinity", "improved", "PPO", "undertraining"]),
     lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
     max_leaves=12,
 )

@@ -24,26 +24,66 @@ from remedy.retrieval import default_embedder
 
 #: a small, varied corpus: (case_id, env, action space, algo, summary, symptoms, root cause, patch, status, effect)
 CORPUS = [
-    ("c-lander-hover", "LunarLander-v3", "discrete", "PPO",
-     "The lander hovers above the pad and never touches down; episodes run out the clock.",
-     ["hovering", "timeouts"], "reward_misspecification",
-     {"kind": "training_budget", "extra_steps": 50000}, "improved", 180.0),
-    ("c-pendulum-jitter", "Pendulum-v1", "continuous", "SAC",
-     "Torque chatters between the bounds every step; bang-bang control with jerky actions.",
-     ["jerky_actions"], "action_jitter",
-     {"kind": "action_smoothness", "coef": 0.1}, "improved", 95.5),
-    ("c-mountaincar-stuck", "MountainCar-v0", "discrete", "DQN",
-     "The car rocks at the bottom of the valley and never reaches the flag; sparse reward, no success.",
-     ["never_succeeds"], "insufficient_exploration",
-     {"kind": "exploration_bonus", "ent_coef": 0.01}, "no_effect", None),
-    ("c-cartpole-short", "CartPole-v1", "discrete", "PPO",
-     "The pole falls after a few dozen steps; learning stopped improving early.",
-     ["premature_convergence"], "undertraining",
-     {"kind": "training_budget", "extra_steps": 20000}, "worse", -12.0),
-    ("c-walker-scale", "BipedalWalker-v3", "continuous", "PPO",
-     "Observations span very different scales and the walker falls over immediately.",
-     [], "observation_scaling",
-     {"kind": "normalization", "obs": True}, "literature", None),
+    (
+        "c-lander-hover",
+        "LunarLander-v3",
+        "discrete",
+        "PPO",
+        "The lander hovers above the pad and never touches down; episodes run out the clock.",
+        ["hovering", "timeouts"],
+        "reward_misspecification",
+        {"kind": "training_budget", "extra_steps": 50000},
+        "improved",
+        180.0,
+    ),
+    (
+        "c-pendulum-jitter",
+        "Pendulum-v1",
+        "continuous",
+        "SAC",
+        "Torque chatters between the bounds every step; bang-bang control with jerky actions.",
+        ["jerky_actions"],
+        "action_jitter",
+        {"kind": "action_smoothness", "coef": 0.1},
+        "improved",
+        95.5,
+    ),
+    (
+        "c-mountaincar-stuck",
+        "MountainCar-v0",
+        "discrete",
+        "DQN",
+        "The car rocks at the bottom of the valley and never reaches the flag; sparse reward, no success.",
+        ["never_succeeds"],
+        "insufficient_exploration",
+        {"kind": "exploration_bonus", "ent_coef": 0.01},
+        "no_effect",
+        None,
+    ),
+    (
+        "c-cartpole-short",
+        "CartPole-v1",
+        "discrete",
+        "PPO",
+        "The pole falls after a few dozen steps; learning stopped improving early.",
+        ["premature_convergence"],
+        "undertraining",
+        {"kind": "training_budget", "extra_steps": 20000},
+        "worse",
+        -12.0,
+    ),
+    (
+        "c-walker-scale",
+        "BipedalWalker-v3",
+        "continuous",
+        "PPO",
+        "Observations span very different scales and the walker falls over immediately.",
+        [],
+        "observation_scaling",
+        {"kind": "normalization", "obs": True},
+        "literature",
+        None,
+    ),
 ]
 
 
@@ -64,8 +104,12 @@ def make_case(
     if status == "literature":
         literature = LiteratureEffect(claim="normalizing observations helps", source="SB3 tips and tricks")
     elif status != "unverified":
-        eff = None if effect is None else Effect(
-            metric="return_iqm", treatment=effect, control=0.0, diff=effect, ci_low=effect - 5, ci_high=effect + 5
+        eff = (
+            None
+            if effect is None
+            else Effect(
+                metric="return_iqm", treatment=effect, control=0.0, diff=effect, ci_low=effect - 5, ci_high=effect + 5
+            )
         )
         verification = Verification(status=status, effect=eff, seeds=2)
     return Case(

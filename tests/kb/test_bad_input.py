@@ -109,7 +109,9 @@ USAGE = [
 
 @pytest.mark.parametrize(("args", "says"), USAGE, ids=[" ".join(a) for a, _ in USAGE])
 def test_usage_errors(cli, kb_root, args, says):
-    cli(*args, "--kb", kb_root, code=2, says=(says,)) if args[0] != "no-such-command" else cli(*args, code=2, says=(says,))
+    cli(*args, "--kb", kb_root, code=2, says=(says,)) if args[0] != "no-such-command" else cli(
+        *args, code=2, says=(says,)
+    )
 
 
 # -- query and case show ------------------------------------------------------------------------
@@ -132,13 +134,21 @@ def test_unknown_case_id(cli, kb_root):
 BAD_RECORDS = [
     ("nan-effect", {"verification.effect.diff": "NaN"}, "verification.effect.diff"),
     ("inf-treatment", {"verification.effect.treatment": "Infinity"}, "verification.effect.treatment"),
-    ("ci-reversed", {"verification.effect.ci_low": 9.0, "verification.effect.ci_high": 1.0}, "ci_low (9.0) must not exceed"),
+    (
+        "ci-reversed",
+        {"verification.effect.ci_low": 9.0, "verification.effect.ci_high": 1.0},
+        "ci_low (9.0) must not exceed",
+    ),
     ("negative-seeds", {"verification.seeds": -2}, "verification.seeds"),
     ("negative-budget", {"verification.budget_steps": -100}, "verification.budget_steps"),
     ("negative-train-steps", {"subject.train_steps": -1}, "subject.train_steps"),
     ("unknown-status", {"verification.status": "great"}, "verification.status"),
     ("unknown-cause", {"diagnosis.causes": [{"cause": "gremlins", "confidence": 0.5}]}, "diagnosis.causes.0.cause"),
-    ("confidence-nan", {"diagnosis.causes": [{"cause": "unknown", "confidence": "NaN"}]}, "diagnosis.causes.0.confidence"),
+    (
+        "confidence-nan",
+        {"diagnosis.causes": [{"cause": "unknown", "confidence": "NaN"}]},
+        "diagnosis.causes.0.confidence",
+    ),
     ("empty-id", {"case_id": ""}, "case_id"),
     ("unknown-field", {"colour": "red"}, "colour"),
 ]
@@ -182,25 +192,56 @@ def test_import_huge_line_is_refused_without_reading_it_whole(cli, kb_root, tmp_
 
 def test_import_line_limit_flag(cli, kb_root, tmp_path):
     p = _jsonl(tmp_path, json.loads(case_to_json(make_case("small"))))
-    cli("kb", "import", p, "--kb", kb_root, "--max-line-bytes", "100", says=("over the limit of 100", "--max-line-bytes"))
+    cli(
+        "kb",
+        "import",
+        p,
+        "--kb",
+        kb_root,
+        "--max-line-bytes",
+        "100",
+        says=("over the limit of 100", "--max-line-bytes"),
+    )
 
 
 def test_import_too_many_cases(cli, kb_root, tmp_path):
     recs = [json.loads(case_to_json(make_case(f"n{i}"))) for i in range(3)]
-    cli("kb", "import", _jsonl(tmp_path, *recs), "--kb", kb_root, "--max-cases", "2",
-        says=("more than 2 records", "--max-cases"))
+    cli(
+        "kb",
+        "import",
+        _jsonl(tmp_path, *recs),
+        "--kb",
+        kb_root,
+        "--max-cases",
+        "2",
+        says=("more than 2 records", "--max-cases"),
+    )
 
 
 def test_import_field_too_long(cli, kb_root, tmp_path):
     rec = _case_dict(**{"signature.summary": "s" * 200_001})
-    cli("kb", "import", _jsonl(tmp_path, rec), "--kb", kb_root,
-        says=("field 'signature.summary' holds 200,001 characters", "--max-field-chars"))
+    cli(
+        "kb",
+        "import",
+        _jsonl(tmp_path, rec),
+        "--kb",
+        kb_root,
+        says=("field 'signature.summary' holds 200,001 characters", "--max-field-chars"),
+    )
 
 
 def test_import_too_many_items(cli, kb_root, tmp_path):
     rec = _case_dict(**{"signature.features": {f"f{i}": 1.0 for i in range(60)}})
-    cli("kb", "import", _jsonl(tmp_path, rec), "--kb", kb_root, "--max-items", "50",
-        says=("field 'signature.features' holds 60 items", "--max-items"))
+    cli(
+        "kb",
+        "import",
+        _jsonl(tmp_path, rec),
+        "--kb",
+        kb_root,
+        "--max-items",
+        "50",
+        says=("field 'signature.features' holds 60 items", "--max-items"),
+    )
 
 
 def test_import_json_not_an_array(cli, kb_root, tmp_path):
@@ -217,7 +258,9 @@ def test_import_json_malformed(cli, kb_root, tmp_path):
 
 def test_import_json_bad_item(cli, kb_root, tmp_path):
     p = tmp_path / "cases.json"
-    p.write_text(json.dumps([json.loads(case_to_json(make_case("ok"))), _case_dict(**{"verification.effect.diff": "NaN"})]))
+    p.write_text(
+        json.dumps([json.loads(case_to_json(make_case("ok"))), _case_dict(**{"verification.effect.diff": "NaN"})])
+    )
     cli("kb", "import", p, "--kb", kb_root, says=("item 2", "verification.effect.diff"))
 
 
@@ -277,8 +320,12 @@ def foreign(tmp_path) -> Callable[[str], Path]:
     return make
 
 
-FOREIGN = [("sqlite", "is an SQLite database"), ("duckdb", "made by another program (tables sales)"),
-           ("duckdb-meta", "made by another program (tables meta)"), ("text", "is not a DuckDB file")]
+FOREIGN = [
+    ("sqlite", "is an SQLite database"),
+    ("duckdb", "made by another program (tables sales)"),
+    ("duckdb-meta", "made by another program (tables meta)"),
+    ("text", "is not a DuckDB file"),
+]
 
 
 @pytest.mark.parametrize(("kind", "says"), FOREIGN, ids=[k for k, _ in FOREIGN])
@@ -314,16 +361,24 @@ def api_kb(kb_root, embedder):
     assert _snapshot(kb_root) == before, "the KB changed"
 
 
-@pytest.mark.parametrize(("call", "error", "says"), [
-    (lambda kb: kb.similar("", k=3), ValidationError, "query is empty"),
-    (lambda kb: kb.similar("lander", k=0), ValidationError, "k must be at least 1"),
-    (lambda kb: kb.similar("lander", mode="psychic"), ValidationError, "unknown search mode 'psychic'"),
-    (lambda kb: kb.similar("lander", action_space="both"), ValidationError, "unknown action space 'both'"),
-    (lambda kb: kb.similar("lander", min_effect=float("inf")), ValidationError, "finite"),
-    (lambda kb: kb.get("c-nope"), CaseNotFoundError, "no case 'c-nope'"),
-    (lambda kb: kb.import_file("x.txt"), ValidationError, "unknown file type '.txt'"),
-    (lambda kb: kb.import_file("x.jsonl", limits=ImportLimits(max_cases=0)), ValidationError, "max_cases must be a positive"),
-], ids=["empty", "k0", "mode", "space", "inf-effect", "missing-id", "ext", "limit"])
+@pytest.mark.parametrize(
+    ("call", "error", "says"),
+    [
+        (lambda kb: kb.similar("", k=3), ValidationError, "query is empty"),
+        (lambda kb: kb.similar("lander", k=0), ValidationError, "k must be at least 1"),
+        (lambda kb: kb.similar("lander", mode="psychic"), ValidationError, "unknown search mode 'psychic'"),
+        (lambda kb: kb.similar("lander", action_space="both"), ValidationError, "unknown action space 'both'"),
+        (lambda kb: kb.similar("lander", min_effect=float("inf")), ValidationError, "finite"),
+        (lambda kb: kb.get("c-nope"), CaseNotFoundError, "no case 'c-nope'"),
+        (lambda kb: kb.import_file("x.txt"), ValidationError, "unknown file type '.txt'"),
+        (
+            lambda kb: kb.import_file("x.jsonl", limits=ImportLimits(max_cases=0)),
+            ValidationError,
+            "max_cases must be a positive",
+        ),
+    ],
+    ids=["empty", "k0", "mode", "space", "inf-effect", "missing-id", "ext", "limit"],
+)
 def test_api_errors(api_kb, call, error, says):
     with pytest.raises(error, match=None) as info:
         call(api_kb)
@@ -374,6 +429,7 @@ def test_mark_imported_files_measured_cases_as_imported(tmp_path, embedder):
     with KnowledgeBase.open(tmp_path / "kb", embedder=embedder) as kb:
         kb.import_file(path, mark_imported=True)
         sources = {c.case_id: c.source.value for c in kb.cases()}
-    expected = {c.case_id: ("imported" if c.source.value in ("verified", "bench") else c.source.value)
-                for c in corpus_cases()}
+    expected = {
+        c.case_id: ("imported" if c.source.value in ("verified", "bench") else c.source.value) for c in corpus_cases()
+    }
     assert sources == expected and "imported" in sources.values()

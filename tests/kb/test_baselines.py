@@ -22,12 +22,17 @@ from remedy.kb.bench import (
     summarize,
 )
 
-TRUTHS = [["undertraining"], ["undertraining", "sparse_reward"], ["reward_hacking", "reward_misspecification"],
-          ["observation_scaling"], ["sparse_reward", "insufficient_exploration"]]
+TRUTHS = [
+    ["undertraining"],
+    ["undertraining", "sparse_reward"],
+    ["reward_hacking", "reward_misspecification"],
+    ["observation_scaling"],
+    ["sparse_reward", "insufficient_exploration"],
+]
 
 
 def test_cause_counts_and_most_frequent_are_by_scenario_and_deterministic():
-    counts = cause_counts(TRUTHS + [["undertraining", "undertraining"]])  # a cause counts once per scenario
+    counts = cause_counts([*TRUTHS, ["undertraining", "undertraining"]])  # a cause counts once per scenario
     assert counts["undertraining"] == 3 and counts["sparse_reward"] == 2
     # ties (one scenario each) are broken alphabetically
     assert most_frequent_causes(TRUTHS) == ["sparse_reward", "undertraining", "insufficient_exploration"]
@@ -40,24 +45,73 @@ def test_constant_answers_score_by_hand():
     assert score_constant([], TRUTHS) == (0.0, 0.0) and score_constant(["x"], []) == (0.0, 0.0)
 
 
-def _row(name: str, split: str, truth: list[str], top1: bool, fixed: bool, solvable: bool | None,
-         budget_only: bool = False, arms: dict | None = None) -> ScenarioResult:
+def _row(
+    name: str,
+    split: str,
+    truth: list[str],
+    top1: bool,
+    fixed: bool,
+    solvable: bool | None,
+    budget_only: bool = False,
+    arms: dict | None = None,
+) -> ScenarioResult:
     return ScenarioResult(
-        scenario=name, env_id="CartPole-v1", ground_truth=truth, expected_families=[], first_causes=[],
-        top1=top1, top3=top1, fixed=fixed, attempts=1, attempts_to_fix=1 if fixed else None,
-        env_steps_to_fix=None, wall_time_to_fix_s=None, total_env_steps=0, total_wall_time_s=0.0,
-        winning_patch=None, winning_effect=None, cited_cases=[], case_ids=[], statuses=[], split=split,
-        solvable=solvable, budget_only_fix=budget_only, baselines=arms)
+        scenario=name,
+        env_id="CartPole-v1",
+        ground_truth=truth,
+        expected_families=[],
+        first_causes=[],
+        top1=top1,
+        top3=top1,
+        fixed=fixed,
+        attempts=1,
+        attempts_to_fix=1 if fixed else None,
+        env_steps_to_fix=None,
+        wall_time_to_fix_s=None,
+        total_env_steps=0,
+        total_wall_time_s=0.0,
+        winning_patch=None,
+        winning_effect=None,
+        cited_cases=[],
+        case_ids=[],
+        statuses=[],
+        split=split,
+        solvable=solvable,
+        budget_only_fix=budget_only,
+        baselines=arms,
+    )
 
 
 ROWS = [
-    _row("d1", "dev", ["undertraining"], True, True, True, budget_only=True,
-         arms={"tuned_defaults": {"fixed": True}, "random_search": {"fixed": False}}),
-    _row("d2", "dev", ["reward_hacking"], False, True, True,
-         arms={"tuned_defaults": {"fixed": False}, "random_search": {"fixed": False}}),
+    _row(
+        "d1",
+        "dev",
+        ["undertraining"],
+        True,
+        True,
+        True,
+        budget_only=True,
+        arms={"tuned_defaults": {"fixed": True}, "random_search": {"fixed": False}},
+    ),
+    _row(
+        "d2",
+        "dev",
+        ["reward_hacking"],
+        False,
+        True,
+        True,
+        arms={"tuned_defaults": {"fixed": False}, "random_search": {"fixed": False}},
+    ),
     _row("d3", "dev", ["sparse_reward"], False, False, False),  # unsolvable: out of the fix denominators
-    _row("d4", "dev", ["undertraining"], True, False, None,
-         arms={"tuned_defaults": {"fixed": False}, "random_search": {"fixed": True}}),
+    _row(
+        "d4",
+        "dev",
+        ["undertraining"],
+        True,
+        False,
+        None,
+        arms={"tuned_defaults": {"fixed": False}, "random_search": {"fixed": True}},
+    ),
     _row("h1", "holdout", ["observation_scaling"], False, False, True),
 ]
 
@@ -75,9 +129,16 @@ def test_split_summaries_keep_splits_apart_and_drop_unsolvable_from_fix_rates():
 
 
 def test_report_has_dev_and_holdout_sections_with_baselines():
-    report = BenchReport(label="cold", kb=None, settings=BenchSettings(), scenarios=ROWS, summary=summarize(ROWS),
-                         started_at="2026-12-03T00:00:00+00:00", wall_time_s=1.0,
-                         splits=split_summaries(ROWS, answer=["undertraining", "sparse_reward", "reward_hacking"]))
+    report = BenchReport(
+        label="cold",
+        kb=None,
+        settings=BenchSettings(),
+        scenarios=ROWS,
+        summary=summarize(ROWS),
+        started_at="2026-12-03T00:00:00+00:00",
+        wall_time_s=1.0,
+        splits=split_summaries(ROWS, answer=["undertraining", "sparse_reward", "reward_hacking"]),
+    )
     md = render_markdown(report)
     assert "## dev" in md and "## holdout" in md
     dev_part = md.split("## dev")[1].split("## holdout")[0]
@@ -94,8 +155,11 @@ def test_tuned_defaults_come_from_the_zoo_table_and_random_search_is_seeded_and_
     assert zoo_hyperparameters("LunarLander-v3", {"continuous": True}, "PPO") is not None
     (s,) = load_scenarios("acrobot_lr_too_high_0p05")
     ladder = default_candidates(s, 3)
-    assert [p.kinds for p in ladder] == [["hyperparameters"], ["hyperparameters", "normalization"],
-                                          ["hyperparameters", "normalization"]]
+    assert [p.kinds for p in ladder] == [
+        ["hyperparameters"],
+        ["hyperparameters", "normalization"],
+        ["hyperparameters", "normalization"],
+    ]
     a, b = random_candidates(s, 4, seed=1), random_candidates(s, 4, seed=1)
     assert a == b and len(a) == 4 and random_candidates(s, 4, seed=2) != a
     assert all("action_smoothness" not in p.kinds for p in random_candidates(s, 12, seed=3))  # discrete env

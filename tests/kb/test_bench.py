@@ -8,6 +8,7 @@ The figures are not the point; the report's shape and the exclusion are.
 from __future__ import annotations
 
 import json
+from typing import ClassVar
 
 import pytest
 import yaml
@@ -63,17 +64,45 @@ def test_score_causes_against_ground_truth():
 
 def test_bench_run_cli_writes_json_and_markdown(tmp_path, scenario_file, cache):
     kb, reports = tmp_path / "kb", tmp_path / "reports"
-    res = CliRunner().invoke(app, ["bench", "run", "--scenarios", str(scenario_file), "--cold", "--rounds", "1",
-                                   "--candidates", "1", "--seeds", "1", "--budget", "256", "--kb", str(kb),
-                                   "--reports", str(reports), "--cache", str(cache), "--json"])
+    res = CliRunner().invoke(
+        app,
+        [
+            "bench",
+            "run",
+            "--scenarios",
+            str(scenario_file),
+            "--cold",
+            "--rounds",
+            "1",
+            "--candidates",
+            "1",
+            "--seeds",
+            "1",
+            "--budget",
+            "256",
+            "--kb",
+            str(kb),
+            "--reports",
+            str(reports),
+            "--cache",
+            str(cache),
+            "--json",
+        ],
+    )
     assert res.exit_code == 0, res.output
     data = json.loads(res.stdout)
     assert data["label"] == "cold" and data["kb"] is None  # cold: retrieval saw no KB
     (row,) = data["scenarios"]
     assert row["scenario"] == SCENARIO["name"] and row["error"] == "" and row["attempts"] >= 1
     assert row["first_causes"] and row["top1"] == (row["first_causes"][0] == "undertraining")
-    for key in ("top1_accuracy", "top3_accuracy", "fix_rate", "mean_attempts_to_fix", "mean_env_steps_to_fix",
-                "mean_wall_time_to_fix_s"):
+    for key in (
+        "top1_accuracy",
+        "top3_accuracy",
+        "fix_rate",
+        "mean_attempts_to_fix",
+        "mean_env_steps_to_fix",
+        "mean_wall_time_to_fix_s",
+    ):
         assert key in data["summary"]
     assert data["summary"]["fix_rate"] == (1.0 if row["fixed"] else 0.0)
     names = {p.name for p in reports.iterdir()}
@@ -92,10 +121,15 @@ def test_bench_run_cli_writes_json_and_markdown(tmp_path, scenario_file, cache):
 def _planted(case, scenario: str, cid: str):
     """A copy of ``case`` as an improved case of ``scenario`` (same signature: the nearest possible neighbour)."""
     eff = Effect(metric="return_iqm", treatment=100.0, control=20.0, diff=80.0, ci_low=40.0, ci_high=120.0)
-    return case.model_copy(update={
-        "case_id": cid, "scenario": scenario, "source": Source.bench,
-        "verification": Verification(status="improved", effect=eff, seeds=3),
-        "diagnosis": Diagnosis(causes=[Cause(cause=RootCause.undertraining, confidence=0.9)])})
+    return case.model_copy(
+        update={
+            "case_id": cid,
+            "scenario": scenario,
+            "source": Source.bench,
+            "verification": Verification(status="improved", effect=eff, seeds=3),
+            "diagnosis": Diagnosis(causes=[Cause(cause=RootCause.undertraining, confidence=0.9)]),
+        }
+    )
 
 
 def test_bench_never_cites_the_evaluated_scenarios_own_cases(kb, scenario_file, cache, tmp_path):
@@ -105,8 +139,13 @@ def test_bench_never_cites_the_evaluated_scenarios_own_cases(kb, scenario_file, 
     from remedy.cases.model import Case
     from remedy.cases.patches.spec import Patch
 
-    base = Case(case_id="c-probe", source=Source.bench, subject=run.subject(), signature=probe.signature,
-                patch=Patch.from_data({"kind": "training_budget", "extra_steps": 2000}))
+    base = Case(
+        case_id="c-probe",
+        source=Source.bench,
+        subject=run.subject(),
+        signature=probe.signature,
+        patch=Patch.from_data({"kind": "training_budget", "extra_steps": 2000}),
+    )
     own, other = _planted(base, s.name, "c-own"), _planted(base, "some_other_scenario", "c-other")
     kb.add_many([own, other])
     # without exclusion the planted case of this very scenario is the nearest and gets cited
@@ -125,7 +164,7 @@ class _Hostile:
     """A registered diagnoser that offers one hostile patch (refused before any training) and logs what it saw."""
 
     name = "test-hostile"
-    seen: list = []
+    seen: ClassVar[list] = []
 
     def diagnose(self, ctx):
         from remedy.cases.model import RemedyFamily
@@ -133,12 +172,17 @@ class _Hostile:
         from remedy.retrieval.diagnosis import CandidatePatch, DiagnosisReport
 
         _Hostile.seen.append(ctx)
-        code = ("import os\n\ndef shaped_reward(obs, action, reward, next_obs, terminated, truncated, info):\n"
-                "    return float(os.getpid())\n")
+        code = (
+            "import os\n\ndef shaped_reward(obs, action, reward, next_obs, terminated, truncated, info):\n"
+            "    return float(os.getpid())\n"
+        )
         patch = Patch.from_data({"kind": "reward_shaping", "description": "hostile", "code": code})
         diag = Diagnosis(causes=[Cause(cause=RootCause.undertraining, confidence=0.5)], backend=self.name)
-        return DiagnosisReport(signature=ctx.signature, diagnosis=diag,
-                               candidates=[CandidatePatch(patch=patch, family=RemedyFamily.reward_shaping)])
+        return DiagnosisReport(
+            signature=ctx.signature,
+            diagnosis=diag,
+            candidates=[CandidatePatch(patch=patch, family=RemedyFamily.reward_shaping)],
+        )
 
 
 def test_curve_warm_pass_sees_only_the_other_scenarios_cold_cases(kb, tmp_path, cache):
@@ -153,8 +197,9 @@ def test_curve_warm_pass_sees_only_the_other_scenarios_cold_cases(kb, tmp_path, 
         paths.append(str(path))
     scenarios = load_scenarios(paths)
     _Hostile.seen = []
-    settings = BenchSettings(diagnoser="test-hostile", rounds=1, candidates=1, seeds=1, eval_episodes=3, n_envs=2,
-                             diagnose_episodes=3)
+    settings = BenchSettings(
+        diagnoser="test-hostile", rounds=1, candidates=1, seeds=1, eval_episodes=3, n_envs=2, diagnose_episodes=3
+    )
     curve = run_curve(scenarios, settings, work_kb=kb, cache_dir=cache)
     cold_a, cold_b, warm_a, warm_b = _Hostile.seen
     assert cold_a.cases == () and cold_b.cases == ()  # cold: retrieval saw nothing, not even tiny_a's cases

@@ -27,7 +27,7 @@ from remedy.retrieval.diagnosis import DiagnosisReport
 FAULT_STRINGS = ("exploitable_shaping", "reward_noise", "shaping_bonus", "abs_obs", "37.5", "0.123", "component.")
 
 #: reward code that reports, in the reward itself, which fault channels it can see in ``info``.
-PROBE_CODE = '''
+PROBE_CODE = """
 def shaped_reward(obs, action, reward, next_obs, terminated, truncated, info):
     seen = 0.0
     if "original_reward" in info:
@@ -35,18 +35,27 @@ def shaped_reward(obs, action, reward, next_obs, terminated, truncated, info):
     if "reward_components" in info:
         seen += 10.0
     return seen
-'''
+"""
 
 
 def _scenario() -> Scenario:
     return Scenario(
-        name="blind_probe", description="test patient", env_id="MountainCar-v0", algo="PPO",
+        name="blind_probe",
+        description="test patient",
+        env_id="MountainCar-v0",
+        algo="PPO",
         hyperparams={"n_steps": 32, "batch_size": 64, "n_epochs": 1, "policy_kwargs": {"net_arch": [8]}},
-        train_steps=256, n_envs=2,
-        wrappers=[WrapperSpec(kind="exploitable_shaping", params={"term": "abs_obs", "coef": 37.5, "index": 1}),
-                  WrapperSpec(kind="reward_noise", params={"std": 0.123, "seed": 3})],
-        fault="a farmable speed bonus and a noisy reward", ground_truth=["reward_hacking"],
-        expected_families=["reward_shaping"], success={"kind": "terminated"}, eval_episodes=2,
+        train_steps=256,
+        n_envs=2,
+        wrappers=[
+            WrapperSpec(kind="exploitable_shaping", params={"term": "abs_obs", "coef": 37.5, "index": 1}),
+            WrapperSpec(kind="reward_noise", params={"std": 0.123, "seed": 3}),
+        ],
+        fault="a farmable speed bonus and a noisy reward",
+        ground_truth=["reward_hacking"],
+        expected_families=["reward_shaping"],
+        success={"kind": "terminated"},
+        eval_episodes=2,
     )
 
 
@@ -104,7 +113,9 @@ def test_the_same_wrappers_declared_by_a_user_stay_visible(patient, tmp_path):
     user.mkdir()
     (user / "model.zip").write_bytes(patient.model_path.read_bytes())
     c = patient.config
-    write_run_yaml(user, c.model_copy(update={"wrappers": [w.model_copy(update={"hidden": False}) for w in c.wrappers]}))
+    write_run_yaml(
+        user, c.model_copy(update={"wrappers": [w.model_copy(update={"hidden": False}) for w in c.wrappers]})
+    )
     run = RunDir.load(user)
     assert "exploitable_shaping" in (run.subject().reward_ref or "")
     assert "37.5" in reward_text(run)
@@ -122,8 +133,9 @@ def _probe_rewards(config) -> list[float]:
 
 def test_patch_code_sees_no_fault_channel_in_info(patient):
     assert _probe_rewards(patient.config) == [0.0] * 5
-    visible = patient.config.model_copy(update={"wrappers": [w.model_copy(update={"hidden": False})
-                                                             for w in patient.config.wrappers]})
+    visible = patient.config.model_copy(
+        update={"wrappers": [w.model_copy(update={"hidden": False}) for w in patient.config.wrappers]}
+    )
     assert _probe_rewards(visible) == [110.0] * 5  # a user's own wrappers: both channels are theirs to use
 
 

@@ -29,12 +29,26 @@ LIGHT = {
     "doctor": [],
 }
 #: commands that embed, roll out or train by design (their --help must still be light)
-HEAVY_BY_DESIGN = {"patch check", "kb init", "kb reindex", "kb import", "query", "similar", "signature", "verify", "diagnose",
-                   "fix", "bench build", "bench run", "bench curve", "demo"}
+HEAVY_BY_DESIGN = {
+    "patch check",
+    "kb init",
+    "kb reindex",
+    "kb import",
+    "query",
+    "similar",
+    "signature",
+    "verify",
+    "diagnose",
+    "fix",
+    "bench build",
+    "bench run",
+    "bench curve",
+    "demo",
+}
 
 # Runs several command lines in one interpreter (one start-up instead of many): if none of them
 # leaves a heavy module in sys.modules, none of them imported one.
-_PROBE = """
+_PROBE = f"""
 import json, sys
 from remedy.kb.cli import main
 codes = []
@@ -46,8 +60,8 @@ for argv in json.loads(sys.argv[1]):
         codes.append(ex.code or 0)
     else:
         codes.append(0)
-print("\\nMODULES " + json.dumps({"codes": codes, "heavy": [m for m in %r if m in sys.modules]}))
-""" % (HEAVY,)
+print("\\nMODULES " + json.dumps({{"codes": codes, "heavy": [m for m in {HEAVY!r} if m in sys.modules]}}))
+"""
 
 
 def _names() -> list[str]:
@@ -60,8 +74,9 @@ def _names() -> list[str]:
 
 def _probe(*argvs: list[str]) -> dict:
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    proc = subprocess.run([sys.executable, "-c", _PROBE, json.dumps(argvs)], capture_output=True, text=True, env=env,
-                          timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", _PROBE, json.dumps(argvs)], capture_output=True, text=True, env=env, timeout=300
+    )
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("MODULES "))
     return json.loads(line.removeprefix("MODULES ")) | {"stderr": proc.stderr}
 

@@ -123,8 +123,12 @@ def test_malformed_import_imports_nothing(fresh_kb, tmp_path, corpus):
     bad["case_id"] = "c-new"
     bad["diagnosis"]["causes"][0]["cause"] = "gremlins"
     path = tmp_path / "bad.jsonl"
-    path.write_text(json.dumps({**bad, "case_id": "c-good"}).replace("gremlins", "sparse_reward") + "\n"
-                    + json.dumps(bad) + "\n{truncated\n")
+    path.write_text(
+        json.dumps({**bad, "case_id": "c-good"}).replace("gremlins", "sparse_reward")
+        + "\n"
+        + json.dumps(bad)
+        + "\n{truncated\n"
+    )
     result = runner.invoke(app, ["kb", "import", str(path), "--kb", str(cli_kb)])
     assert result.exit_code == 1 and isinstance(result.exception, ImportFileError)
     assert [n for n, _ in result.exception.problems] == [2, 3] and "gremlins" in str(result.exception)
@@ -143,7 +147,9 @@ def test_init_loads_bundled_examples(tmp_path):
     out = _ok("kb", "init", "--kb", tmp_path / "kb").output
     assert f"{expected} cases" in out
     if expected:
-        rows = json.loads(_ok("query", "pendulum torque chatters", "--kb", tmp_path / "kb", "--k", "3", "--json").output)
+        rows = json.loads(
+            _ok("query", "pendulum torque chatters", "--kb", tmp_path / "kb", "--k", "3", "--json").output
+        )
         assert len(rows) == 3 and all(r["source"] == "example" for r in rows)
 
 
@@ -178,7 +184,9 @@ def test_newer_kb(fresh_kb):
 
 def test_script_locked_kb(cli_kb):
     code = "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); print('ready', flush=True); time.sleep(120)"
-    holder = subprocess.Popen([sys.executable, "-c", code, str(cli_kb / "remedy.duckdb")], stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", code, str(cli_kb / "remedy.duckdb")], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert holder.stdout.readline().strip() == "ready"
         _assert_one_error_line(_script("kb", "stats", "--kb", cli_kb), f"locked by PID {holder.pid}", "remedy serve")

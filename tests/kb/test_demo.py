@@ -10,8 +10,17 @@ from rich.console import Console
 from remedy.cases.errors import KBPathError
 from remedy.kb.demo import DemoSettings, demo_scenarios, run_demo
 
-SMALL = DemoSettings(scenarios="cartpole_undertrained", rounds=1, candidates=1, seeds=1, eval_episodes=3, budget=256,
-                     n_envs=2, diagnose_episodes=3, query_k=3)
+SMALL = DemoSettings(
+    scenarios="cartpole_undertrained",
+    rounds=1,
+    candidates=1,
+    seeds=1,
+    eval_episodes=3,
+    budget=256,
+    n_envs=2,
+    diagnose_episodes=3,
+    query_k=3,
+)
 
 
 def test_demo_defaults_to_the_quick_subset():

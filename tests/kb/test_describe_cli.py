@@ -27,11 +27,24 @@ def run_dir(tmp_path_factory) -> Path:
     from remedy.cases.success import Terminated
 
     torch.set_num_threads(1)
-    model = PPO("MlpPolicy", "CartPole-v1", n_steps=64, batch_size=64, n_epochs=1, seed=0, device="cpu",
-                policy_kwargs={"net_arch": [16]})
+    model = PPO(
+        "MlpPolicy",
+        "CartPole-v1",
+        n_steps=64,
+        batch_size=64,
+        n_epochs=1,
+        seed=0,
+        device="cpu",
+        policy_kwargs={"net_arch": [16]},
+    )
     model.learn(128)
-    cfg = RunConfig(env_id="CartPole-v1", algo="PPO", hyperparams={"n_steps": 64, "batch_size": 64},
-                    train_steps=128, success=Terminated(survive=True))
+    cfg = RunConfig(
+        env_id="CartPole-v1",
+        algo="PPO",
+        hyperparams={"n_steps": 64, "batch_size": 64},
+        train_steps=128,
+        success=Terminated(survive=True),
+    )
     path = tmp_path_factory.mktemp("runs") / "cartpole"
     write_run_dir(path, model, cfg)
     return path
@@ -73,8 +86,19 @@ def test_describe_json_has_the_shape_of_a_run_dir_report(run_dir, kb_path, kb):
 
 def test_describe_tags_override_and_patch_files(tmp_path, kb_path, kb):
     out = tmp_path / "patches"
-    result = _cli("--describe", HOVER_TEXT, "--tags", "jerky_actions", "--env", "Pendulum-v1", "--json",
-                  "--kb", str(kb_path), "--write-patches", str(out))
+    result = _cli(
+        "--describe",
+        HOVER_TEXT,
+        "--tags",
+        "jerky_actions",
+        "--env",
+        "Pendulum-v1",
+        "--json",
+        "--kb",
+        str(kb_path),
+        "--write-patches",
+        str(out),
+    )
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     assert data["signature"]["symptoms"] == ["jerky_actions"]
@@ -88,29 +112,42 @@ def test_describe_table_shows_the_reading_and_warns_without_a_kb(tmp_path):
     missing = tmp_path / "no-kb"
     result = _cli("--describe", HOVER_TEXT, "--kb", str(missing))
     assert result.exit_code == 0, result.output
-    for text in ("Description", "read as:", "hovering (", "Root causes", "reward_misspecification",
-                 "built-in priors only", "assumed continuous"):
+    for text in (
+        "Description",
+        "read as:",
+        "hovering (",
+        "Root causes",
+        "reward_misspecification",
+        "built-in priors only",
+        "assumed continuous",
+    ):
         assert text in result.output, text
     assert not missing.exists()
 
 
-@pytest.mark.parametrize("args, message", [
-    ([], "exactly one of RUN_DIR or --describe"),
-    (["runs/lander", "--describe", "it hovers"], "exactly one of RUN_DIR or --describe"),
-    (["runs/lander", "--env", "LunarLander-v3"], "--env only apply with --describe"),
-    (["runs/lander", "--tags", "hovering", "--algo", "PPO"], "--algo, --tags only apply with --describe"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ([], "exactly one of RUN_DIR or --describe"),
+        (["runs/lander", "--describe", "it hovers"], "exactly one of RUN_DIR or --describe"),
+        (["runs/lander", "--env", "LunarLander-v3"], "--env only apply with --describe"),
+        (["runs/lander", "--tags", "hovering", "--algo", "PPO"], "--algo, --tags only apply with --describe"),
+    ],
+)
 def test_exactly_one_of_run_dir_or_describe(args, message):
     result = _cli(*args)
     assert isinstance(result.exception, ValidationError) and message in str(result.exception)
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--describe", "it hovers", "--tags", "hoverng"], "did you mean 'hovering'"),
-    (["--describe", "it hovers", "--action-space", "hybrid"], "use discrete or continuous"),
-    (["--describe", "   "], "description is empty"),
-    ([], "exactly one of RUN_DIR or --describe"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--describe", "it hovers", "--tags", "hoverng"], "did you mean 'hovering'"),
+        (["--describe", "it hovers", "--action-space", "hybrid"], "use discrete or continuous"),
+        (["--describe", "   "], "description is empty"),
+        ([], "exactly one of RUN_DIR or --describe"),
+    ],
+)
 def test_describe_mistakes_are_one_red_line(tmp_path, monkeypatch, capsys, args, message):
     from remedy.kb.cli import main
 
@@ -123,13 +160,23 @@ def test_describe_mistakes_are_one_red_line(tmp_path, monkeypatch, capsys, args,
 
 
 def test_cases_retrieved_by_the_text_carry_a_description_without_tags(kb, case_factory):
-    kb.add(case_factory("c-valley", env_id="MountainCar-v0", algo="DQN",
-                        summary="The car rocks at the bottom of the valley and never reaches the flag.",
-                        symptoms=["never_succeeds"], cause="insufficient_exploration",
-                        patch={"kind": "exploration_bonus", "count_bonus": 0.1}, status="improved", effect=40.0))
+    kb.add(
+        case_factory(
+            "c-valley",
+            env_id="MountainCar-v0",
+            algo="DQN",
+            summary="The car rocks at the bottom of the valley and never reaches the flag.",
+            symptoms=["never_succeeds"],
+            cause="insufficient_exploration",
+            patch={"kind": "exploration_bonus", "count_bonus": 0.1},
+            status="improved",
+            effect=40.0,
+        )
+    )
     kb.add(case_factory("c-pole", summary="The pole tips over after a few steps.", cause="undertraining"))
-    report = diagnose_description(kb, "My mountain car just rocks in the valley, it never gets to the flag.",
-                                  env_id="MountainCar-v0", tags=[])
+    report = diagnose_description(
+        kb, "My mountain car just rocks in the valley, it never gets to the flag.", env_id="MountainCar-v0", tags=[]
+    )
     assert report.diagnosis.cited_cases[0] == "c-valley"
     assert report.top_cause == RootCause.insufficient_exploration
     assert report.candidates[0].family.value == "exploration_bonus"

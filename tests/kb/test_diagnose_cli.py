@@ -30,29 +30,69 @@ from remedy.cases.patches.spec import Patch, TrainingBudget
 from remedy.kb.cli import app
 from remedy.kb.diagnose import KBRetriever, diagnose_run, diagnose_signature
 
-LANDER = Subject(env_id="LunarLander-v3", env_kwargs={"continuous": True}, algo="PPO", train_steps=150_000,
-                 success="last reward >= 100", traits=EnvTraits(action_space="continuous", obs_dim=8, action_dim=2))
-HOVER = Signature(features={"truncation_rate": 1.0, "success_rate": 0.0, "ep_len_frac": 1.0, "ep_len_mean": 1000.0},
-                  symptoms=["hovering", "timeouts", "never_succeeds", "low_success"],
-                  summary="Continuous LunarLander-v3 agent (PPO): every episode hits the 1000-step time limit, "
-                          "none land; the lander hovers above the pad.")
-PENDULUM = Subject(env_id="Pendulum-v1", algo="SAC", train_steps=20_000,
-                   traits=EnvTraits(action_space="continuous", obs_dim=3, action_dim=1))
+LANDER = Subject(
+    env_id="LunarLander-v3",
+    env_kwargs={"continuous": True},
+    algo="PPO",
+    train_steps=150_000,
+    success="last reward >= 100",
+    traits=EnvTraits(action_space="continuous", obs_dim=8, action_dim=2),
+)
+HOVER = Signature(
+    features={"truncation_rate": 1.0, "success_rate": 0.0, "ep_len_frac": 1.0, "ep_len_mean": 1000.0},
+    symptoms=["hovering", "timeouts", "never_succeeds", "low_success"],
+    summary="Continuous LunarLander-v3 agent (PPO): every episode hits the 1000-step time limit, "
+    "none land; the lander hovers above the pad.",
+)
+PENDULUM = Subject(
+    env_id="Pendulum-v1",
+    algo="SAC",
+    train_steps=20_000,
+    traits=EnvTraits(action_space="continuous", obs_dim=3, action_dim=1),
+)
 JERKY = Signature(features={"action_jerk": 0.8}, symptoms=["jerky_actions"], summary="Pendulum torque chatters")
-SCALED_SUBJECT = Subject(env_id="CartPole-v1", algo="PPO", train_steps=100_000,
-                         traits=EnvTraits(action_space="discrete", obs_dim=4, action_dim=2))
-SCALED = Signature(features={"obs_abs_max": 3000.0}, symptoms=["unscaled_observations", "low_success"],
-                   summary="CartPole observations scaled by 1000")
+SCALED_SUBJECT = Subject(
+    env_id="CartPole-v1",
+    algo="PPO",
+    train_steps=100_000,
+    traits=EnvTraits(action_space="discrete", obs_dim=4, action_dim=2),
+)
+SCALED = Signature(
+    features={"obs_abs_max": 3000.0},
+    symptoms=["unscaled_observations", "low_success"],
+    summary="CartPole observations scaled by 1000",
+)
 
 
-def _case(case_id: str, cause: str, patch: Patch, status: str, *, scenario: str | None = None,
-          action_space: str = "continuous") -> Case:
+def _case(
+    case_id: str,
+    cause: str,
+    patch: Patch,
+    status: str,
+    *,
+    scenario: str | None = None,
+    action_space: str = "continuous",
+) -> Case:
     diff = 60.0 if status == "improved" else -60.0
-    eff = Effect(metric="success_rate", treatment=diff, control=0.0, diff=diff, ci_low=min(diff / 2, diff * 1.5), ci_high=max(diff / 2, diff * 1.5))
+    eff = Effect(
+        metric="success_rate",
+        treatment=diff,
+        control=0.0,
+        diff=diff,
+        ci_low=min(diff / 2, diff * 1.5),
+        ci_high=max(diff / 2, diff * 1.5),
+    )
     subject = LANDER.model_copy(update={"traits": EnvTraits(action_space=action_space, obs_dim=8, action_dim=2)})
-    return Case(case_id=case_id, source=Source.bench, subject=subject, signature=HOVER, scenario=scenario,
-                diagnosis=Diagnosis(causes=[Cause(cause=cause, confidence=0.9)]), patch=patch,
-                verification=Verification(status=Status(status), effect=eff, seeds=3))
+    return Case(
+        case_id=case_id,
+        source=Source.bench,
+        subject=subject,
+        signature=HOVER,
+        scenario=scenario,
+        diagnosis=Diagnosis(causes=[Cause(cause=cause, confidence=0.9)]),
+        patch=patch,
+        verification=Verification(status=Status(status), effect=eff, seeds=3),
+    )
 
 
 def _rank(report, cause: RootCause) -> int:
@@ -62,11 +102,15 @@ def _rank(report, cause: RootCause) -> int:
 
 # ---- cold KB ----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("subject", "signature", "cause", "family"), [
-    (LANDER, HOVER, RootCause.reward_misspecification, RemedyFamily.reward_shaping),
-    (PENDULUM, JERKY, RootCause.action_jitter, RemedyFamily.action_smoothness),
-    (SCALED_SUBJECT, SCALED, RootCause.observation_scaling, RemedyFamily.normalization),
-])
+
+@pytest.mark.parametrize(
+    ("subject", "signature", "cause", "family"),
+    [
+        (LANDER, HOVER, RootCause.reward_misspecification, RemedyFamily.reward_shaping),
+        (PENDULUM, JERKY, RootCause.action_jitter, RemedyFamily.action_smoothness),
+        (SCALED_SUBJECT, SCALED, RootCause.observation_scaling, RemedyFamily.normalization),
+    ],
+)
 def test_cold_kb_gives_sensible_advice_from_priors(kb, subject, signature, cause, family):
     report = diagnose_signature(kb, subject, signature)
     assert report.top_cause == cause
@@ -116,6 +160,7 @@ def test_retrieval_keeps_to_the_same_action_space(kb):
 
 # ---- a real run directory ---------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory) -> Path:
     """A barely trained PPO CartPole agent (128 steps) written as a run directory."""
@@ -126,11 +171,24 @@ def run_dir(tmp_path_factory) -> Path:
     from remedy.cases.success import Terminated
 
     torch.set_num_threads(1)
-    model = PPO("MlpPolicy", "CartPole-v1", n_steps=64, batch_size=64, n_epochs=1, seed=0, device="cpu",
-                policy_kwargs={"net_arch": [16]})
+    model = PPO(
+        "MlpPolicy",
+        "CartPole-v1",
+        n_steps=64,
+        batch_size=64,
+        n_epochs=1,
+        seed=0,
+        device="cpu",
+        policy_kwargs={"net_arch": [16]},
+    )
     model.learn(128)
-    cfg = RunConfig(env_id="CartPole-v1", algo="PPO", hyperparams={"n_steps": 64, "batch_size": 64},
-                    train_steps=128, success=Terminated(survive=True))
+    cfg = RunConfig(
+        env_id="CartPole-v1",
+        algo="PPO",
+        hyperparams={"n_steps": 64, "batch_size": 64},
+        train_steps=128,
+        success=Terminated(survive=True),
+    )
     path = tmp_path_factory.mktemp("runs") / "cartpole"
     write_run_dir(path, model, cfg)
     return path
@@ -148,8 +206,9 @@ def test_diagnose_run_on_a_real_agent(run_dir, kb):
 
 def test_cli_json_and_patch_files(run_dir, tmp_path, kb_path, kb):
     out = tmp_path / "patches"
-    result = CliRunner().invoke(app, ["diagnose", str(run_dir), "--json", "--episodes", "4", "--kb", str(kb_path),
-                                      "--write-patches", str(out)])
+    result = CliRunner().invoke(
+        app, ["diagnose", str(run_dir), "--json", "--episodes", "4", "--kb", str(kb_path), "--write-patches", str(out)]
+    )
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     assert data["diagnosis"]["causes"][0]["cause"] == "undertraining"
@@ -163,8 +222,14 @@ def test_cli_table_without_a_kb_warns_and_creates_nothing(run_dir, tmp_path):
     missing = tmp_path / "no-kb"
     result = CliRunner().invoke(app, ["diagnose", str(run_dir), "--episodes", "3", "--kb", str(missing)])
     assert result.exit_code == 0, result.output
-    for text in ("Root causes", "undertraining", "Candidate patches", "training_budget", "prior-tiny-budget",
-                 "built-in priors only"):
+    for text in (
+        "Root causes",
+        "undertraining",
+        "Candidate patches",
+        "training_budget",
+        "prior-tiny-budget",
+        "built-in priors only",
+    ):
         assert text in result.output
     assert not missing.exists()
 

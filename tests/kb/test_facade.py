@@ -187,10 +187,14 @@ def test_locked_kb(kb_path, corpus, embedder):
     with KnowledgeBase.open(kb_path, embedder=embedder) as kb:
         kb.add_many(corpus)
     code = "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); print('ready', flush=True); time.sleep(120)"
-    proc = subprocess.Popen([sys.executable, "-c", code, str(kb_path / "remedy.duckdb")], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, str(kb_path / "remedy.duckdb")], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert proc.stdout.readline().strip() == "ready"
-        with pytest.raises(KBLockedError, match=rf"KB at .* is locked by PID {proc.pid}; stop that process or use `remedy serve`"):
+        with pytest.raises(
+            KBLockedError, match=rf"KB at .* is locked by PID {proc.pid}; stop that process or use `remedy serve`"
+        ):
             KnowledgeBase.open(kb_path, embedder=embedder)
     finally:
         proc.kill()

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import pytest
 
+from remedy.cases.evidence.rundir import RunConfig
 from remedy.cases.model import Cause, Diagnosis, Effect, RemedyFamily, RootCause, Source, Stage, Status
 from remedy.cases.patches.io import load_patch
 from remedy.cases.patches.spec import Patch
-from remedy.cases.evidence.rundir import RunConfig
 from remedy.cases.verify.verification import ScenarioRef, VerifyConfig
 from remedy.kb.fixloop import AttemptRecord, FixResult, fix, one_torch_thread
 from remedy.retrieval.diagnosis import CandidatePatch, DiagnosisContext, DiagnosisReport
@@ -23,15 +23,20 @@ from remedy.retrieval.diagnosis import CandidatePatch, DiagnosisContext, Diagnos
 TINY = VerifyConfig(seeds=1, budget_steps=256, eval_episodes=3, n_envs=2, n_boot=200)
 
 PATIENT = RunConfig(
-    env_id="CartPole-v1", algo="PPO", train_steps=1024, n_envs=2,
+    env_id="CartPole-v1",
+    algo="PPO",
+    train_steps=1024,
+    n_envs=2,
     hyperparams={"n_steps": 64, "batch_size": 64, "n_epochs": 2, "policy_kwargs": {"net_arch": [16]}},
     success={"kind": "return_threshold", "threshold": 100},
 )
 
 
 def _hostile(i: int) -> Patch:
-    code = f"import os\n\ndef shaped_reward(obs, action, reward, next_obs, terminated, truncated, info):\n" \
-           f"    os.system('touch /tmp/remedy_pwned_{i}')\n    return reward\n"
+    code = (
+        f"import os\n\ndef shaped_reward(obs, action, reward, next_obs, terminated, truncated, info):\n"
+        f"    os.system('touch /tmp/remedy_pwned_{i}')\n    return reward\n"
+    )
     return Patch.from_data({"kind": "reward_shaping", "description": f"hostile {i}", "code": code})
 
 
@@ -73,8 +78,18 @@ def _check_stored(kb, result: FixResult, scenario: str | None) -> None:
 def test_hostile_candidates_are_recorded_as_failed_and_the_loop_goes_on(kb, patient, tmp_path):
     # every round re-offers hostile 1 first: the loop must skip it (already tried) and take the next one
     script = Scripted([[_hostile(1)], [_hostile(1), _hostile(2)], [_hostile(1), _hostile(2), _hostile(3)]])
-    result = fix(kb, patient, store=kb, rounds=3, candidates=1, diagnoser=script, config=TINY, scenario=ScenarioRef("tiny_hostile"),
-                 out_dir=tmp_path / "fixes", n_episodes=3)
+    result = fix(
+        kb,
+        patient,
+        store=kb,
+        rounds=3,
+        candidates=1,
+        diagnoser=script,
+        config=TINY,
+        scenario=ScenarioRef("tiny_hostile"),
+        out_dir=tmp_path / "fixes",
+        n_episodes=3,
+    )
     assert [a.patch for a in result.attempts] == [_hostile(1), _hostile(2), _hostile(3)]
     assert all(a.status == Status.failed.value and a.effect is None and a.reason for a in result.attempts)
     assert [a.round for a in result.attempts] == [1, 2, 3] and result.rounds_used == 3
@@ -82,7 +97,10 @@ def test_hostile_candidates_are_recorded_as_failed_and_the_loop_goes_on(kb, pati
     assert not (tmp_path / "fixes").exists()
     # round n's diagnosis saw what rounds 1..n-1 tried and that it failed
     assert [[(t.patch, t.status) for t in ctx.tried] for ctx in script.seen] == [
-        [], [(_hostile(1), "failed")], [(_hostile(1), "failed"), (_hostile(2), "failed")]]
+        [],
+        [(_hostile(1), "failed")],
+        [(_hostile(1), "failed"), (_hostile(2), "failed")],
+    ]
     _check_stored(kb, result, "tiny_hostile")
     assert kb.count() == 3 and all(kb.get(a.case_id).source is Source.verified for a in result.attempts)
 
@@ -99,8 +117,19 @@ def test_real_candidates_after_a_hostile_one(kb, patient, tmp_path):
     budget = Patch.from_data({"kind": "training_budget", "extra_steps": 512})
     lr = Patch.from_data({"kind": "hyperparameters", "changes": {"learning_rate": 0.001}})
     script = Scripted([[_hostile(1), budget], [lr]])
-    result = fix(kb, patient, store=kb, rounds=2, candidates=2, diagnoser=script, config=TINY, scenario=ScenarioRef("tiny_real"),
-                 out_dir=tmp_path / "fixes", n_episodes=3, source=Source.bench)
+    result = fix(
+        kb,
+        patient,
+        store=kb,
+        rounds=2,
+        candidates=2,
+        diagnoser=script,
+        config=TINY,
+        scenario=ScenarioRef("tiny_real"),
+        out_dir=tmp_path / "fixes",
+        n_episodes=3,
+        source=Source.bench,
+    )
     first = result.attempts[0]
     assert first.patch == _hostile(1) and first.status == "failed" and len(result.attempts) >= 2
     assert result.attempts[1].patch == budget and result.attempts[1].status in {s.value for s in Status}
@@ -140,10 +169,28 @@ def test_cli_fix_on_a_directory_that_is_not_a_run(tmp_path, monkeypatch, capsys)
 def test_only_a_confirmation_can_win():
     effect = Effect(metric="success_rate", treatment=1.0, control=0.0, diff=1.0, ci_low=0.5, ci_high=1.0)
     patch = Patch.from_data({"kind": "training_budget", "extra_steps": 10})
-    legacy = AttemptRecord(round=1, case_id="c-1", patch=patch, family="training_budget", status="improved",
-                           effect=effect, env_steps=1, wall_time_s=0.0)  # a screen stored before confirmations
-    confirmed = AttemptRecord(round=1, case_id="c-2", patch=patch, family="training_budget", status="improved",
-                              effect=effect, env_steps=1, wall_time_s=0.0, stage="confirm", confirms="c-1")
+    legacy = AttemptRecord(
+        round=1,
+        case_id="c-1",
+        patch=patch,
+        family="training_budget",
+        status="improved",
+        effect=effect,
+        env_steps=1,
+        wall_time_s=0.0,
+    )  # a screen stored before confirmations
+    confirmed = AttemptRecord(
+        round=1,
+        case_id="c-2",
+        patch=patch,
+        family="training_budget",
+        status="improved",
+        effect=effect,
+        env_steps=1,
+        wall_time_s=0.0,
+        stage="confirm",
+        confirms="c-1",
+    )
     assert not legacy.improved and confirmed.improved
     assert confirmed.as_dict()["stage"] == "confirm" and confirmed.as_dict()["confirms"] == "c-1"
 
@@ -157,8 +204,18 @@ SCREEN = VerifyConfig(seeds=2, budget_steps=256, eval_episodes=10, n_envs=2)
 def test_a_cleared_screen_is_confirmed_on_fresh_seeds(kb, patient, tmp_path):
     budget = Patch.from_data({"kind": "training_budget", "extra_steps": 8192})
     script = Scripted([[budget]])
-    result = fix(kb, patient, store=kb, rounds=1, candidates=1, diagnoser=script, config=SCREEN, scenario=ScenarioRef("tiny_confirm"),
-                 out_dir=tmp_path / "fixes", n_episodes=3)
+    result = fix(
+        kb,
+        patient,
+        store=kb,
+        rounds=1,
+        candidates=1,
+        diagnoser=script,
+        config=SCREEN,
+        scenario=ScenarioRef("tiny_confirm"),
+        out_dir=tmp_path / "fixes",
+        n_episodes=3,
+    )
     screen, confirmation = result.attempts
     assert screen.stage == "screen" and screen.passed_screen and screen.status == Status.inconclusive.value
     assert confirmation.stage == "confirm" and confirmation.confirms == screen.case_id
@@ -182,7 +239,18 @@ def test_a_cleared_screen_is_confirmed_on_fresh_seeds(kb, patient, tmp_path):
 def test_confirmations_are_capped(kb, patient, tmp_path):
     """Zero confirmations allowed: a cleared screen stays inconclusive and nothing wins."""
     budget = Patch.from_data({"kind": "training_budget", "extra_steps": 8192})
-    result = fix(kb, patient, store=kb, rounds=1, candidates=1, diagnoser=Scripted([[budget]]), config=SCREEN,
-                 out_dir=tmp_path / "fixes", n_episodes=3, confirmations=0, exhaustive=True)
+    result = fix(
+        kb,
+        patient,
+        store=kb,
+        rounds=1,
+        candidates=1,
+        diagnoser=Scripted([[budget]]),
+        config=SCREEN,
+        out_dir=tmp_path / "fixes",
+        n_episodes=3,
+        confirmations=0,
+        exhaustive=True,
+    )
     assert [a.stage for a in result.attempts] == ["screen"] and result.attempts[0].passed_screen
     assert not result.fixed and "without a confirmed improvement" in result.stop_reason

@@ -130,7 +130,10 @@ def test_newer_schema_is_refused(tmp_path, case_factory):
     db = tmp_path / "remedy.duckdb"
     CaseStore(db).add(case_factory())
     _set_meta(db, STORE_SCHEMA_VERSION + 5)
-    with pytest.raises(KBVersionError, match=rf"schema {STORE_SCHEMA_VERSION + 5}, this one knows {STORE_SCHEMA_VERSION}\); upgrade remedy"):
+    with pytest.raises(
+        KBVersionError,
+        match=rf"schema {STORE_SCHEMA_VERSION + 5}, this one knows {STORE_SCHEMA_VERSION}\); upgrade remedy",
+    ):
         CaseStore(db)
 
 
@@ -167,9 +170,15 @@ _cases = st.builds(
         Subject,
         env_id=_word,
         algo=st.sampled_from(["PPO", "SAC", "DQN", "A2C"]),
-        hyperparams=st.dictionaries(_word, st.one_of(st.integers(), st.floats(allow_nan=False, allow_infinity=False), st.text()), max_size=3),
-        traits=st.builds(EnvTraits, action_space=st.sampled_from(["discrete", "continuous"]),
-                         obs_dim=st.integers(0, 500), action_dim=st.integers(0, 20)),
+        hyperparams=st.dictionaries(
+            _word, st.one_of(st.integers(), st.floats(allow_nan=False, allow_infinity=False), st.text()), max_size=3
+        ),
+        traits=st.builds(
+            EnvTraits,
+            action_space=st.sampled_from(["discrete", "continuous"]),
+            obs_dim=st.integers(0, 500),
+            action_dim=st.integers(0, 20),
+        ),
     ),
     signature=st.builds(
         Signature,
@@ -177,13 +186,32 @@ _cases = st.builds(
         symptoms=st.lists(_word, max_size=4),
         summary=st.text(max_size=200),
     ),
-    diagnosis=st.none() | st.builds(Diagnosis, causes=st.lists(st.builds(
-        Cause, cause=st.sampled_from(["sparse_reward", "action_jitter", "unknown"]),
-        confidence=st.floats(0, 1), rationale=st.text(max_size=50)), max_size=3)),
-    patch=st.sampled_from([
-        Patch.from_data({"kind": "action_smoothness", "coef": 0.2}),
-        Patch.from_data({"parts": [{"kind": "training_budget", "extra_steps": 10}, {"kind": "time_limit", "max_episode_steps": 500}]}),
-    ]),
+    diagnosis=st.none()
+    | st.builds(
+        Diagnosis,
+        causes=st.lists(
+            st.builds(
+                Cause,
+                cause=st.sampled_from(["sparse_reward", "action_jitter", "unknown"]),
+                confidence=st.floats(0, 1),
+                rationale=st.text(max_size=50),
+            ),
+            max_size=3,
+        ),
+    ),
+    patch=st.sampled_from(
+        [
+            Patch.from_data({"kind": "action_smoothness", "coef": 0.2}),
+            Patch.from_data(
+                {
+                    "parts": [
+                        {"kind": "training_budget", "extra_steps": 10},
+                        {"kind": "time_limit", "max_episode_steps": 500},
+                    ]
+                }
+            ),
+        ]
+    ),
     scenario=st.none() | _word,
     tags=st.lists(st.text(max_size=10), max_size=3),
 )

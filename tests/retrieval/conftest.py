@@ -48,7 +48,9 @@ def build_case(
     if status is not None:
         eff = None
         if effect is not None:
-            eff = Effect(metric="return_iqm", treatment=effect, control=0.0, diff=effect, ci_low=effect - 1, ci_high=effect + 1)
+            eff = Effect(
+                metric="return_iqm", treatment=effect, control=0.0, diff=effect, ci_low=effect - 1, ci_high=effect + 1
+            )
         verification = Verification(status=Status(status), effect=eff, seeds=2)
     subject: dict[str, Any] = {
         "env_id": env_id,

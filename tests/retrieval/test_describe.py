@@ -35,18 +35,31 @@ def _tags(reader: SymptomReader, text: str) -> list[str]:
 
 # ---- clauses and negation -------------------------------------------------------------------
 
+
 def test_clauses_split_at_sentences_commas_and_contrast_words():
     text = "The pendulum is held upright, but it does not jitter. Training took 20k steps; nothing else."
-    assert split_clauses(text) == ["The pendulum is held upright", "it does not jitter", "Training took 20k steps",
-                                   "nothing else"]
+    assert split_clauses(text) == [
+        "The pendulum is held upright",
+        "it does not jitter",
+        "Training took 20k steps",
+        "nothing else",
+    ]
     assert split_clauses("   ") == [] and split_clauses("ok.") == []  # one-word clauses say nothing
 
 
-@pytest.mark.parametrize("text, negated", [
-    ("it does NOT jitter", True), ("it doesn't jitter", True), ("the car never reaches the flag", True),
-    ("no progress at all", True), ("it learns without trouble", True),
-    ("the torque chatters", False), ("notable oscillation", False), ("known issue", False),
-])
+@pytest.mark.parametrize(
+    "text, negated",
+    [
+        ("it does NOT jitter", True),
+        ("it doesn't jitter", True),
+        ("the car never reaches the flag", True),
+        ("no progress at all", True),
+        ("it learns without trouble", True),
+        ("the torque chatters", False),
+        ("notable oscillation", False),
+        ("known issue", False),
+    ],
+)
 def test_negation_cues(text, negated):
     assert is_negated(text) is negated
 
@@ -54,8 +67,11 @@ def test_negation_cues(text, negated):
 def test_a_negated_symptom_does_not_fire(reader):
     positive = "The torque is jittery and shaky, flipping rapidly between the extremes every step."
     assert "jerky_actions" in _tags(reader, positive)
-    for text in ("The pendulum is held upright and it does NOT jitter.", "It doesn't oscillate or chatter at all.",
-                 "The controller is smooth; there is no jitter."):
+    for text in (
+        "The pendulum is held upright and it does NOT jitter.",
+        "It doesn't oscillate or chatter at all.",
+        "The controller is smooth; there is no jitter.",
+    ):
         assert "jerky_actions" not in _tags(reader, text), text
 
 
@@ -64,14 +80,17 @@ def test_polarity_must_agree_but_a_negated_symptom_still_reads(reader):
     assert _tags(reader, "The agent never reaches the goal.")[:1] == ["never_succeeds"]
 
 
-@pytest.mark.parametrize("text, tag", [
-    ("The lander hovers above the pad until the episode times out.", "hovering"),
-    ("The policy entropy collapsed to zero early in training.", "collapsed_entropy"),
-    ("The reward climbs for a while and then suddenly collapses.", "unstable_learning"),
-    ("Some observations are in the thousands while others stay below one.", "unscaled_observations"),
-    ("The reward is zero on almost every step.", "sparse_signal"),
-    ("It works in simulation but fails completely in a different simulator.", "poor_generalization"),
-])
+@pytest.mark.parametrize(
+    "text, tag",
+    [
+        ("The lander hovers above the pad until the episode times out.", "hovering"),
+        ("The policy entropy collapsed to zero early in training.", "collapsed_entropy"),
+        ("The reward climbs for a while and then suddenly collapses.", "unstable_learning"),
+        ("Some observations are in the thousands while others stay below one.", "unscaled_observations"),
+        ("The reward is zero on almost every step.", "sparse_signal"),
+        ("It works in simulation but fails completely in a different simulator.", "poor_generalization"),
+    ],
+)
 def test_tag_reading_on_hand_sentences(embedder, text, tag):
     reader = SymptomReader(embedder, threshold=0.45)  # the mechanism at a fixed threshold; calibration is the bench's
     reading = reader.read(text)
@@ -81,8 +100,10 @@ def test_tag_reading_on_hand_sentences(embedder, text, tag):
 
 
 def test_reading_is_bounded_ranked_and_deterministic(embedder):
-    text = ("The lander hovers and never lands. Training is unstable, the reward crashes. The actions chatter. "
-            "Observations are not normalized.")
+    text = (
+        "The lander hovers and never lands. Training is unstable, the reward crashes. The actions chatter. "
+        "Observations are not normalized."
+    )
     reader = SymptomReader(embedder, max_tags=2)
     first = reader.read(text)
     assert len(first) == 2 and first[0].similarity >= first[1].similarity
@@ -91,6 +112,7 @@ def test_reading_is_bounded_ranked_and_deterministic(embedder):
 
 
 # ---- tags, subject and signature from words ---------------------------------------------------
+
 
 def test_user_tags_are_checked_against_the_vocabulary():
     assert parse_tags("hovering, Timeouts,hovering") == ["hovering", "timeouts"]
@@ -101,7 +123,11 @@ def test_user_tags_are_checked_against_the_vocabulary():
 
 def test_subject_from_what_the_user_named():
     subject, notes = text_subject("CartPole-v1", "ppo")
-    assert (subject.env_id, subject.algo, subject.traits.action_space) == ("CartPole-v1", "PPO", ActionSpaceType.discrete)
+    assert (subject.env_id, subject.algo, subject.traits.action_space) == (
+        "CartPole-v1",
+        "PPO",
+        ActionSpaceType.discrete,
+    )
     assert subject.traits.obs_dim == 4 and notes == []
     dqn, _ = text_subject(algo="DQN")
     assert dqn.env_id == UNSPECIFIED and dqn.traits.action_space == ActionSpaceType.discrete
@@ -124,16 +150,25 @@ def test_signature_from_words_has_no_measured_features():
 
 # ---- one diagnoser for both: the offline vote on a text context ------------------------------
 
+
 def test_offline_diagnosis_from_a_description_cold(reader):
-    report = diagnose_description(None, "The lander hovers above the pad until the time limit and never lands.",
-                                  env_id="LunarLander-v3", reader=reader)
+    report = diagnose_description(
+        None,
+        "The lander hovers above the pad until the time limit and never lands.",
+        env_id="LunarLander-v3",
+        reader=reader,
+    )
     assert isinstance(report, DiagnosisReport)
     assert "hovering" in report.signature.symptoms and report.reading and report.reading[0].similarity
     assert report.top_cause == RootCause.reward_misspecification
     assert report.candidates[0].family == RemedyFamily.reward_shaping
     assert "prior-hovering-time-cost" in report.diagnosis.cited_rules
-    again = diagnose_description(None, "The lander hovers above the pad until the time limit and never lands.",
-                                 env_id="LunarLander-v3", reader=reader)
+    again = diagnose_description(
+        None,
+        "The lander hovers above the pad until the time limit and never lands.",
+        env_id="LunarLander-v3",
+        reader=reader,
+    )
     assert again == report
 
 
@@ -153,21 +188,41 @@ def test_a_description_with_no_tag_says_so(reader):
 
 # ---- the LLM backend reads the description too ------------------------------------------------
 
+
 def _text_ctx(reader, **kw) -> DiagnosisContext:
     text = "The lander hovers above the pad until the time limit and never lands."
     subject, notes = text_subject(kw.pop("env_id", None), "PPO", "continuous")
     reading = tuple(reader.read(text))
-    return DiagnosisContext(subject=subject, signature=text_signature(text, [r.tag for r in reading]),
-                            description=text, reading=reading, notes=tuple(notes), **kw)
+    return DiagnosisContext(
+        subject=subject,
+        signature=text_signature(text, [r.tag for r in reading]),
+        description=text,
+        reading=reading,
+        notes=tuple(notes),
+        **kw,
+    )
 
 
-ANSWER = {"reasoning": "r", "observations": "o", "candidate_causes": "c", "evidence": "e",
-          "root_causes": json.dumps([{"cause": "reward_misspecification", "confidence": 0.7, "rationale": "pays to hover"}]),
-          "patches": json.dumps([
-              {"patch": {"kind": "reward_shaping", "description": "time cost",
-                         "code": "def shaped_reward(obs, action, reward, next_obs, terminated, truncated, info):\n"
-                                 "    return float(reward) - 1.0\n"}},
-              {"patch": {"kind": "hyperparameters", "changes": {"learning_rate": 0.0001}}, "compute_cost": "low"}])}
+ANSWER = {
+    "reasoning": "r",
+    "observations": "o",
+    "candidate_causes": "c",
+    "evidence": "e",
+    "root_causes": json.dumps([{"cause": "reward_misspecification", "confidence": 0.7, "rationale": "pays to hover"}]),
+    "patches": json.dumps(
+        [
+            {
+                "patch": {
+                    "kind": "reward_shaping",
+                    "description": "time cost",
+                    "code": "def shaped_reward(obs, action, reward, next_obs, terminated, truncated, info):\n"
+                    "    return float(reward) - 1.0\n",
+                }
+            },
+            {"patch": {"kind": "hyperparameters", "changes": {"learning_rate": 0.0001}}, "compute_cost": "low"},
+        ]
+    ),
+}
 
 
 def test_llm_diagnoses_a_description_with_its_own_program(reader):
@@ -191,9 +246,14 @@ def test_description_inputs_name_what_is_known_and_unknown(reader):
 
 
 def test_code_patches_need_a_named_env_for_the_sandbox(reader):
-    code = Patch.from_data({"kind": "reward_shaping", "description": "d",
-                            "code": "def shaped_reward(obs, action, reward, next_obs, terminated, truncated, info):\n"
-                                    "    return float(reward)\n"})
+    code = Patch.from_data(
+        {
+            "kind": "reward_shaping",
+            "description": "d",
+            "code": "def shaped_reward(obs, action, reward, next_obs, terminated, truncated, info):\n"
+            "    return float(reward)\n",
+        }
+    )
     ok, why = sandbox_check(code, _text_ctx(reader))
     assert not ok and "--env" in why
     ok, _ = sandbox_check(code, _text_ctx(reader, env_id="LunarLander-v3"))

@@ -13,12 +13,28 @@ from remedy.retrieval import Hit, MiniLMEmbedder, SearchFilters, VectorIndex, ca
 from .conftest import MakeCase, build_case
 
 CORPUS = [
-    ("hover", "LunarLander hovers above the landing pad until the 1000-step time limit; never lands.", ["hovering", "timeouts"]),
-    ("jerk", "BipedalWalker actions flip between the bounds every step; bang-bang gait.", ["jerky_actions", "saturated_actions"]),
-    ("sparse", "MountainCar never reaches the flag; reward is -1 every step and the car rocks at the bottom.", ["never_succeeds", "sparse_signal"]),
+    (
+        "hover",
+        "LunarLander hovers above the landing pad until the 1000-step time limit; never lands.",
+        ["hovering", "timeouts"],
+    ),
+    (
+        "jerk",
+        "BipedalWalker actions flip between the bounds every step; bang-bang gait.",
+        ["jerky_actions", "saturated_actions"],
+    ),
+    (
+        "sparse",
+        "MountainCar never reaches the flag; reward is -1 every step and the car rocks at the bottom.",
+        ["never_succeeds", "sparse_signal"],
+    ),
     ("unstable", "HalfCheetah return collapses after 300k steps; approx_kl spikes above 0.1.", ["unstable_learning"]),
     ("obs", "Pendulum observations unscaled, values in the thousands; learning is flat.", ["unscaled_observations"]),
-    ("entropy", "CartPole policy entropy collapsed early and return plateaued at 60.", ["collapsed_entropy", "premature_convergence"]),
+    (
+        "entropy",
+        "CartPole policy entropy collapsed early and return plateaued at 60.",
+        ["collapsed_entropy", "premature_convergence"],
+    ),
 ]
 
 
@@ -47,8 +63,17 @@ def test_paraphrase_ranks_first(filled: VectorIndex, embedder: MiniLMEmbedder) -
 def test_similarity_is_the_cosine(filled: VectorIndex, embedder: MiniLMEmbedder, make_case: MakeCase) -> None:
     q = _q(embedder, "walker jitters")
     hit = filled.search(q, k=1)[0]
-    stored = embedder.encode([case_text(make_case(hit.case_id, dict((c, t) for c, t, _ in CORPUS)[hit.case_id],
-                                                     symptoms=dict((c, s) for c, _, s in CORPUS)[hit.case_id]))])[0]
+    stored = embedder.encode(
+        [
+            case_text(
+                make_case(
+                    hit.case_id,
+                    dict((c, t) for c, t, _ in CORPUS)[hit.case_id],
+                    symptoms=dict((c, s) for c, _, s in CORPUS)[hit.case_id],
+                )
+            )
+        ]
+    )[0]
     assert hit.similarity == pytest.approx(float(stored @ q), abs=1e-4)
 
 
@@ -63,11 +88,22 @@ def _filter_corpus(make_case: MakeCase) -> list:
     s = "agent fails to land"
     return [
         make_case("a", s, env_id="LunarLander-v3", algo="PPO", status="improved", effect=50.0),
-        make_case("b", s, env_id="LunarLander-v3", action_space="continuous", algo="SAC", status="improved", effect=5.0),
+        make_case(
+            "b", s, env_id="LunarLander-v3", action_space="continuous", algo="SAC", status="improved", effect=5.0
+        ),
         make_case("c", s, env_id="CartPole-v1", algo="DQN", status="worse", effect=-3.0),
         make_case("d", s, env_id="LunarLander-v3", algo="PPO", status=None, effect=None, source="example"),
         make_case("e", s, env_id="LunarLander-v3", algo="PPO", status="no_effect", effect=None, scenario="hover-bias"),
-        make_case("f", s, env_id="Pendulum-v1", action_space="continuous", algo="TD3", status="improved", effect=1.0, scenario="jerk"),
+        make_case(
+            "f",
+            s,
+            env_id="Pendulum-v1",
+            action_space="continuous",
+            algo="TD3",
+            status="improved",
+            effect=1.0,
+            scenario="jerk",
+        ),
     ]
 
 
@@ -88,7 +124,9 @@ def _filter_corpus(make_case: MakeCase) -> list:
         (SearchFilters(env_id="LunarLander-v3", only_improved=True, min_effect=10.0), {"a"}),
     ],
 )
-def test_filters(index: VectorIndex, make_case: MakeCase, embedder: MiniLMEmbedder, filters: SearchFilters, expected: set) -> None:
+def test_filters(
+    index: VectorIndex, make_case: MakeCase, embedder: MiniLMEmbedder, filters: SearchFilters, expected: set
+) -> None:
     index.upsert(_filter_corpus(make_case))
     q = _q(embedder, "lander crashes")
     for mode in ("vector", "hybrid", "text"):
@@ -98,7 +136,9 @@ def test_filters(index: VectorIndex, make_case: MakeCase, embedder: MiniLMEmbedd
 
 def test_quotes_in_filter_values_and_text(index: VectorIndex, make_case: MakeCase, embedder: MiniLMEmbedder) -> None:
     odd = "O'Brien\"s-Env\\v0'; DROP TABLE signatures; --"
-    index.upsert([make_case("q'1", "it's a \"quoted\" summary", env_id=odd, scenario=odd), make_case("plain", "plain summary")])
+    index.upsert(
+        [make_case("q'1", 'it\'s a "quoted" summary', env_id=odd, scenario=odd), make_case("plain", "plain summary")]
+    )
     q = _q(embedder, "quoted summary")
     assert [h.case_id for h in index.search(q, filters=SearchFilters(env_id=odd))] == ["q'1"]
     assert {h.case_id for h in index.search(q, filters=SearchFilters(exclude_scenario=odd))} == {"plain"}
@@ -108,7 +148,9 @@ def test_quotes_in_filter_values_and_text(index: VectorIndex, make_case: MakeCas
     assert index.ids() == {"plain"}
 
 
-def test_hybrid_and_text_find_the_exact_keyword(index: VectorIndex, make_case: MakeCase, embedder: MiniLMEmbedder) -> None:
+def test_hybrid_and_text_find_the_exact_keyword(
+    index: VectorIndex, make_case: MakeCase, embedder: MiniLMEmbedder
+) -> None:
     cases = [make_case(cid, text, symptoms=tags) for cid, text, tags in CORPUS]
     # Semantically bland, but the only case naming the wrapper; the vector alone ranks it low.
     cases.append(make_case("kw", "Returns fine after the VecNormalize statistics were reloaded from disk."))
@@ -154,7 +196,9 @@ def test_rebuild_replaces_everything(filled: VectorIndex, make_case: MakeCase, e
     assert filled.search(_q(embedder, "cartpole ends early"), k=1)[0].case_id.startswith("n")
 
 
-def test_reopen_sees_rows_and_other_handles_writes(filled: VectorIndex, embedder: MiniLMEmbedder, make_case: MakeCase) -> None:
+def test_reopen_sees_rows_and_other_handles_writes(
+    filled: VectorIndex, embedder: MiniLMEmbedder, make_case: MakeCase
+) -> None:
     other = VectorIndex(filled.path, embedder)
     assert other.ids() == filled.ids()
     other.upsert([make_case("late", "a late arrival")])
@@ -168,7 +212,9 @@ def test_model_mismatch_is_refused(filled: VectorIndex, embedder: MiniLMEmbedder
         def encode(self, texts):  # pragma: no cover - never reached
             return np.zeros((len(texts), 16), dtype=np.float32)
 
-    with pytest.raises(IndexMismatchError, match=r"all-MiniLM-L6-v2 \(384 dims\).*other-model \(16 dims\).*remedy kb reindex"):
+    with pytest.raises(
+        IndexMismatchError, match=r"all-MiniLM-L6-v2 \(384 dims\).*other-model \(16 dims\).*remedy kb reindex"
+    ):
         VectorIndex(filled.path, Other())
     fresh = VectorIndex(filled.path, Other(), reset=True)
     assert fresh.count() == 0

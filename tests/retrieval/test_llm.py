@@ -27,31 +27,53 @@ RECORDINGS = Path(__file__).parent / "llm_recordings"
 
 
 def _ctx(**kw) -> DiagnosisContext:
-    subject = Subject(env_id="LunarLander-v3", env_kwargs={"continuous": True}, algo="PPO", train_steps=150_000,
-                      success="last reward >= 100",
-                      traits=EnvTraits(action_space="continuous", obs_dim=8, action_dim=2))
-    sig = Signature(features={"truncation_rate": 1.0, "success_rate": 0.0, "ep_len_mean": 1000.0, "ep_len_frac": 1.0},
-                    symptoms=["hovering", "timeouts", "never_succeeds", "low_success"],
-                    summary="PPO lander hovers: every episode hits the time limit, none land")
+    subject = Subject(
+        env_id="LunarLander-v3",
+        env_kwargs={"continuous": True},
+        algo="PPO",
+        train_steps=150_000,
+        success="last reward >= 100",
+        traits=EnvTraits(action_space="continuous", obs_dim=8, action_dim=2),
+    )
+    sig = Signature(
+        features={"truncation_rate": 1.0, "success_rate": 0.0, "ep_len_mean": 1000.0, "ep_len_frac": 1.0},
+        symptoms=["hovering", "timeouts", "never_succeeds", "low_success"],
+        summary="PPO lander hovers: every episode hits the time limit, none land",
+    )
     return DiagnosisContext(subject=subject, signature=sig, **kw)
 
 
 def _answer(root_causes, patches) -> dict:
-    return {"reasoning": "r", "observations": "o", "candidate_causes": "c", "evidence": "e",
-            "root_causes": root_causes if isinstance(root_causes, str) else json.dumps(root_causes),
-            "patches": patches if isinstance(patches, str) else json.dumps(patches)}
+    return {
+        "reasoning": "r",
+        "observations": "o",
+        "candidate_causes": "c",
+        "evidence": "e",
+        "root_causes": root_causes if isinstance(root_causes, str) else json.dumps(root_causes),
+        "patches": patches if isinstance(patches, str) else json.dumps(patches),
+    }
 
 
 VALID = _answer(
-    [{"cause": "reward_misspecification", "confidence": 0.7, "rationale": "survival is paid"},
-     {"cause": "undertraining", "confidence": 0.2, "rationale": "maybe"}],
-    [{"patch": {"kind": "hyperparameters", "changes": {"learning_rate": 1e-4}}, "compute_cost": "Low",
-      "side_effects": "slower", "cites": ["prior-hovering-time-cost"]},
-     {"patch": {"parts": [{"kind": "training_budget", "extra_steps": 30000}]}, "compute_cost": "medium"}])
+    [
+        {"cause": "reward_misspecification", "confidence": 0.7, "rationale": "survival is paid"},
+        {"cause": "undertraining", "confidence": 0.2, "rationale": "maybe"},
+    ],
+    [
+        {
+            "patch": {"kind": "hyperparameters", "changes": {"learning_rate": 1e-4}},
+            "compute_cost": "Low",
+            "side_effects": "slower",
+            "cites": ["prior-hovering-time-cost"],
+        },
+        {"patch": {"parts": [{"kind": "training_budget", "extra_steps": 30000}]}, "compute_cost": "medium"},
+    ],
+)
 MALFORMED = _answer("the reward, probably", "[]")
 
 
 # ---- DummyLM -----------------------------------------------------------------------------------
+
 
 def test_dummy_lm_valid_answer_gives_typed_report():
     report = LLMDiagnoser(lm=DummyLM([VALID])).diagnose(_ctx())
@@ -79,8 +101,10 @@ def test_dummy_lm_always_malformed_raises_after_bounded_retries():
 
 
 def test_unknown_patch_kind_is_dropped_with_warning_not_retried():
-    answer = _answer([{"cause": "action_jitter", "confidence": 0.9}],
-                     [{"patch": {"kind": "teleport", "power": 9000}}, {"kind": "action_smoothness", "coef": 0.2}])
+    answer = _answer(
+        [{"cause": "action_jitter", "confidence": 0.9}],
+        [{"patch": {"kind": "teleport", "power": 9000}}, {"kind": "action_smoothness", "coef": 0.2}],
+    )
     report = LLMDiagnoser(lm=DummyLM([answer])).diagnose(_ctx())
     assert [c.family for c in report.candidates] == [RemedyFamily.action_smoothness]
     assert any("patch #1" in w and "schema" in w for w in report.warnings)
@@ -93,8 +117,9 @@ def test_unknown_cause_label_counts_as_malformed():
 
 
 def test_prompt_carries_structured_context_and_previous_attempts():
-    tried = (Attempt(patch=Patch(parts=[Hyperparameters(changes={"learning_rate": 1e-4})]), status="no_effect",
-                     effect=0.01),)
+    tried = (
+        Attempt(patch=Patch(parts=[Hyperparameters(changes={"learning_rate": 1e-4})]), status="no_effect", effect=0.01),
+    )
     inputs = build_inputs(_ctx(tried=tried))
     assert "truncation_rate=1" in inputs["signature_report"] and "hovering" in inputs["signature_report"]
     assert "learning_rate=0.0001 -> no_effect" in inputs["previous_attempts"]
@@ -108,6 +133,7 @@ def test_registry_builds_llm_backends():
 
 # ---- a local OpenAI-compatible server ----------------------------------------------------------
 
+
 class _FakeOpenAI:
     """Serves recorded chat completions in order (repeating the last); records request bodies."""
 
@@ -117,7 +143,7 @@ class _FakeOpenAI:
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802 - http.server's naming
+            def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))) or b"{}")
                 if not self.path.endswith("/chat/completions"):
                     self.send_error(404)
@@ -162,8 +188,14 @@ def fake_openai():
 
 
 def _lm(api_base: str, engine: str = "auto") -> dspy.LM:
-    env = {"REMEDY_LM": "openai/recorded", "REMEDY_LM_API_BASE": api_base, "REMEDY_LM_API_KEY": "test-key",
-           "REMEDY_LM_ENGINE": engine, "REMEDY_LM_NUM_RETRIES": "0", "REMEDY_LM_TIMEOUT": "20"}
+    env = {
+        "REMEDY_LM": "openai/recorded",
+        "REMEDY_LM_API_BASE": api_base,
+        "REMEDY_LM_API_KEY": "test-key",
+        "REMEDY_LM_ENGINE": engine,
+        "REMEDY_LM_NUM_RETRIES": "0",
+        "REMEDY_LM_TIMEOUT": "20",
+    }
     return lm_from_env(env)
 
 
@@ -226,8 +258,12 @@ def test_unreachable_endpoint_raises_lmerror_naming_it():
 
 def test_auto_falls_back_to_offline_when_the_lm_is_unreachable(monkeypatch):
     base = f"http://127.0.0.1:{_closed_port()}/v1"
-    for key, val in {"REMEDY_LM": "openai/recorded", "REMEDY_LM_API_BASE": base, "REMEDY_LM_API_KEY": "k",
-                     "REMEDY_LM_NUM_RETRIES": "0"}.items():
+    for key, val in {
+        "REMEDY_LM": "openai/recorded",
+        "REMEDY_LM_API_BASE": base,
+        "REMEDY_LM_API_KEY": "k",
+        "REMEDY_LM_NUM_RETRIES": "0",
+    }.items():
         monkeypatch.setenv(key, val)
     report = get_diagnoser("auto").diagnose(_ctx())
     assert report.diagnosis.backend == "offline"

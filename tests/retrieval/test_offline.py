@@ -26,38 +26,82 @@ from remedy.cases.patches.spec import ActionSmoothness, Patch, TrainingBudget
 from remedy.retrieval.diagnosis import Attempt, DiagnosisContext, RetrievedCase, get_diagnoser
 from remedy.retrieval.offline import OfflineDiagnoser
 
-LANDER = Subject(env_id="LunarLander-v3", env_kwargs={"continuous": True}, algo="PPO", train_steps=150_000,
-                 success="last reward >= 100", traits=EnvTraits(action_space="continuous", obs_dim=8, action_dim=2))
-PENDULUM = Subject(env_id="Pendulum-v1", algo="SAC", train_steps=20_000,
-                   traits=EnvTraits(action_space="continuous", obs_dim=3, action_dim=1))
-CARTPOLE = Subject(env_id="CartPole-v1", algo="PPO", train_steps=50_000,
-                   traits=EnvTraits(action_space="discrete", obs_dim=4, action_dim=2))
+LANDER = Subject(
+    env_id="LunarLander-v3",
+    env_kwargs={"continuous": True},
+    algo="PPO",
+    train_steps=150_000,
+    success="last reward >= 100",
+    traits=EnvTraits(action_space="continuous", obs_dim=8, action_dim=2),
+)
+PENDULUM = Subject(
+    env_id="Pendulum-v1",
+    algo="SAC",
+    train_steps=20_000,
+    traits=EnvTraits(action_space="continuous", obs_dim=3, action_dim=1),
+)
+CARTPOLE = Subject(
+    env_id="CartPole-v1",
+    algo="PPO",
+    train_steps=50_000,
+    traits=EnvTraits(action_space="discrete", obs_dim=4, action_dim=2),
+)
 
-HOVER = Signature(features={"truncation_rate": 1.0, "success_rate": 0.0, "ep_len_frac": 1.0, "ep_len_mean": 1000.0},
-                  symptoms=["hovering", "timeouts", "never_succeeds", "low_success"],
-                  summary="lander hovers until the time limit and never lands")
-JERKY = Signature(features={"action_jerk": 0.8, "action_saturation": 0.7, "return_iqm": -400.0},
-                  symptoms=["jerky_actions", "saturated_actions"], summary="torque chatters between the bounds")
-SCALED = Signature(features={"obs_abs_max": 4000.0, "obs_scale_ratio": 3.0, "success_rate": 0.2},
-                   symptoms=["unscaled_observations", "low_success"], summary="observations are 1000x unit scale")
+HOVER = Signature(
+    features={"truncation_rate": 1.0, "success_rate": 0.0, "ep_len_frac": 1.0, "ep_len_mean": 1000.0},
+    symptoms=["hovering", "timeouts", "never_succeeds", "low_success"],
+    summary="lander hovers until the time limit and never lands",
+)
+JERKY = Signature(
+    features={"action_jerk": 0.8, "action_saturation": 0.7, "return_iqm": -400.0},
+    symptoms=["jerky_actions", "saturated_actions"],
+    summary="torque chatters between the bounds",
+)
+SCALED = Signature(
+    features={"obs_abs_max": 4000.0, "obs_scale_ratio": 3.0, "success_rate": 0.2},
+    symptoms=["unscaled_observations", "low_success"],
+    summary="observations are 1000x unit scale",
+)
 
 
 def _ctx(subject=LANDER, signature=HOVER, **kw) -> DiagnosisContext:
     return DiagnosisContext(subject=subject, signature=signature, **kw)
 
 
-def _case(case_id: str, cause: str, patch: Patch, status: str | None, *, source: str = "verified",
-          env_id: str = "LunarLander-v3", effect: float = 50.0) -> Case:
+def _case(
+    case_id: str,
+    cause: str,
+    patch: Patch,
+    status: str | None,
+    *,
+    source: str = "verified",
+    env_id: str = "LunarLander-v3",
+    effect: float = 50.0,
+) -> Case:
     verification = literature = None
     if status is not None:
-        eff = Effect(metric="return_iqm", treatment=effect, control=0.0, diff=effect, ci_low=min(effect / 2, effect * 1.5),
-                     ci_high=max(effect / 2, effect * 1.5), prob_improvement=0.9 if effect > 0 else 0.1)
+        eff = Effect(
+            metric="return_iqm",
+            treatment=effect,
+            control=0.0,
+            diff=effect,
+            ci_low=min(effect / 2, effect * 1.5),
+            ci_high=max(effect / 2, effect * 1.5),
+            prob_improvement=0.9 if effect > 0 else 0.1,
+        )
         verification = Verification(status=Status(status), effect=eff, seeds=3)
     if source == "example":
         literature = LiteratureEffect(claim="helps", source="SB3 tips")
-    return Case(case_id=case_id, source=Source(source), subject=LANDER.model_copy(update={"env_id": env_id}),
-                signature=HOVER, diagnosis=Diagnosis(causes=[Cause(cause=cause, confidence=0.9)]),
-                patch=patch, verification=verification, literature=literature)
+    return Case(
+        case_id=case_id,
+        source=Source(source),
+        subject=LANDER.model_copy(update={"env_id": env_id}),
+        signature=HOVER,
+        diagnosis=Diagnosis(causes=[Cause(cause=cause, confidence=0.9)]),
+        patch=patch,
+        verification=verification,
+        literature=literature,
+    )
 
 
 def _rank(report, cause: RootCause) -> int:
@@ -69,6 +113,7 @@ def _families(report) -> list[RemedyFamily]:
 
 
 # ---- cold KB: priors only ------------------------------------------------------------------------
+
 
 def test_cold_hovering_lander_blames_the_reward_and_proposes_a_time_cost():
     report = OfflineDiagnoser().diagnose(_ctx())
@@ -95,7 +140,9 @@ def test_cold_scaled_observations_propose_normalization():
 
 
 def test_budget_scales_with_the_original_training_steps():
-    sig = Signature(features={"curve_final_slope": 0.4}, symptoms=["undertrained", "low_success"], summary="still rising")
+    sig = Signature(
+        features={"curve_final_slope": 0.4}, symptoms=["undertrained", "low_success"], summary="still rising"
+    )
     report = OfflineDiagnoser().diagnose(_ctx(CARTPOLE, sig))
     assert report.top_cause == RootCause.undertraining
     budget = next(c for c in report.candidates if c.family == RemedyFamily.training_budget)
@@ -103,7 +150,9 @@ def test_budget_scales_with_the_original_training_steps():
 
 
 def test_small_budgets_get_a_multiple_of_themselves():
-    sig = Signature(features={"curve_final_slope": 0.4}, symptoms=["undertrained", "low_success"], summary="still rising")
+    sig = Signature(
+        features={"curve_final_slope": 0.4}, symptoms=["undertrained", "low_success"], summary="still rising"
+    )
     subject = CARTPOLE.model_copy(update={"train_steps": 8_000})
     report = OfflineDiagnoser().diagnose(_ctx(subject, sig))
     budget = next(c for c in report.candidates if c.family == RemedyFamily.training_budget)
@@ -127,8 +176,13 @@ def test_confidences_are_ranked_and_bounded():
 
 
 def test_same_context_same_report():
-    ctx = _ctx(cases=(RetrievedCase(_case("c-1", "undertraining", Patch(parts=[TrainingBudget(extra_steps=30_000)]),
-                                           "improved"), 0.9),))
+    ctx = _ctx(
+        cases=(
+            RetrievedCase(
+                _case("c-1", "undertraining", Patch(parts=[TrainingBudget(extra_steps=30_000)]), "improved"), 0.9
+            ),
+        )
+    )
     assert OfflineDiagnoser().diagnose(ctx) == OfflineDiagnoser().diagnose(ctx)
 
 
@@ -139,7 +193,9 @@ BUDGET = Patch(parts=[TrainingBudget(extra_steps=30_000)])
 
 def test_an_improved_case_with_another_cause_moves_it_up():
     cold = OfflineDiagnoser().diagnose(_ctx())
-    warm = OfflineDiagnoser().diagnose(_ctx(cases=(RetrievedCase(_case("c-more", "undertraining", BUDGET, "improved"), 0.95),)))
+    warm = OfflineDiagnoser().diagnose(
+        _ctx(cases=(RetrievedCase(_case("c-more", "undertraining", BUDGET, "improved"), 0.95),))
+    )
     assert _rank(warm, RootCause.undertraining) < _rank(cold, RootCause.undertraining)
     assert warm.top_cause == RootCause.undertraining
     assert warm.candidates[0].family == RemedyFamily.training_budget and "c-more" in warm.candidates[0].cites
@@ -156,8 +212,9 @@ def test_a_worse_case_demotes_its_family():
     cold = OfflineDiagnoser().diagnose(_ctx())
     shaping = cold.candidates[0].patch
     assert cold.candidates[0].family == RemedyFamily.reward_shaping
-    warm = OfflineDiagnoser().diagnose(_ctx(cases=(RetrievedCase(_case("c-bad", "reward_misspecification", shaping,
-                                                                       "worse", effect=-80.0), 0.95),)))
+    warm = OfflineDiagnoser().diagnose(
+        _ctx(cases=(RetrievedCase(_case("c-bad", "reward_misspecification", shaping, "worse", effect=-80.0), 0.95),))
+    )
     fams = _families(warm)
     assert fams and fams[0] != RemedyFamily.reward_shaping
     assert RemedyFamily.reward_shaping not in fams or fams.index(RemedyFamily.reward_shaping) > 0
@@ -180,8 +237,10 @@ def test_cases_below_min_similarity_are_ignored():
 
 
 def test_reward_code_from_another_env_does_not_travel():
-    code = ("def shaped_reward(obs, action, reward, next_obs, terminated, truncated, info):\n"
-            "    return float(reward) + 10.0 * float(next_obs[6])\n")  # pays LunarLander's leg contact
+    code = (
+        "def shaped_reward(obs, action, reward, next_obs, terminated, truncated, info):\n"
+        "    return float(reward) + 10.0 * float(next_obs[6])\n"
+    )  # pays LunarLander's leg contact
     foreign = Patch.from_data({"kind": "reward_shaping", "description": "leg-contact bonus", "code": code})
     other = LANDER.model_copy(update={"env_id": "MountainCarContinuous-v0"})
     ctx = _ctx(subject=other, cases=(RetrievedCase(_case("c-x", "reward_misspecification", foreign, "improved"), 0.9),))
@@ -191,6 +250,7 @@ def test_reward_code_from_another_env_does_not_travel():
 
 
 # ---- fix-loop memory, rules, knobs -------------------------------------------------------------
+
 
 def test_a_tried_and_failed_patch_is_demoted():
     first = OfflineDiagnoser().diagnose(_ctx()).candidates[0]
@@ -207,8 +267,15 @@ class _Rule:
 
 
 def test_matching_rules_vote_and_are_cited():
-    rule = _Rule("rule-7", ("symptom hovering",), {"cause": "time_limit_misconfiguration", "confidence": 1.0,
-                                                   "patch": {"kind": "time_limit", "max_episode_steps": 400}})
+    rule = _Rule(
+        "rule-7",
+        ("symptom hovering",),
+        {
+            "cause": "time_limit_misconfiguration",
+            "confidence": 1.0,
+            "patch": {"kind": "time_limit", "max_episode_steps": 400},
+        },
+    )
     report = OfflineDiagnoser(w_rules=2.0).diagnose(_ctx(rules=(rule,)))
     assert report.top_cause == RootCause.time_limit_misconfiguration
     assert "rule-7" in report.diagnosis.cited_rules

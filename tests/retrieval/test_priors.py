@@ -16,23 +16,50 @@ from remedy.cases.success import FinalObs, FinalReward, InfoFlag, Terminated
 from remedy.retrieval.priors import PRIORS, Facts, match_priors, prior_by_id, success_from_text
 
 SUBJECTS = [
-    Subject(env_id="LunarLander-v3", env_kwargs={"continuous": True}, algo="PPO", train_steps=150_000,
-            success=FinalReward(value=100).describe(), hyperparams={"ent_coef": 0.0, "learning_rate": 3e-4},
-            traits=EnvTraits(action_space="continuous", obs_dim=8, action_dim=2)),
-    Subject(env_id="MountainCarContinuous-v0", algo="SAC", train_steps=50_000,
-            success=FinalObs(index=0, value=0.45).describe(),
-            traits=EnvTraits(action_space="continuous", obs_dim=2, action_dim=1, reward_density="sparse")),
-    Subject(env_id="MountainCar-v0", algo="DQN", train_steps=100_000, success=Terminated().describe(),
-            traits=EnvTraits(action_space="discrete", obs_dim=2, action_dim=3, reward_density="sparse")),
-    Subject(env_id="CartPole-v1", algo="A2C", train_steps=20_000, success=InfoFlag(key="is_success").describe(),
-            traits=EnvTraits(action_space="discrete", obs_dim=4, action_dim=2)),
-    Subject(env_id="Pendulum-v1", algo="TD3", train_steps=20_000,
-            traits=EnvTraits(action_space="continuous", obs_dim=3, action_dim=1)),
+    Subject(
+        env_id="LunarLander-v3",
+        env_kwargs={"continuous": True},
+        algo="PPO",
+        train_steps=150_000,
+        success=FinalReward(value=100).describe(),
+        hyperparams={"ent_coef": 0.0, "learning_rate": 3e-4},
+        traits=EnvTraits(action_space="continuous", obs_dim=8, action_dim=2),
+    ),
+    Subject(
+        env_id="MountainCarContinuous-v0",
+        algo="SAC",
+        train_steps=50_000,
+        success=FinalObs(index=0, value=0.45).describe(),
+        traits=EnvTraits(action_space="continuous", obs_dim=2, action_dim=1, reward_density="sparse"),
+    ),
+    Subject(
+        env_id="MountainCar-v0",
+        algo="DQN",
+        train_steps=100_000,
+        success=Terminated().describe(),
+        traits=EnvTraits(action_space="discrete", obs_dim=2, action_dim=3, reward_density="sparse"),
+    ),
+    Subject(
+        env_id="CartPole-v1",
+        algo="A2C",
+        train_steps=20_000,
+        success=InfoFlag(key="is_success").describe(),
+        traits=EnvTraits(action_space="discrete", obs_dim=4, action_dim=2),
+    ),
+    Subject(
+        env_id="Pendulum-v1",
+        algo="TD3",
+        train_steps=20_000,
+        traits=EnvTraits(action_space="continuous", obs_dim=3, action_dim=1),
+    ),
 ]
 #: declared safety constraints (true when violated) per env, as run directories carry them
 CONSTRAINTS = {"LunarLander-v3": ("abs(obs[0]) > 0.2",), "Pendulum-v1": ("abs(action[0]) > 1.5", "abs(obs[2]) > 6.0")}
-SIGNATURE = Signature(features={"ep_len_mean": 200.0, "ep_len_frac": 1.0, "action_jerk": 0.6, "reward_per_step": -1.0},
-                      symptoms=[], summary="probe")
+SIGNATURE = Signature(
+    features={"ep_len_mean": 200.0, "ep_len_frac": 1.0, "action_jerk": 0.6, "reward_per_step": -1.0},
+    symptoms=[],
+    summary="probe",
+)
 
 
 def _all_patches():
@@ -62,21 +89,36 @@ def test_rulebook_is_well_formed_and_sourced():
 
 def test_literature_named_in_the_brief_is_cited():
     sources = " ".join(r.source for r in PRIORS)
-    for name in ("Tips and Tricks", "Zoo", "Mysore et al. 2021", "Andrychowicz et al. 2021", "Ng et al. 1999",
-                 "Pardo et al. 2018", "Amodei et al. 2016"):
+    for name in (
+        "Tips and Tricks",
+        "Zoo",
+        "Mysore et al. 2021",
+        "Andrychowicz et al. 2021",
+        "Ng et al. 1999",
+        "Pardo et al. 2018",
+        "Amodei et al. 2016",
+    ):
         assert name in sources
 
 
 def test_templates_cover_most_families():
     families = {fam for _, _, fam, _ in PATCHES}
-    assert families >= {RemedyFamily.reward_shaping, RemedyFamily.action_smoothness, RemedyFamily.hyperparameters,
-                         RemedyFamily.normalization, RemedyFamily.time_limit, RemedyFamily.exploration_bonus,
-                         RemedyFamily.curriculum, RemedyFamily.safety_constraint, RemedyFamily.training_budget}
+    assert families >= {
+        RemedyFamily.reward_shaping,
+        RemedyFamily.action_smoothness,
+        RemedyFamily.hyperparameters,
+        RemedyFamily.normalization,
+        RemedyFamily.time_limit,
+        RemedyFamily.exploration_bonus,
+        RemedyFamily.curriculum,
+        RemedyFamily.safety_constraint,
+        RemedyFamily.training_budget,
+    }
 
 
 @pytest.mark.parametrize("subject", SUBJECTS, ids=lambda s: f"{s.env_id}-{s.algo}")
 def test_every_template_fits_its_subject(subject):
-    for subj, rule_id, family, patch in PATCHES:
+    for subj, _rule_id, _family, patch in PATCHES:
         if subj is subject:
             check_fit(patch, subject.traits, subject.algo)  # raises PatchRejectedError on a misfit
 
@@ -100,7 +142,7 @@ def test_safety_template_enforces_the_declared_constraint():
     sig = Signature(features={"constraint_violation_rate": 0.3}, symptoms=["constraint_violations"], summary="x")
     assert [m.rule.id for m in match_priors(SUBJECTS[0], sig)] == ["prior-constraints"]
     assert match_priors(SUBJECTS[0], sig)[0].patches == ()  # nothing declared: nothing to enforce
-    (tmpl, patch), = match_priors(SUBJECTS[0], sig, constraints=("abs(obs[0]) > 0.2",))[0].patches
+    ((_tmpl, patch),) = match_priors(SUBJECTS[0], sig, constraints=("abs(obs[0]) > 0.2",))[0].patches
     assert patch.parts[0].predicate == "abs(obs[0]) > 0.2" and patch.parts[0].mode == "penalty"
 
 
@@ -118,8 +160,11 @@ def test_learning_rate_priors_compare_with_the_algorithm_default():
 
 def test_time_cost_restores_the_original_reward_and_charges_per_step():
     lander = SUBJECTS[0]
-    patch = next(p for s, rid, fam, p in PATCHES if s is lander and rid == "prior-hovering-time-cost"
-                 and fam == RemedyFamily.reward_shaping)
+    patch = next(
+        p
+        for s, rid, fam, p in PATCHES
+        if s is lander and rid == "prior-hovering-time-cost" and fam == RemedyFamily.reward_shaping
+    )
     fn = compile_reward(patch.parts[0].code)
     obs = [0.0] * 8
     cost = float(patch.parts[0].description.rsplit(" ", 1)[1])
@@ -132,8 +177,11 @@ def test_time_cost_restores_the_original_reward_and_charges_per_step():
 
 def test_potential_shaping_is_potential_based():
     car = SUBJECTS[1]
-    patch = next(p for s, rid, fam, p in PATCHES if s is car and rid == "prior-sparse-never"
-                 and fam == RemedyFamily.reward_shaping)
+    patch = next(
+        p
+        for s, rid, fam, p in PATCHES
+        if s is car and rid == "prior-sparse-never" and fam == RemedyFamily.reward_shaping
+    )
     fn = compile_reward(patch.parts[0].code)
     # a loop s -> s' -> s collects nothing extra beyond (gamma - 1) terms: no reward for circling
     s, s2 = [-0.5, 0.0], [-0.3, 0.04]

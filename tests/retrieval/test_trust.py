@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from remedy.cases.model import Cause, Diagnosis, Provenance, RootCause
 from remedy.retrieval.diagnosis import DiagnosisContext, RetrievedCase
@@ -11,7 +11,7 @@ from remedy.retrieval.trust import outcome_sign, similar_signatures, trust_weigh
 
 from .conftest import build_case
 
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def _at(case, days: float, **update):
@@ -19,8 +19,9 @@ def _at(case, days: float, **update):
 
 
 def _c(cid, status="improved", source="verified", days=0.0, symptoms=("hovering", "timeouts"), effect=1.0):
-    return _at(build_case(cid, "lander hovers", symptoms=list(symptoms), status=status, effect=effect, source=source),
-               days)
+    return _at(
+        build_case(cid, "lander hovers", symptoms=list(symptoms), status=status, effect=effect, source=source), days
+    )
 
 
 def test_provenance_alone():
@@ -56,12 +57,15 @@ def test_failed_and_unverified_carry_no_outcome():
 
 
 def test_weighting_changes_the_offline_vote():
-    wrong = _c("wrong", source="imported").model_copy(update={
-        "diagnosis": Diagnosis(causes=[Cause(cause=RootCause.observation_scaling, confidence=0.9)])})
-    right = _c("right", days=1).model_copy(update={
-        "diagnosis": Diagnosis(causes=[Cause(cause=RootCause.reward_misspecification, confidence=0.9)])})
-    ctx = DiagnosisContext(subject=right.subject, signature=right.signature,
-                           cases=(RetrievedCase(wrong, 0.95), RetrievedCase(right, 0.9)))
+    wrong = _c("wrong", source="imported").model_copy(
+        update={"diagnosis": Diagnosis(causes=[Cause(cause=RootCause.observation_scaling, confidence=0.9)])}
+    )
+    right = _c("right", days=1).model_copy(
+        update={"diagnosis": Diagnosis(causes=[Cause(cause=RootCause.reward_misspecification, confidence=0.9)])}
+    )
+    ctx = DiagnosisContext(
+        subject=right.subject, signature=right.signature, cases=(RetrievedCase(wrong, 0.95), RetrievedCase(right, 0.9))
+    )
     # kernel ((s - 0.6) / 0.4)^2: wrong 0.766 vs right 0.5625 unweighted; wrong 0.383 once halved
     plain = OfflineDiagnoser(imported_weight=1.0, contradiction_weight=0.0, w_prior=0.0).diagnose(ctx)
     weighted = OfflineDiagnoser(w_prior=0.0).diagnose(ctx)

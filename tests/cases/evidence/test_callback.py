@@ -12,8 +12,8 @@ from stable_baselines3.common.callbacks import BaseCallback, CallbackList
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import VecNormalize
 
-from remedy.cases.evidence.callback import RemedyRunCallback, infer_run_config
 from remedy.cases.errors import RunDirError
+from remedy.cases.evidence.callback import RemedyRunCallback, infer_run_config
 from remedy.cases.evidence.rollouts import collect_evidence
 from remedy.cases.evidence.rundir import RunConfig, RunDir
 from remedy.cases.success import ReturnThreshold
@@ -72,8 +72,9 @@ def test_success_is_required_without_reward_threshold():
 def test_off_policy_progress_rows_are_throttled(tmp_path):
     from stable_baselines3 import DQN
 
-    model = DQN("MlpPolicy", "CartPole-v1", learning_starts=100, train_freq=4, policy_kwargs=dict(net_arch=[16]),
-                seed=0)
+    model = DQN(
+        "MlpPolicy", "CartPole-v1", learning_starts=100, train_freq=4, policy_kwargs=dict(net_arch=[16]), seed=0
+    )
     model.learn(600, callback=RemedyRunCallback(tmp_path / "dqn", log_freq=200))
     with open(tmp_path / "dqn" / "progress.csv") as fh:
         steps = [float(r["time/total_timesteps"]) for r in csv.DictReader(fh)]

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 from remedy.cases.algos import get_algo, is_on_policy
+from remedy.cases.errors import AlgorithmError, CheckpointError, EnvError, ValidationError
 from remedy.cases.evidence.constraints import Constraint, compile_constraint
 from remedy.cases.evidence.envs import check_spaces, env_traits, make_env, time_limit_of
-from remedy.cases.errors import AlgorithmError, CheckpointError, EnvError, ValidationError
-from remedy.cases.model import ActionSpaceType, RewardDensity
 from remedy.cases.evidence.wrappers import ORIGINAL_REWARD_KEY, WRAPPERS, WrapperSpec, apply_wrappers
+from remedy.cases.model import ActionSpaceType, RewardDensity
 
 
 def test_unknown_env_suggests_close_name():
@@ -27,7 +27,11 @@ def test_bad_env_kwargs_is_env_error():
 def test_traits_of_discrete_continuous_and_sparse_envs():
     cp = env_traits("CartPole-v1")
     assert (cp.action_space, cp.obs_dim, cp.action_dim, cp.reward_density) == (
-        ActionSpaceType.discrete, 4, 2, RewardDensity.dense)
+        ActionSpaceType.discrete,
+        4,
+        2,
+        RewardDensity.dense,
+    )
     pend = env_traits("Pendulum-v1")
     assert pend.action_space == ActionSpaceType.continuous and pend.action_dim == 1 and pend.obs_dim == 3
     assert env_traits("MountainCar-v0").reward_density == RewardDensity.sparse
@@ -57,17 +61,20 @@ def test_obs_scale_scales_observations_and_space():
 
 
 def test_reward_wrappers_keep_first_original_reward_and_evaluation_drops_them():
-    specs = [WrapperSpec(kind="reward_scale", params={"factor": 10.0}),
-             WrapperSpec(kind="reward_noise", params={"std": 1.0, "seed": 1})]
+    specs = [
+        WrapperSpec(kind="reward_scale", params={"factor": 10.0}),
+        WrapperSpec(kind="reward_noise", params={"std": 1.0, "seed": 1}),
+    ]
     env = make_env("CartPole-v1", wrappers=specs)
     env.reset(seed=0)
     _, r, _, _, info = env.step(0)
     assert info[ORIGINAL_REWARD_KEY] == 1.0  # CartPole pays 1; the innermost wrapper's record survives
     assert r != pytest.approx(10.0) and "noise" in info["reward_components"]
-    ev = make_env("CartPole-v1", wrappers=specs + [WrapperSpec(kind="obs_scale", params={"factor": 2.0})],
-                  for_evaluation=True)
+    ev = make_env(
+        "CartPole-v1", wrappers=[*specs, WrapperSpec(kind="obs_scale", params={"factor": 2.0})], for_evaluation=True
+    )
     ev.reset(seed=0)
-    obs, r, _, _, info = ev.step(0)
+    _obs, r, _, _, info = ev.step(0)
     assert r == 1.0 and ORIGINAL_REWARD_KEY not in info
     assert ev.observation_space.high[0] == pytest.approx(4.8 * 2)  # observation wrapper kept
 
@@ -103,7 +110,8 @@ def test_exploitable_shaping_pays_speed_on_mountaincar():
 
 def test_sticky_actions_and_action_noise_are_seeded():
     for kind in ("sticky_actions", "action_noise"):
-        def trace():
+
+        def trace(kind=kind):
             env = make_env("Pendulum-v1", wrappers=[WrapperSpec(kind=kind, params={"seed": 2})], seed=4)
             return [float(env.step(np.array([x], dtype=np.float32))[0][0]) for x in np.linspace(-2, 2, 8)]
 
@@ -113,15 +121,23 @@ def test_sticky_actions_and_action_noise_are_seeded():
 def test_unknown_wrapper_kind_suggests():
     with pytest.raises(EnvError, match="did you mean 'obs_scale'"):
         make_env("CartPole-v1", wrappers=[WrapperSpec(kind="obs_scal")])
-    assert {"obs_scale", "reward_scale", "reward_noise", "survival_reward", "exploitable_shaping", "time_limit",
-            "action_noise", "sticky_actions"} <= set(WRAPPERS)
+    assert {
+        "obs_scale",
+        "reward_scale",
+        "reward_noise",
+        "survival_reward",
+        "exploitable_shaping",
+        "time_limit",
+        "action_noise",
+        "sticky_actions",
+    } <= set(WRAPPERS)
     with pytest.raises(EnvError, match="bad params"):
         apply_wrappers(gym.make("CartPole-v1"), [WrapperSpec(kind="obs_scale", params={"fctor": 2})])
 
 
 def test_algorithm_registry():
-    from stable_baselines3 import PPO
     from sb3_contrib import TQC
+    from stable_baselines3 import PPO
 
     assert get_algo("ppo") is PPO and get_algo("TQC") is TQC
     assert is_on_policy("PPO") and is_on_policy("recurrentppo") and not is_on_policy("SAC")
@@ -142,8 +158,16 @@ def test_constraint_expressions_evaluate_and_refuse_hostile_code():
     c = Constraint(name="x_band", expr="abs(obs[0]) > 0.4 or np.max(np.abs(action)) > 2")
     test = c.compile()
     assert test(np.array([0.5, 0.0]), np.array([0.0])) and not test(np.array([0.1, 0.0]), np.array([1.0]))
-    for bad in ("__import__('os')", "obs.__class__", "np.load('x')", "open('f')", "2 ** 10 ** 10",
-                "[x for x in obs]", "lambda: 1", "np.linalg.norm(obs)"):
+    for bad in (
+        "__import__('os')",
+        "obs.__class__",
+        "np.load('x')",
+        "open('f')",
+        "2 ** 10 ** 10",
+        "[x for x in obs]",
+        "lambda: 1",
+        "np.linalg.norm(obs)",
+    ):
         with pytest.raises(ValidationError):
             compile_constraint(bad)
     with pytest.raises(ValueError):  # pydantic wraps the refusal when a run.yaml declares it

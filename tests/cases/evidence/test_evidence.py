@@ -9,8 +9,8 @@ from remedy.cases.evidence.constraints import Constraint
 from remedy.cases.evidence.envs import make_env
 from remedy.cases.evidence.rollouts import collect_evidence, read_training_logs, rollout, to_evidence
 from remedy.cases.evidence.rundir import RunDir
-from remedy.cases.success import FinalReward, ReturnThreshold, Terminated
 from remedy.cases.evidence.wrappers import WrapperSpec
+from remedy.cases.success import FinalReward, ReturnThreshold, Terminated
 
 
 class RandomAgent:
@@ -57,11 +57,12 @@ def test_batched_and_single_env_rollouts_agree(cartpole_run):
 
 def test_survival_reward_train_return_differs_from_original():
     def factory():
-        return make_env("LunarLander-v3", wrappers=[WrapperSpec(kind="survival_reward", params={"bonus_per_step": 1.0})])
+        return make_env(
+            "LunarLander-v3", wrappers=[WrapperSpec(kind="survival_reward", params={"bonus_per_step": 1.0})]
+        )
 
     agent = RandomAgent(factory().action_space, seed=0)
-    recs = rollout(agent, factory, n_episodes=3, seed=0,
-                   success=FinalReward(value=100.0), keep_trajectories=1)
+    recs = rollout(agent, factory, n_episodes=3, seed=0, success=FinalReward(value=100.0), keep_trajectories=1)
     for r in recs:
         assert r.train_ret > r.ret + 0.5 * r.length  # +1 per step alive
         assert set(r.reward_components) >= {"survival", "fuel_refund"}
@@ -156,7 +157,13 @@ def test_diverged_policy_gives_nan_episodes_not_a_crash(cartpole_run):
         for p in model.policy.parameters():
             p.fill_(float("nan"))
     for deterministic in (True, False):
-        recs = rollout(model, run.make_env, n_episodes=3, seed=0, deterministic=deterministic,
-                       success=ReturnThreshold(threshold=475))
+        recs = rollout(
+            model,
+            run.make_env,
+            n_episodes=3,
+            seed=0,
+            deterministic=deterministic,
+            success=ReturnThreshold(threshold=475),
+        )
         assert len(recs) == 3 and all(not r.success for r in recs)
     assert any(r.nan for r in recs)  # stochastic sampling from NaN logits fails: flagged, not raised

@@ -10,8 +10,8 @@ import yaml
 
 from remedy.cases.errors import CheckpointError, EnvError, RunDirError
 from remedy.cases.evidence.rundir import RunConfig, RunDir, write_run_dir
-from remedy.cases.success import ReturnThreshold
 from remedy.cases.evidence.wrappers import WrapperSpec
+from remedy.cases.success import ReturnThreshold
 
 
 @pytest.fixture
@@ -58,9 +58,16 @@ def test_invalid_yaml_and_invalid_field(run_copy):
     (run_copy / "run.yaml").write_text("env_id: [unclosed\n")
     with pytest.raises(RunDirError, match="not valid YAML"):
         RunDir.load(run_copy)
-    (run_copy / "run.yaml").write_text(yaml.safe_dump({"env_id": "CartPole-v1", "algo": "PPO",
-                                                       "success": {"kind": "return_threshold", "threshold": 1},
-                                                       "n_envs": 0}))
+    (run_copy / "run.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "env_id": "CartPole-v1",
+                "algo": "PPO",
+                "success": {"kind": "return_threshold", "threshold": 1},
+                "n_envs": 0,
+            }
+        )
+    )
     with pytest.raises(RunDirError, match="field 'n_envs'"):
         RunDir.load(run_copy)
 
@@ -112,9 +119,13 @@ def test_wrong_algorithm_for_checkpoint(run_copy):
 def test_write_run_dir_round_trips_wrappers_and_constraints(cartpole_run, tmp_path):
     model = RunDir.load(cartpole_run).load_model()
     config = RunConfig(
-        env_id="CartPole-v1", algo="ppo", train_steps=512, success={"kind": "terminated", "survive": True},
+        env_id="CartPole-v1",
+        algo="ppo",
+        train_steps=512,
+        success={"kind": "terminated", "survive": True},
         wrappers=[WrapperSpec(kind="reward_scale", params={"factor": 0.5})],
-        constraints=[{"name": "centre", "expr": "abs(obs[0]) > 1.0"}], max_episode_steps=100,
+        constraints=[{"name": "centre", "expr": "abs(obs[0]) > 1.0"}],
+        max_episode_steps=100,
     )
     run = write_run_dir(tmp_path / "w", model, config)
     again = RunDir.load(run.path)
@@ -133,6 +144,8 @@ def test_unknown_wrapper_kind_in_run_yaml_is_named(run_copy):
 
 
 def test_subject_describes_reward_setup(run_copy):
-    _edit_yaml(run_copy, wrappers=[{"kind": "reward_scale", "params": {"factor": 2}},
-                                   {"kind": "obs_scale", "params": {"factor": 3}}])
+    _edit_yaml(
+        run_copy,
+        wrappers=[{"kind": "reward_scale", "params": {"factor": 2}}, {"kind": "obs_scale", "params": {"factor": 3}}],
+    )
     assert RunDir.load(run_copy).subject().reward_ref == "env reward with reward_scale(factor=2)"

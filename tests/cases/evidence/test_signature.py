@@ -11,7 +11,6 @@ import pytest
 
 from remedy.cases.evidence.envs import env_traits, make_env, time_limit_of
 from remedy.cases.evidence.rollouts import EvidenceBundle, TrainingLog, rollout
-from remedy.cases.model import Signature, Subject
 from remedy.cases.evidence.signature import (
     FEATURE_FUNCS,
     SYMPTOM_RULES,
@@ -21,9 +20,10 @@ from remedy.cases.evidence.signature import (
     iqm,
     signature_of_run,
 )
+from remedy.cases.evidence.wrappers import WrapperSpec
+from remedy.cases.model import Signature, Subject
 from remedy.cases.success import FinalReward, ReturnThreshold, Terminated
 from remedy.cases.vocab import FEATURES, SYMPTOMS
-from remedy.cases.evidence.wrappers import WrapperSpec
 
 
 class RandomAgent:
@@ -44,8 +44,14 @@ def _random_bundle(env_id, success, wrappers=(), env_kwargs=None, n=6, log=None)
     recs = rollout(agent, factory, n_episodes=n, seed=0, success=success)
     traits = env_traits(env_id, env_kwargs)
     bundle = EvidenceBundle(recs, [], log, time_limit_of(probe), traits, probe.action_space, probe.observation_space)
-    subject = Subject(env_id=env_id, env_kwargs=env_kwargs or {}, algo="random", train_steps=0,
-                      success=success.describe(), traits=traits)
+    subject = Subject(
+        env_id=env_id,
+        env_kwargs=env_kwargs or {},
+        algo="random",
+        train_steps=0,
+        success=success.describe(),
+        traits=traits,
+    )
     return bundle, subject
 
 
@@ -83,8 +89,12 @@ def test_random_pendulum_is_jerky():
 
 
 def test_shortened_time_limit_is_flagged():
-    bundle, subject = _random_bundle("Pendulum-v1", ReturnThreshold(threshold=-200), n=2,
-                                     wrappers=[WrapperSpec(kind="time_limit", params={"max_episode_steps": 50})])
+    bundle, subject = _random_bundle(
+        "Pendulum-v1",
+        ReturnThreshold(threshold=-200),
+        n=2,
+        wrappers=[WrapperSpec(kind="time_limit", params={"max_episode_steps": 50})],
+    )
     sig = compute_signature(bundle, subject)
     assert sig.features["time_limit_ratio"] == 0.25 and "short_time_limit" in sig.symptoms
     assert "cut to 25% of the registered one" in sig.summary
@@ -93,17 +103,22 @@ def test_shortened_time_limit_is_flagged():
 
 
 def test_scaled_observations_are_flagged():
-    scaled, subject = _random_bundle("CartPole-v1", Terminated(survive=True),
-                                     wrappers=[WrapperSpec(kind="obs_scale", params={"factor": 1000})], n=4)
+    scaled, subject = _random_bundle(
+        "CartPole-v1", Terminated(survive=True), wrappers=[WrapperSpec(kind="obs_scale", params={"factor": 1000})], n=4
+    )
     plain, _ = _random_bundle("CartPole-v1", Terminated(survive=True), n=4)
     assert "unscaled_observations" in derive_symptoms(compute_features(scaled, subject), subject)
     assert "unscaled_observations" not in derive_symptoms(compute_features(plain, subject), subject)
 
 
 def test_survival_reward_lander_shows_reward_gap_and_components():
-    bundle, subject = _random_bundle("LunarLander-v3", FinalReward(value=100.0), env_kwargs={"continuous": True},
-                                     wrappers=[WrapperSpec(kind="survival_reward", params={"bonus_per_step": 2.0})],
-                                     n=4)
+    bundle, subject = _random_bundle(
+        "LunarLander-v3",
+        FinalReward(value=100.0),
+        env_kwargs={"continuous": True},
+        wrappers=[WrapperSpec(kind="survival_reward", params={"bonus_per_step": 2.0})],
+        n=4,
+    )
     f = compute_features(bundle, subject)
     assert f["train_return_mean"] > f["return_mean"] and f["reward_gap"] > 0.5
     assert f["component.survival.mean"] == pytest.approx(2.0 * f["ep_len_mean"])
@@ -115,8 +130,12 @@ def test_survival_reward_lander_shows_reward_gap_and_components():
 def _log(curve, **scalars):
     curve = np.asarray(curve, dtype=float)
     steps = np.arange(1, len(curve) + 1) * 100.0
-    return TrainingLog(steps, curve, {k: np.asarray(v, float) for k, v in scalars.items()},
-                       {k: steps[: len(v)] for k, v in scalars.items()})
+    return TrainingLog(
+        steps,
+        curve,
+        {k: np.asarray(v, float) for k, v in scalars.items()},
+        {k: steps[: len(v)] for k, v in scalars.items()},
+    )
 
 
 @pytest.mark.parametrize(
@@ -125,8 +144,12 @@ def _log(curve, **scalars):
         (np.linspace(0, 100, 60), {}, {"undertrained"}, {"premature_convergence", "unstable_learning"}),
         (np.r_[np.linspace(0, 100, 30), np.linspace(100, 5, 30)], {}, {"unstable_learning"}, {"undertrained"}),
         (np.r_[np.linspace(0, 20, 10), np.full(50, 20.0)], {}, {"premature_convergence"}, {"undertrained"}),
-        (np.r_[np.linspace(0, 20, 10), np.full(50, 20.0)], {"entropy_loss": [-0.69, -0.3, -0.05]},
-         {"collapsed_entropy"}, set()),
+        (
+            np.r_[np.linspace(0, 20, 10), np.full(50, 20.0)],
+            {"entropy_loss": [-0.69, -0.3, -0.05]},
+            {"collapsed_entropy"},
+            set(),
+        ),
         (np.r_[np.linspace(0, 20, 10), np.full(50, 20.0)], {"approx_kl": [0.01, 0.9]}, {"unstable_learning"}, set()),
     ],
 )
@@ -169,19 +192,28 @@ def test_hovering_needs_a_dense_reward_and_summary_names_the_instability():
 
     def subject(density):
         traits = EnvTraits(action_space="continuous", obs_dim=8, action_dim=2, reward_density=density)
-        return Subject(env_id="LunarLander-v3", algo="PPO", train_steps=150_000, success="last reward >= 100",
-                       traits=traits)
+        return Subject(
+            env_id="LunarLander-v3", algo="PPO", train_steps=150_000, success="last reward >= 100", traits=traits
+        )
 
-    f = {"truncation_rate": 1.0, "success_rate": 0.0, "return_iqm": -120.0, "curve_collapse": 0.7,
-         "curve_oscillation": 0.1, "approx_kl_max": float("nan")}
+    f = {
+        "truncation_rate": 1.0,
+        "success_rate": 0.0,
+        "return_iqm": -120.0,
+        "curve_collapse": 0.7,
+        "curve_oscillation": 0.1,
+        "approx_kl_max": float("nan"),
+    }
     tags = derive_symptoms(f, subject("dense"))
     assert {"hovering", "timeouts", "never_succeeds", "unstable_learning"} <= set(tags)
     assert "hovering" not in derive_symptoms(f, subject("sparse"))
     from remedy.cases.evidence.signature import summarize
 
     text = summarize(f, tags, subject("dense"), 20, 1000)
-    assert text.startswith("Continuous LunarLander-v3 agent (PPO, 150k steps): 100% of 20 episodes truncated at "
-                           "the 1000-step limit, 0% success (last reward >= 100), return IQM -120")
+    assert text.startswith(
+        "Continuous LunarLander-v3 agent (PPO, 150k steps): 100% of 20 episodes truncated at "
+        "the 1000-step limit, 0% success (last reward >= 100), return IQM -120"
+    )
     assert "it hovers" in text and "fell 70% from its best" in text and "oscillation" not in text
 
 

@@ -21,14 +21,29 @@ from remedy.cases.vocab import LOW_PROGRESS, REWARD_EXCESS_T, SYMPTOMS, TIMEOUT_
 
 
 def _ep(seed, ret, train_ret, length, truncated, success=False, **stats) -> EpisodeRecord:
-    return EpisodeRecord(seed=seed, ret=ret, train_ret=train_ret, length=length, terminated=not truncated,
-                         truncated=truncated, success=success, final_reward=0.0, stats=stats)
+    return EpisodeRecord(
+        seed=seed,
+        ret=ret,
+        train_ret=train_ret,
+        length=length,
+        terminated=not truncated,
+        truncated=truncated,
+        success=success,
+        final_reward=0.0,
+        stats=stats,
+    )
 
 
 def _bundle(env_id, det, sto=(), log=None, limit=1000, env_kwargs=None):
     traits = env_traits(env_id, env_kwargs)
-    subject = Subject(env_id=env_id, env_kwargs=env_kwargs or {}, algo="PPO", train_steps=100_000,
-                      success="last reward >= 100", traits=traits)
+    subject = Subject(
+        env_id=env_id,
+        env_kwargs=env_kwargs or {},
+        algo="PPO",
+        train_steps=100_000,
+        success="last reward >= 100",
+        traits=traits,
+    )
     return EvidenceBundle(list(det), list(sto), log, limit, traits), subject
 
 
@@ -43,8 +58,15 @@ def _farmable_bonus_agent(rng, excess=60.0, n=20, truncated=11):
     eps = []
     for i in range(n):
         task = float(rng.normal(-400.0, 50.0))
-        eps.append(_ep(i, task, task + excess + float(rng.normal(0.0, 5.0)), 1000 if i < truncated else 400,
-                       truncated=i < truncated))
+        eps.append(
+            _ep(
+                i,
+                task,
+                task + excess + float(rng.normal(0.0, 5.0)),
+                1000 if i < truncated else 400,
+                truncated=i < truncated,
+            )
+        )
     return eps
 
 
@@ -66,7 +88,7 @@ def test_the_farmable_bonus_agent_is_tagged_timeouts_and_reward_hacking():
 
 def test_timeouts_need_most_episodes_truncated():
     few = [_ep(i, -100.0, -100.0, 1000 if i < 9 else 300, truncated=i < 9) for i in range(20)]
-    assert 9 / 20 < TIMEOUT_RATE and "timeouts" not in _tags(few).symptoms
+    assert TIMEOUT_RATE > 9 / 20 and "timeouts" not in _tags(few).symptoms
     most = [_ep(i, -100.0, -100.0, 1000 if i < 11 else 300, truncated=i < 11) for i in range(20)]
     assert "timeouts" in _tags(most).symptoms
 
@@ -75,7 +97,9 @@ def test_a_reward_that_is_the_task_reward_or_zero_mean_noise_is_not_hacking():
     rng = np.random.default_rng(2)
     same = [_ep(i, r, r, 300, truncated=False) for i, r in enumerate(rng.normal(-400, 50, 20))]
     assert "reward_hacking_suspected" not in _tags(same, same).symptoms
-    noisy = [_ep(i, r, r + float(rng.normal(0, 20)), 300, truncated=False) for i, r in enumerate(rng.normal(-400, 50, 20))]
+    noisy = [
+        _ep(i, r, r + float(rng.normal(0, 20)), 300, truncated=False) for i, r in enumerate(rng.normal(-400, 50, 20))
+    ]
     sig = _tags(noisy, noisy)
     assert abs(sig.features["reward_excess_t"]) < REWARD_EXCESS_T
     assert "reward_hacking_suspected" not in sig.symptoms
@@ -98,7 +122,7 @@ def test_training_logs_alone_reveal_a_reward_that_pays_for_something_else():
 def test_progress_tags_from_constructed_progress():
     low = [_ep(i, -200.0, -200.0, 200, truncated=True, progress_max=0.3, progress_final=0.1) for i in range(10)]
     sig = _tags(low, env_id="MountainCar-v0")
-    assert sig.features["progress_max"] == pytest.approx(0.3) and 0.3 < LOW_PROGRESS
+    assert sig.features["progress_max"] == pytest.approx(0.3) and LOW_PROGRESS > 0.3
     assert {"low_progress", "low_final_height"} <= set(sig.symptoms)
     near = [_ep(i, -200.0, -200.0, 200, truncated=True, progress_max=0.8, progress_final=0.2) for i in range(10)]
     tags = _tags(near, env_id="MountainCar-v0").symptoms
@@ -135,8 +159,12 @@ def test_real_rollouts_measure_progress_on_the_envs_own_quantity():
     assert sig.features["progress_max"] < 0.1 and "low_progress" in sig.symptoms
     # Pendulum: the measure is read from the env's state, so a scaled observation does not change it
     plain, _ = _real("Pendulum-v1", _Constant([0.0]), ReturnThreshold(threshold=-200))
-    scaled, _ = _real("Pendulum-v1", _Constant([0.0]), ReturnThreshold(threshold=-200),
-                      wrappers=(WrapperSpec(kind="obs_scale", params={"factor": 1000.0}),))
+    scaled, _ = _real(
+        "Pendulum-v1",
+        _Constant([0.0]),
+        ReturnThreshold(threshold=-200),
+        wrappers=(WrapperSpec(kind="obs_scale", params={"factor": 1000.0}),),
+    )
     assert plain.features["progress_final"] == pytest.approx(scaled.features["progress_final"])
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from remedy.cases.evidence.envs import env_traits
 from remedy.cases.errors import PatchRejectedError
+from remedy.cases.evidence.envs import env_traits
+from remedy.cases.evidence.wrappers import WrapperSpec
 from remedy.cases.patches import (
     ActionMagnitude,
     ActionRepeat,
@@ -24,7 +25,6 @@ from remedy.cases.patches import (
     TrainingBudget,
 )
 from remedy.cases.patches.apply import PatchPlan, make_patched_env_fn
-from remedy.cases.evidence.wrappers import WrapperSpec
 
 PENDULUM = "Pendulum-v1"
 
@@ -82,8 +82,15 @@ def test_time_limit_patch_replaces_the_setup_limit():
 
 
 def test_curriculum_switches_env_kwargs_at_the_budget_fraction():
-    plan = _plan(PENDULUM, Curriculum(stages=[CurriculumStage(env_kwargs={"g": 5.0}, fraction=0.5),
-                                              CurriculumStage(env_kwargs={"g": 15.0}, fraction=0.5)]))
+    plan = _plan(
+        PENDULUM,
+        Curriculum(
+            stages=[
+                CurriculumStage(env_kwargs={"g": 5.0}, fraction=0.5),
+                CurriculumStage(env_kwargs={"g": 15.0}, fraction=0.5),
+            ]
+        ),
+    )
     schedule = plan.curriculum_schedule(10)
     env = _env(PENDULUM, plan, schedule=schedule)
     env.reset(seed=0)
@@ -117,19 +124,27 @@ def test_action_repeat_sums_rewards_over_n_steps():
 
 
 def test_plan_splits_algorithm_normalization_and_budget_parts():
-    plan = _plan("CartPole-v1", Hyperparameters(changes={"learning_rate": 1e-4}), ExplorationBonus(ent_coef=0.02),
-                 Normalization(obs=True, reward=True), TrainingBudget(extra_steps=500))
+    plan = _plan(
+        "CartPole-v1",
+        Hyperparameters(changes={"learning_rate": 1e-4}),
+        ExplorationBonus(ent_coef=0.02),
+        Normalization(obs=True, reward=True),
+        TrainingBudget(extra_steps=500),
+    )
     assert plan.overrides == {"learning_rate": 1e-4, "ent_coef": 0.02}
     assert plan.normalization == Normalization(obs=True, reward=True)
     assert plan.extra_steps == 500 and not plan.env_patches and not plan.is_budget_only
     assert _plan("CartPole-v1", TrainingBudget(extra_steps=5)).is_budget_only
 
 
-@pytest.mark.parametrize("changes, rule", [
-    ({"learning_rte": 1e-3}, "unknown_hyperparameter"),
-    ({"policy_kwargs": {"net_arch": [8]}}, "frozen_hyperparameter"),
-    ({"learning_rate": float("nan")}, "non_finite_hyperparameter"),
-])
+@pytest.mark.parametrize(
+    "changes, rule",
+    [
+        ({"learning_rte": 1e-3}, "unknown_hyperparameter"),
+        ({"policy_kwargs": {"net_arch": [8]}}, "frozen_hyperparameter"),
+        ({"learning_rate": float("nan")}, "non_finite_hyperparameter"),
+    ],
+)
 def test_bad_hyperparameters_refused(changes, rule):
     with pytest.raises(PatchRejectedError) as err:
         _plan("CartPole-v1", Hyperparameters(changes=changes))
@@ -164,5 +179,5 @@ def test_safety_constraint_terminates_or_penalizes():
     pen = _env(PENDULUM, _plan(PENDULUM, SafetyConstraint(predicate=always, mode="penalty", penalty=3.0)))
     term.reset(seed=0)
     assert term.step(np.zeros(1, dtype=np.float32))[2] is True
-    (r, info), = _rewards(pen, [0.0])
+    ((r, info),) = _rewards(pen, [0.0])
     assert info["safety_violation"] and info["original_reward"] - r == pytest.approx(3.0)

@@ -27,8 +27,13 @@ def test_every_spec_model_has_one_entry_and_every_family_one_kind():
 
 
 def test_reward_kinds_are_the_wrappers_that_change_the_reward():
-    assert reward_kinds() == {"reward_shaping", "action_smoothness", "action_magnitude", "exploration_bonus",
-                              "safety_constraint"}
+    assert reward_kinds() == {
+        "reward_shaping",
+        "action_smoothness",
+        "action_magnitude",
+        "exploration_bonus",
+        "safety_constraint",
+    }
     assert all(PATCH_KINDS[k].wrapper is not None for k in reward_kinds())
 
 
@@ -40,10 +45,13 @@ def test_unknown_kind_is_refused_with_a_suggestion():
 CONTINUOUS = EnvTraits(action_space="continuous", obs_dim=3, action_dim=1)
 
 
-@pytest.mark.parametrize("part, wraps, overrides", [
-    ({"kind": "exploration_bonus", "ent_coef": 0.01}, False, {"ent_coef": 0.01}),
-    ({"kind": "exploration_bonus", "count_bonus": 0.1}, True, {}),
-])
+@pytest.mark.parametrize(
+    "part, wraps, overrides",
+    [
+        ({"kind": "exploration_bonus", "ent_coef": 0.01}, False, {"ent_coef": 0.01}),
+        ({"kind": "exploration_bonus", "count_bonus": 0.1}, True, {}),
+    ],
+)
 def test_plan_follows_the_entry(part, wraps, overrides):
     plan = PatchPlan.from_patch(Patch.from_data(part), CONTINUOUS, "PPO")
     assert bool(plan.env_patches) is wraps and plan.overrides == overrides
@@ -52,8 +60,14 @@ def test_plan_follows_the_entry(part, wraps, overrides):
 
 
 def test_budget_parts_add_up_and_settings_land_on_the_plan():
-    patch = Patch.from_data({"parts": [{"kind": "training_budget", "extra_steps": 100},
-                                       {"kind": "training_budget", "extra_steps": 50},
-                                       {"kind": "time_limit", "max_episode_steps": 77}]})
+    patch = Patch.from_data(
+        {
+            "parts": [
+                {"kind": "training_budget", "extra_steps": 100},
+                {"kind": "training_budget", "extra_steps": 50},
+                {"kind": "time_limit", "max_episode_steps": 77},
+            ]
+        }
+    )
     plan = PatchPlan.from_patch(patch, CONTINUOUS, None)
     assert plan.extra_steps == 150 and plan.max_episode_steps == 77 and plan.is_budget_only is False

@@ -57,7 +57,9 @@ def test_corpus_is_big_and_every_file_says_what_it_tries():
 
 def _check_file(path: Path) -> CheckReport:
     h = header(path)
-    return check_patch(load_patch(path), h.get("env", "Pendulum-v1"), algo=h.get("algo"), n_random=20, fuzz_timeout_s=60)
+    return check_patch(
+        load_patch(path), h.get("env", "Pendulum-v1"), algo=h.get("algo"), n_random=20, fuzz_timeout_s=60
+    )
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +120,10 @@ def test_penalties_need_continuous_actions():
 def test_ent_coef_only_for_algorithms_that_have_it():
     for algo in ("DQN", "QRDQN", "TD3", "DDPG"):
         assert rule_of(Patch(parts=[ExplorationBonus(ent_coef=0.01)]), DISCRETE, algo) == "ent_coef_unsupported"
-        assert rule_of(Patch(parts=[Hyperparameters(changes={"ent_coef": 0.01})]), DISCRETE, algo) == "ent_coef_unsupported"
+        assert (
+            rule_of(Patch(parts=[Hyperparameters(changes={"ent_coef": 0.01})]), DISCRETE, algo)
+            == "ent_coef_unsupported"
+        )
     check_fit(Patch(parts=[ExplorationBonus(ent_coef=0.01)]), DISCRETE, "PPO")
     check_fit(Patch(parts=[Hyperparameters(changes={"ent_coef": "auto"})]), CONTINUOUS, "SAC")
     check_fit(Patch(parts=[ExplorationBonus(count_bonus=0.1)]), DISCRETE, "DQN")
@@ -129,17 +134,36 @@ def test_hyperparameters_are_checked_against_the_constructor():
         check_fit(Patch(parts=[Hyperparameters(changes={"learning_rat": 1e-3})]), DISCRETE, "PPO")
     assert info.value.rule == "unknown_hyperparameter"
     assert rule_of(Patch(parts=[Hyperparameters(changes={"n_epochs": 5})]), DISCRETE, "DQN") == "unknown_hyperparameter"
-    assert rule_of(Patch(parts=[Hyperparameters(changes={"policy_kwargs": {}})]), DISCRETE, "PPO") == "frozen_hyperparameter"
-    check_fit(Patch(parts=[Hyperparameters(changes={"learning_rate": 1e-4, "n_steps": 64, "gamma": 0.99})]), DISCRETE, "PPO")
-    check_fit(Patch(parts=[Hyperparameters(changes={"exploration_final_eps": 0.1, "train_freq": [1, "step"]})]), DISCRETE, "DQN")
+    assert (
+        rule_of(Patch(parts=[Hyperparameters(changes={"policy_kwargs": {}})]), DISCRETE, "PPO")
+        == "frozen_hyperparameter"
+    )
+    check_fit(
+        Patch(parts=[Hyperparameters(changes={"learning_rate": 1e-4, "n_steps": 64, "gamma": 0.99})]), DISCRETE, "PPO"
+    )
+    check_fit(
+        Patch(parts=[Hyperparameters(changes={"exploration_final_eps": 0.1, "train_freq": [1, "step"]})]),
+        DISCRETE,
+        "DQN",
+    )
 
 
 @pytest.mark.parametrize(
     "changes",
     [
-        {"learning_rate": 0}, {"learning_rate": -1e-3}, {"learning_rate": 5.0}, {"learning_rate": "fast"},
-        {"gamma": 0.0}, {"gamma": 1.5}, {"n_steps": 0}, {"n_steps": 2.5}, {"batch_size": True},
-        {"clip_range": 0}, {"ent_coef": -0.1}, {"gae_lambda": 1.2}, {"exploration_final_eps": 2},
+        {"learning_rate": 0},
+        {"learning_rate": -1e-3},
+        {"learning_rate": 5.0},
+        {"learning_rate": "fast"},
+        {"gamma": 0.0},
+        {"gamma": 1.5},
+        {"n_steps": 0},
+        {"n_steps": 2.5},
+        {"batch_size": True},
+        {"clip_range": 0},
+        {"ent_coef": -0.1},
+        {"gae_lambda": 1.2},
+        {"exploration_final_eps": 2},
     ],
 )
 def test_obviously_bad_values(changes):
@@ -148,13 +172,19 @@ def test_obviously_bad_values(changes):
 
 
 def test_non_finite_values():
-    assert rule_of(Patch(parts=[Hyperparameters(changes={"vf_coef": float("nan")})]), DISCRETE) == "non_finite_hyperparameter"
+    assert (
+        rule_of(Patch(parts=[Hyperparameters(changes={"vf_coef": float("nan")})]), DISCRETE)
+        == "non_finite_hyperparameter"
+    )
 
 
 def test_env_structure_rules():
     import gymnasium.spaces as S
 
-    stages = [CurriculumStage(env_kwargs={"g": 5.0}, fraction=0.5), CurriculumStage(env_kwargs={"g": 10.0}, fraction=0.4)]
+    stages = [
+        CurriculumStage(env_kwargs={"g": 5.0}, fraction=0.5),
+        CurriculumStage(env_kwargs={"g": 10.0}, fraction=0.4),
+    ]
     assert rule_of(Patch(parts=[Curriculum(stages=stages)])) == "curriculum_fractions"
     stages[1] = CurriculumStage(env_kwargs={"g": 10.0}, fraction=0.5)
     check_fit(Patch(parts=[Curriculum(stages=stages)]), CONTINUOUS)
@@ -184,7 +214,9 @@ def _remedy(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
 
 
 def test_cli_accepts_and_rejects_with_exit_codes(monkeypatch, capsys):
-    code, out, _ = _remedy(monkeypatch, capsys, str(HERE / "good_patches" / "effort_penalty.yaml"), "--env", "Pendulum-v1")
+    code, out, _ = _remedy(
+        monkeypatch, capsys, str(HERE / "good_patches" / "effort_penalty.yaml"), "--env", "Pendulum-v1"
+    )
     assert code == 0 and out.startswith("accepted") and "fuzz calls" in out
     code, out, _ = _remedy(monkeypatch, capsys, str(HERE / "hostile" / "open_read.yaml"), "--env", "Pendulum-v1")
     lines = out.strip().splitlines()
@@ -192,7 +224,9 @@ def test_cli_accepts_and_rejects_with_exit_codes(monkeypatch, capsys):
 
 
 def test_cli_json_and_bad_input(monkeypatch, capsys):
-    code, out, _ = _remedy(monkeypatch, capsys, str(HERE / "hostile" / "returns_nan.yaml"), "--env", "Pendulum-v1", "--json")
+    code, out, _ = _remedy(
+        monkeypatch, capsys, str(HERE / "hostile" / "returns_nan.yaml"), "--env", "Pendulum-v1", "--json"
+    )
     data = json.loads(out)
     assert code == 1 and data["ok"] is False and data["rule"] == "fuzz:non-finite" and data["fuzz"]["problems"]
     good = str(HERE / "good_patches" / "effort_penalty.yaml")

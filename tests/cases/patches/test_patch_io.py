@@ -18,7 +18,9 @@ CODE = "def shaped_reward(obs, action, reward, next_obs, terminated, truncated, 
 
 def test_single_part_yaml(tmp_path):
     f = tmp_path / "p.yaml"
-    f.write_text("kind: reward_shaping\ndescription: pass-through\ncode: |\n  " + CODE.replace("\n", "\n  ").rstrip() + "\n")
+    f.write_text(
+        "kind: reward_shaping\ndescription: pass-through\ncode: |\n  " + CODE.replace("\n", "\n  ").rstrip() + "\n"
+    )
     patch = load_patch(f)
     assert patch.kinds == ["reward_shaping"] and patch.parts[0].code == CODE
     assert patch.parts[0].description == "pass-through"
@@ -26,7 +28,9 @@ def test_single_part_yaml(tmp_path):
 
 def test_parts_json_and_yml(tmp_path):
     f = tmp_path / "p.json"
-    f.write_text('{"description": "d", "parts": [{"kind": "action_smoothness", "coef": 0.2}, {"kind": "training_budget", "extra_steps": 100}]}')
+    f.write_text(
+        '{"description": "d", "parts": [{"kind": "action_smoothness", "coef": 0.2}, {"kind": "training_budget", "extra_steps": 100}]}'
+    )
     assert load_patch(f).kinds == ["action_smoothness", "training_budget"]
     g = tmp_path / "p.YML"
     g.write_text("kind: time_limit\nmax_episode_steps: 200\n")
@@ -71,7 +75,11 @@ def test_any_code_text_survives_yaml(tmp_path, code):
         ("p.json", "{nope", r"not valid JSON"),
         ("p.yaml", "", r"empty"),
         ("p.yaml", "- 1\n- 2\n", r"mapping"),
-        ("p.yaml", "kind: reward_shaping\ndescription: no code\n", r"p\.yaml: parts\.0\.reward_shaping\.code: Field required"),
+        (
+            "p.yaml",
+            "kind: reward_shaping\ndescription: no code\n",
+            r"p\.yaml: parts\.0\.reward_shaping\.code: Field required",
+        ),
         ("p.yaml", "kind: teleport\n", r"parts\.0"),
         ("p.yaml", "kind: action_smoothness\ncoef: -1\n", r"greater than 0"),
     ],

@@ -61,9 +61,26 @@ def test_typical_llm_reward_code_is_accepted_and_runs():
 
 def test_allow_list_leaves_out_io_ctypes_and_internals():
     forbidden = {
-        "load", "save", "savez", "fromfile", "tofile", "memmap", "genfromtxt", "loadtxt", "savetxt",
-        "ctypeslib", "lib", "set_printoptions", "frombuffer", "random", "testing", "ndarray", "dtype",
-        "vectorize", "frompyfunc", "f2py",
+        "load",
+        "save",
+        "savez",
+        "fromfile",
+        "tofile",
+        "memmap",
+        "genfromtxt",
+        "loadtxt",
+        "savetxt",
+        "ctypeslib",
+        "lib",
+        "set_printoptions",
+        "frombuffer",
+        "random",
+        "testing",
+        "ndarray",
+        "dtype",
+        "vectorize",
+        "frompyfunc",
+        "f2py",
     }
     assert not forbidden & ALLOWED_NUMPY
     assert "clip" in ALLOWED_NUMPY and "linalg" in ALLOWED_NUMPY
@@ -95,7 +112,10 @@ def test_the_np_seen_by_patch_code_is_a_proxy_without_io():
         (reward_code("return 0.0", head="for i in range(3):\n    pass\n"), "top-level-code"),
         (reward_code("return 0.0", head="X = 'a' * 1000000000\n"), "top-level-code"),
         (reward_code("return 0.0", head="X = np.zeros(10)\n"), "top-level-code"),
-        ("def shaped_reward(obs, action, reward, next_obs, terminated, truncated, info, *, k):\n    return 0.0\n", "bad-signature"),
+        (
+            "def shaped_reward(obs, action, reward, next_obs, terminated, truncated, info, *, k):\n    return 0.0\n",
+            "bad-signature",
+        ),
         ("x = 1\n", "missing-entry"),
         (reward_code("try:", "    return 0.0", "except ValueError as __builtins__:", "    return 1.0"), "no-dunder"),
         (reward_code("return 0.0", head="def open(path):\n    return 0\n"), "forbidden-name:open"),
@@ -139,7 +159,13 @@ def test_arrays_arrive_read_only_and_the_callers_arrays_stay_untouched():
 
 @pytest.mark.parametrize(
     "ret, reason",
-    [("'x'", "non-numeric"), ("None", "non-numeric"), ("next_obs", "non-numeric"), ("float('inf')", "non-finite"), ("10 ** 400", "non-numeric")],
+    [
+        ("'x'", "non-numeric"),
+        ("None", "non-numeric"),
+        ("next_obs", "non-numeric"),
+        ("float('inf')", "non-finite"),
+        ("10 ** 400", "non-numeric"),
+    ],
 )
 def test_results_must_be_one_finite_float(ret, reason):
     fn = compile_reward(reward_code(f"return {ret}"))

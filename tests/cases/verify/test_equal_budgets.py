@@ -14,9 +14,9 @@ import pytest
 from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 from gymnasium.envs.classic_control.pendulum import PendulumEnv
 
+from remedy.cases.evidence.rundir import RunConfig, RunDir
 from remedy.cases.model import Status, Verification
 from remedy.cases.patches import Patch
-from remedy.cases.evidence.rundir import RunConfig, RunDir
 from remedy.cases.success import parse_success
 from remedy.cases.verify.training import arm_budgets, arm_comparison, env_step_budget, finetune, train
 
@@ -54,12 +54,32 @@ PATCHES = {
     "time_limit": ("cartpole", {"kind": "time_limit", "max_episode_steps": 40}, 1),
     "action_repeat": ("cartpole", {"kind": "action_repeat", "n": 3}, 3),
     "exploration_bonus": ("cartpole", {"kind": "exploration_bonus", "ent_coef": 0.05, "count_bonus": 0.5}, 1),
-    "curriculum": ("cartpole", {"kind": "curriculum", "stages": [
-        {"env_kwargs": {"sutton_barto_reward": True}, "fraction": 0.5}, {"env_kwargs": {}, "fraction": 0.5}]}, 1),
-    "safety_constraint": ("cartpole", {"kind": "safety_constraint", "predicate": "abs(obs[0]) > 1.0",
-                                       "mode": "terminate"}, 1),
-    "budget_with_other_parts": ("cartpole", {"parts": [{"kind": "training_budget", "extra_steps": 128},
-                                                       {"kind": "hyperparameters", "changes": {"learning_rate": 0.001}}]}, 1),
+    "curriculum": (
+        "cartpole",
+        {
+            "kind": "curriculum",
+            "stages": [
+                {"env_kwargs": {"sutton_barto_reward": True}, "fraction": 0.5},
+                {"env_kwargs": {}, "fraction": 0.5},
+            ],
+        },
+        1,
+    ),
+    "safety_constraint": (
+        "cartpole",
+        {"kind": "safety_constraint", "predicate": "abs(obs[0]) > 1.0", "mode": "terminate"},
+        1,
+    ),
+    "budget_with_other_parts": (
+        "cartpole",
+        {
+            "parts": [
+                {"kind": "training_budget", "extra_steps": 128},
+                {"kind": "hyperparameters", "changes": {"learning_rate": 0.001}},
+            ]
+        },
+        1,
+    ),
     "action_smoothness": ("pendulum", {"kind": "action_smoothness", "coef": 0.1}, 1),
     "action_magnitude": ("pendulum", {"kind": "action_magnitude", "coef": 0.1}, 1),
     "action_repeat_continuous": ("pendulum", {"kind": "action_repeat", "n": 2}, 2),
@@ -69,10 +89,13 @@ PATCHES = {
 @pytest.fixture(scope="module")
 def patients(tmp_path_factory) -> dict[str, RunDir]:
     out = {}
-    for name, env_id, success in (("cartpole", "RemedyCountingCartPole-v0", {"kind": "terminated", "survive": True}),
-                                  ("pendulum", "RemedyCountingPendulum-v0", {"kind": "return_threshold", "threshold": -200})):
-        cfg = RunConfig(env_id=env_id, algo="PPO", hyperparams=HYPER, train_steps=128, n_envs=N_ENVS,
-                        success=parse_success(success))
+    for name, env_id, success in (
+        ("cartpole", "RemedyCountingCartPole-v0", {"kind": "terminated", "survive": True}),
+        ("pendulum", "RemedyCountingPendulum-v0", {"kind": "return_threshold", "threshold": -200}),
+    ):
+        cfg = RunConfig(
+            env_id=env_id, algo="PPO", hyperparams=HYPER, train_steps=128, n_envs=N_ENVS, success=parse_success(success)
+        )
         out[name] = train(cfg, tmp_path_factory.mktemp(name) / "run", seed=0)
     return out
 
@@ -111,8 +134,9 @@ def test_action_repeat_no_longer_multiplies_the_env_steps(patients, tmp_path):
 
 
 def test_budget_parts_mixed_with_others_go_to_both_arms():
-    mixed = Patch.from_data({"parts": [{"kind": "training_budget", "extra_steps": 500},
-                                       {"kind": "normalization", "obs": True}]})
+    mixed = Patch.from_data(
+        {"parts": [{"kind": "training_budget", "extra_steps": 500}, {"kind": "normalization", "obs": True}]}
+    )
     assert arm_budgets(mixed, 1000) == (1000, 1500)  # finetune adds the 500 to the treatment itself
     assert arm_comparison(mixed) == "same_budget_control"
     pure = Patch.from_data({"kind": "training_budget", "extra_steps": 500})

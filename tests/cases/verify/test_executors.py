@@ -7,8 +7,8 @@ process (a Ray worker, a spawned interpreter) whatever pytest's import mode.
 import pytest
 
 from remedy.cases.errors import RemedyError
-from remedy.cases.verify.executors import Job, JobResult, LocalExecutor, RayExecutor, get_executor, resolve
 from remedy.cases.patches.worker import Limits
+from remedy.cases.verify.executors import Job, JobResult, LocalExecutor, RayExecutor, get_executor, resolve
 
 QUICK = Limits(cpu_s=20, memory_mb=1024, wall_s=20)
 

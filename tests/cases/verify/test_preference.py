@@ -28,8 +28,12 @@ STUCK_CARS = [(0.0, -200.0, p, NAN, 0.0) for p in (0.1, 0.3, 0.5, 0.7)]  # Mount
 
 
 def _code(body: str) -> Patch:
-    return Patch.from_data({"kind": "reward_shaping", "code": (
-        "def shaped_reward(obs, action, reward, next_obs, terminated, truncated, info):\n" + body)})
+    return Patch.from_data(
+        {
+            "kind": "reward_shaping",
+            "code": ("def shaped_reward(obs, action, reward, next_obs, terminated, truncated, info):\n" + body),
+        }
+    )
 
 
 def test_a_failing_agents_episodes_are_ordered_by_progress_when_returns_tie():
@@ -78,7 +82,8 @@ def test_check_accepts_a_reward_that_keeps_the_order(cartpole_run):
 
 
 def test_verify_refuses_before_training_and_records_the_check(cartpole_run):
-    v = verify_patch(cartpole_run, _code("    return -1.0\n"),
-                     VerifyConfig(seeds=1, budget_steps=64, eval_episodes=3, n_envs=2)).verification
+    v = verify_patch(
+        cartpole_run, _code("    return -1.0\n"), VerifyConfig(seeds=1, budget_steps=64, eval_episodes=3, n_envs=2)
+    ).verification
     assert v.status is Status.failed and v.env_steps == 0 and "preference" in v.reason
     assert v.preference == "refused" and v.comparison == "same_budget_control"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from remedy.cases.evidence.envs import env_traits
 from remedy.cases.errors import ScenarioError
+from remedy.cases.evidence.envs import env_traits
 from remedy.cases.verify.scenarios import (
     CHECKPOINT_DIR,
     SCENARIO_DIR,
@@ -19,10 +19,18 @@ from remedy.cases.verify.scenarios import (
 )
 
 TINY = {
-    "name": "tiny_cartpole", "description": "a few hundred steps of CartPole", "env_id": "CartPole-v1",
-    "algo": "PPO", "hyperparams": {"n_steps": 32, "batch_size": 64, "n_epochs": 1, "policy_kwargs": {"net_arch": [8]}},
-    "train_steps": 128, "n_envs": 2, "fault": "undertrained", "ground_truth": ["undertraining"],
-    "expected_families": ["training_budget"], "success": {"kind": "terminated", "survive": True}, "eval_episodes": 2,
+    "name": "tiny_cartpole",
+    "description": "a few hundred steps of CartPole",
+    "env_id": "CartPole-v1",
+    "algo": "PPO",
+    "hyperparams": {"n_steps": 32, "batch_size": 64, "n_epochs": 1, "policy_kwargs": {"net_arch": [8]}},
+    "train_steps": 128,
+    "n_envs": 2,
+    "fault": "undertrained",
+    "ground_truth": ["undertraining"],
+    "expected_families": ["training_budget"],
+    "success": {"kind": "terminated", "survive": True},
+    "eval_episodes": 2,
 }
 
 

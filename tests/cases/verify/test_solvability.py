@@ -21,11 +21,20 @@ from remedy.cases.verify.solvability import (
 )
 
 TINY = {
-    "name": "tiny_oracle_cartpole", "description": "a few hundred steps of CartPole", "env_id": "CartPole-v1",
-    "algo": "PPO", "hyperparams": {"n_steps": 32, "batch_size": 64, "n_epochs": 1, "policy_kwargs": {"net_arch": [8]}},
-    "train_steps": 128, "n_envs": 2, "fault": "undertrained", "ground_truth": ["undertraining"],
-    "expected_families": ["training_budget"], "success": {"kind": "terminated", "survive": True}, "eval_episodes": 2,
-    "finetune_budget": 128, "oracle": {"kind": "training_budget", "extra_steps": 256},
+    "name": "tiny_oracle_cartpole",
+    "description": "a few hundred steps of CartPole",
+    "env_id": "CartPole-v1",
+    "algo": "PPO",
+    "hyperparams": {"n_steps": 32, "batch_size": 64, "n_epochs": 1, "policy_kwargs": {"net_arch": [8]}},
+    "train_steps": 128,
+    "n_envs": 2,
+    "fault": "undertrained",
+    "ground_truth": ["undertraining"],
+    "expected_families": ["training_budget"],
+    "success": {"kind": "terminated", "survive": True},
+    "eval_episodes": 2,
+    "finetune_budget": 128,
+    "oracle": {"kind": "training_budget", "extra_steps": 256},
 }
 
 
@@ -48,9 +57,11 @@ def test_shards_partition_the_suite_and_parse_strictly():
 def test_resume_skips_recorded_scenarios_retries_errors_and_survives_a_torn_line(tmp_path):
     suite, settings, path = _scenarios(3), OracleSettings(), tmp_path / "oracle.jsonl"
     rec = {"split": "dev", "family": None, "patient_success": 0.0, "oracle": "x"}
-    lines = [dict(scenario="s0", key=oracle_key(suite[0], settings), verdict="solvable", **rec),
-             dict(scenario="s1", key=oracle_key(suite[1], settings), verdict="error", **rec),
-             dict(scenario="s2", key="stale-key", verdict="unsolvable", **rec)]
+    lines = [
+        dict(scenario="s0", key=oracle_key(suite[0], settings), verdict="solvable", **rec),
+        dict(scenario="s1", key=oracle_key(suite[1], settings), verdict="error", **rec),
+        dict(scenario="s2", key="stale-key", verdict="unsolvable", **rec),
+    ]
     path.write_text("".join(json.dumps(r) + "\n" for r in lines) + '{"scenario": "s2", "ke')
     assert len(read_results(path)) == 3
     assert set(latest_results(suite, path, settings)) == {"s0", "s1"}  # s2's record is for another oracle/hash

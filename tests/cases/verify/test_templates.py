@@ -13,11 +13,21 @@ from remedy.cases.verify.templates import expand_templates, load_template_scenar
 BASE = {"env_id": "CartPole-v1", "algo": "PPO", "train_steps": 1000, "success": {"kind": "terminated"}}
 TOY = {
     "envs": {"cp": BASE},
-    "templates": {"lr": {
-        "description": "lr {learning_rate}", "fault": "lr {learning_rate}", "ground_truth": ["unstable_optimization"],
-        "expected_families": ["hyperparameters"], "oracle": {"kind": "hyperparameters", "changes": {"learning_rate": 0.001}},
-        "cells": {"cp": [{"tag": "a", "hyperparams": {"learning_rate": 0.5}}, {"tag": "b", "hyperparams": {"learning_rate": 0.9}}]},
-    }},
+    "templates": {
+        "lr": {
+            "description": "lr {learning_rate}",
+            "fault": "lr {learning_rate}",
+            "ground_truth": ["unstable_optimization"],
+            "expected_families": ["hyperparameters"],
+            "oracle": {"kind": "hyperparameters", "changes": {"learning_rate": 0.001}},
+            "cells": {
+                "cp": [
+                    {"tag": "a", "hyperparams": {"learning_rate": 0.5}},
+                    {"tag": "b", "hyperparams": {"learning_rate": 0.9}},
+                ]
+            },
+        }
+    },
 }
 
 
@@ -27,8 +37,17 @@ def test_suite_has_at_least_40_unique_scenarios_in_both_splits_with_fitting_orac
     assert len({s.name for s in suite}) == len(suite)
     assert {s.split for s in suite} == {"dev", "holdout"}
     assert {env_traits(s.env_id, s.env_kwargs).action_space.value for s in suite} == {"discrete", "continuous"}
-    assert {"InvertedPendulum-v5", "InvertedDoublePendulum-v5", "Reacher-v5", "Hopper-v5", "Acrobot-v1",
-            "MountainCar-v0", "CartPole-v1", "Pendulum-v1", "LunarLander-v3"} <= {s.env_id for s in suite}
+    assert {
+        "InvertedPendulum-v5",
+        "InvertedDoublePendulum-v5",
+        "Reacher-v5",
+        "Hopper-v5",
+        "Acrobot-v1",
+        "MountainCar-v0",
+        "CartPole-v1",
+        "Pendulum-v1",
+        "LunarLander-v3",
+    } <= {s.env_id for s in suite}
     for s in suite:
         assert s.oracle is not None, s.name
         report = check_patch(s.oracle, s.env_id, s.env_kwargs, s.algo, n_random=20)
@@ -74,7 +93,12 @@ def test_declared_mirroring_examples_exist():
     from importlib import resources
 
     folder = resources.files("remedy.cases") / "examples"
-    ids = {json.loads(line)["case_id"] for f in folder.iterdir() if f.name.endswith(".jsonl")
-           for line in f.read_text().splitlines() if line.strip()}
+    ids = {
+        json.loads(line)["case_id"]
+        for f in folder.iterdir()
+        if f.name.endswith(".jsonl")
+        for line in f.read_text().splitlines()
+        if line.strip()
+    }
     declared = {i for s in load_scenarios() for i in s.examples_excluded}
     assert declared and declared <= ids

@@ -24,8 +24,16 @@ SETUPS = {
     "QRDQN": ("CartPole-v1", {**_OFF_POLICY, "policy_kwargs": {"net_arch": [8], "n_quantiles": 5}}),
     "TRPO": ("CartPole-v1", {"n_steps": 32, "batch_size": 32, "policy_kwargs": {"net_arch": [8]}}),
     "ARS": ("CartPole-v1", {"n_delta": 2, "policy_kwargs": {"net_arch": [8]}}),
-    "RecurrentPPO": ("CartPole-v1", {"policy": "MlpLstmPolicy", "n_steps": 32, "batch_size": 32, "n_epochs": 1,
-                                     "policy_kwargs": {"net_arch": [8], "lstm_hidden_size": 8}}),
+    "RecurrentPPO": (
+        "CartPole-v1",
+        {
+            "policy": "MlpLstmPolicy",
+            "n_steps": 32,
+            "batch_size": 32,
+            "n_epochs": 1,
+            "policy_kwargs": {"net_arch": [8], "lstm_hidden_size": 8},
+        },
+    ),
     "SAC": ("Pendulum-v1", {**_OFF_POLICY, "policy_kwargs": {"net_arch": [8]}}),
     "TD3": ("Pendulum-v1", {**_OFF_POLICY, "policy_kwargs": {"net_arch": [8]}}),
     "DDPG": ("Pendulum-v1", {**_OFF_POLICY, "policy_kwargs": {"net_arch": [8]}}),
@@ -45,8 +53,14 @@ def test_every_registered_algorithm_has_a_setup():
 @pytest.mark.parametrize("algo", sorted(SETUPS))
 def test_train_leaves_policy_kwargs_alone_and_writes_a_loadable_run(algo, tmp_path):
     env_id, hyper = SETUPS[algo]
-    cfg = RunConfig(env_id=env_id, algo=algo, hyperparams=hyper, train_steps=64, n_envs=1,
-                    success=parse_success({"kind": "terminated", "survive": True}))
+    cfg = RunConfig(
+        env_id=env_id,
+        algo=algo,
+        hyperparams=hyper,
+        train_steps=64,
+        n_envs=1,
+        success=parse_success({"kind": "terminated", "survive": True}),
+    )
     before = copy.deepcopy(cfg.hyperparams)
     run = train(cfg, tmp_path / "run", seed=0)
     assert cfg.hyperparams == before

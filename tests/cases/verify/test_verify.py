@@ -12,18 +12,18 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from remedy.cases.verify.arms import preference_verdict
+from remedy.cases.evidence.rundir import RunConfig
 from remedy.cases.model import Case, Effect, Source, Stage, Status
 from remedy.cases.patches.spec import Patch
-from remedy.cases.evidence.rundir import RunConfig
+from remedy.cases.verify.arms import preference_verdict
 from remedy.cases.verify.scenarios import ShiftedEnv
 from remedy.cases.verify.verification import (
     CONFIRM_EVAL_STRIDE,
     ScenarioRef,
     VerifyConfig,
     _shifted,
-    declared_budget,
     decide_status,
+    declared_budget,
     verify_and_confirm,
     verify_patch,
 )
@@ -33,7 +33,10 @@ TINY = dict(budget_steps=1000, eval_episodes=5, n_envs=2, n_boot=500)
 # Success = return >= 100: this patient's deterministic episodes mostly reach it, its stochastic ones do
 # not, so the evidence holds both successes and failures for the trajectory preference check.
 PATIENT = RunConfig(
-    env_id="CartPole-v1", algo="PPO", train_steps=3000, n_envs=4,
+    env_id="CartPole-v1",
+    algo="PPO",
+    train_steps=3000,
+    n_envs=4,
     hyperparams={"n_steps": 64, "batch_size": 64, "n_epochs": 2, "policy_kwargs": {"net_arch": [32, 32]}},
     success={"kind": "return_threshold", "threshold": 100},
 )
@@ -124,13 +127,23 @@ def test_config_budget_and_shifted_variants():
 @pytest.mark.slow
 def test_verify_returns_a_case_with_effect_and_ci(cartpole_run):
     seen = []
-    upright = _patch({"kind": "reward_shaping", "description": "bonus for an upright pole", "code": (
-        "def shaped_reward(obs, action, reward, next_obs, terminated, truncated, info):\n"
-        "    return reward + 0.5 * (1.0 - min(1.0, abs(float(next_obs[2])) / 0.21))\n")})
+    upright = _patch(
+        {
+            "kind": "reward_shaping",
+            "description": "bonus for an upright pole",
+            "code": (
+                "def shaped_reward(obs, action, reward, next_obs, terminated, truncated, info):\n"
+                "    return reward + 0.5 * (1.0 - min(1.0, abs(float(next_obs[2])) / 0.21))\n"
+            ),
+        }
+    )
     patch = upright
-    scenario = ScenarioRef(name="cartpole-tiny", shifted=(ShiftedEnv(name="sb_reward", env_kwargs={"sutton_barto_reward": True}),))
-    case = verify_patch(cartpole_run, patch, VerifyConfig(seeds=2, **TINY), scenario=scenario,
-                        progress=lambda m, d, n: seen.append(m))
+    scenario = ScenarioRef(
+        name="cartpole-tiny", shifted=(ShiftedEnv(name="sb_reward", env_kwargs={"sutton_barto_reward": True}),)
+    )
+    case = verify_patch(
+        cartpole_run, patch, VerifyConfig(seeds=2, **TINY), scenario=scenario, progress=lambda m, d, n: seen.append(m)
+    )
     assert isinstance(case, Case) and case.source is Source.verified
     v = case.verification
     assert v.status is not Status.failed, v.reason
@@ -181,24 +194,40 @@ def test_confirmation_trains_on_fresh_seeds_and_links_the_screen(cartpole_run):
     seen: list[str] = []
     config = VerifyConfig(seeds=2, seed_base=3, **TINY)
     patch = _patch({"kind": "hyperparameters", "changes": {"ent_coef": 0.01}})
-    case = verify_patch(cartpole_run, patch, config.confirmation(0), stage=Stage.confirm, confirms="c-screen",
-                        progress=lambda m, d, n: seen.append(m))
+    case = verify_patch(
+        cartpole_run,
+        patch,
+        config.confirmation(0),
+        stage=Stage.confirm,
+        confirms="c-screen",
+        progress=lambda m, d, n: seen.append(m),
+    )
     v = case.verification
     assert v.stage is Stage.confirm and v.confirms == "c-screen" and v.seed_base == 5
     assert v.eval_seed == config.eval_seed + CONFIRM_EVAL_STRIDE
     assert {m.split(":")[0] for m in seen if m.startswith(("treatment seed", "control seed"))} == {
-        "treatment seed 5", "treatment seed 6", "control seed 5", "control seed 6"}
+        "treatment seed 5",
+        "treatment seed 6",
+        "control seed 5",
+        "control seed 6",
+    }
     screen = verify_patch(cartpole_run, patch, config)
     assert screen.case_id != case.case_id and screen.verification.seed_base == 3
     assert Case.from_json(case.to_json()).verification.confirms == "c-screen"
 
 
 def test_hostile_reward_patch_ends_as_failed_case(cartpole_run):
-    hostile = _patch({"kind": "reward_shaping", "code": (
-        "import os\n"
-        "def shaped_reward(obs, action, reward, next_obs, terminated, truncated, info):\n"
-        "    os.system('touch /tmp/pwned')\n"
-        "    return reward\n")})
+    hostile = _patch(
+        {
+            "kind": "reward_shaping",
+            "code": (
+                "import os\n"
+                "def shaped_reward(obs, action, reward, next_obs, terminated, truncated, info):\n"
+                "    os.system('touch /tmp/pwned')\n"
+                "    return reward\n"
+            ),
+        }
+    )
     case = verify_patch(cartpole_run, hostile, VerifyConfig(seeds=1, **TINY))
     v = case.verification
     assert v.status is Status.failed and v.effect is None
@@ -208,9 +237,15 @@ def test_hostile_reward_patch_ends_as_failed_case(cartpole_run):
 @pytest.mark.slow
 def test_reward_that_prefers_failures_is_not_trained(cartpole_run):
     # -1 per step pays short (failed) episodes more than long (successful) ones
-    inverted = _patch({"kind": "reward_shaping", "description": "time cost only", "code": (
-        "def shaped_reward(obs, action, reward, next_obs, terminated, truncated, info):\n"
-        "    return -1.0\n")})
+    inverted = _patch(
+        {
+            "kind": "reward_shaping",
+            "description": "time cost only",
+            "code": (
+                "def shaped_reward(obs, action, reward, next_obs, terminated, truncated, info):\n    return -1.0\n"
+            ),
+        }
+    )
     v = verify_patch(cartpole_run, inverted, VerifyConfig(seeds=1, **TINY)).verification
     assert v.status is Status.failed and v.effect is None
     assert "preference" in v.reason and "--force" in v.reason and v.env_steps == 0
@@ -229,9 +264,16 @@ def test_crashing_worker_fails_only_its_job(cartpole_run):
 @pytest.mark.slow
 def test_diverging_training_ends_as_failed_case(cartpole_run):
     # finite for the sandbox (float64), but returns overflow PPO's float32 buffers: inf, then NaN logits
-    nan = _patch({"kind": "reward_shaping", "description": "absurd scale", "code": (
-        "def shaped_reward(obs, action, reward, next_obs, terminated, truncated, info):\n"
-        "    return reward * 3e38\n")})
+    nan = _patch(
+        {
+            "kind": "reward_shaping",
+            "description": "absurd scale",
+            "code": (
+                "def shaped_reward(obs, action, reward, next_obs, terminated, truncated, info):\n"
+                "    return reward * 3e38\n"
+            ),
+        }
+    )
     v = verify_patch(cartpole_run, nan, VerifyConfig(seeds=1, **TINY)).verification
     assert v.status is Status.failed and v.effect is None
     assert "diverged" in v.reason
@@ -257,8 +299,25 @@ def test_cli_verify_stores_the_case(cartpole_run, tmp_path, monkeypatch, capsys)
     patch_file = tmp_path / "patch.yaml"
     patch_file.write_text(yaml.safe_dump({"kind": "hyperparameters", "changes": {"ent_coef": 0.01}}))
     kb = tmp_path / "kb"
-    code, out, err = _cli(monkeypatch, capsys, "verify", str(cartpole_run), "--patch", str(patch_file), "--seeds", "1",
-                          "--budget", "500", "--episodes", "5", "--kb", str(kb), "--json", "--seed-base", "7")
+    code, out, err = _cli(
+        monkeypatch,
+        capsys,
+        "verify",
+        str(cartpole_run),
+        "--patch",
+        str(patch_file),
+        "--seeds",
+        "1",
+        "--budget",
+        "500",
+        "--episodes",
+        "5",
+        "--kb",
+        str(kb),
+        "--json",
+        "--seed-base",
+        "7",
+    )
     assert code == 0, err
     data = json.loads(out)
     assert data["stored"] is True and data["case"]["verification"]["effect"] is not None
