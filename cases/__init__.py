@@ -12,7 +12,7 @@ Rooms, following the data flow:
 This module is the face users import from (``from remedy.cases import Case, Patch``).
 """
 
-from .errors import *  # noqa: F401,F403
+from .errors import *  # noqa: F403
 from .errors import __all__ as _errors_all
 from .model import (
     SCHEMA_VERSION,

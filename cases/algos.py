@@ -40,7 +40,6 @@ ON_POLICY: frozenset[str] = frozenset({"PPO", "A2C", "TRPO", "ARS", "RecurrentPP
 _BY_LOWER = {k.lower(): k for k in ALGOS}
 
 
-
 def algo_names() -> list[str]:
     """Canonical names of every supported algorithm."""
     return list(ALGOS)

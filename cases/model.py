@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Literal
 
@@ -135,8 +135,6 @@ class FrozenModel(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", ser_json_inf_nan="strings")
 
 
-
-
 class EnvTraits(FrozenModel):
     """Coarse facts about the env that retrieval filters on."""
 
@@ -173,7 +171,6 @@ class Subject(FrozenModel):
             elif isinstance(node, (list, tuple)):
                 stack.extend((f"{where}.{i}" if where else str(i), x) for i, x in enumerate(node))
         return v
-
 
 
 class EpisodeSummary(FrozenModel):
@@ -243,7 +240,7 @@ class Effect(FrozenModel):
     method: str = "bootstrap"
 
     @model_validator(mode="after")
-    def _ci_is_ordered(self) -> "Effect":
+    def _ci_is_ordered(self) -> Effect:
         if self.ci_low > self.ci_high:
             raise ValueError(f"ci_low ({self.ci_low}) must not exceed ci_high ({self.ci_high})")
         return self
@@ -298,7 +295,7 @@ class Provenance(FrozenModel):
     versions: dict[str, str] = Field(default_factory=dict)
     lm: str | None = None
     program_version: str | None = None
-    created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
+    created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
 
 
 class Case(FrozenModel):
@@ -348,7 +345,7 @@ class Case(FrozenModel):
         return self.model_dump_json()
 
     @classmethod
-    def from_json(cls, text: str | bytes) -> "Case":
+    def from_json(cls, text: str | bytes) -> Case:
         """Parse and validate a case from JSON text."""
         return cls.model_validate_json(text)
 

@@ -7,7 +7,7 @@ arms by this definition and the original return, never by a patched reward.
 from __future__ import annotations
 
 import operator
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
@@ -125,7 +125,7 @@ class Terminated(_Spec):
 
 
 SuccessSpec = Annotated[
-    Union[ReturnThreshold, InfoFlag, FinalReward, FinalObs, Terminated],
+    ReturnThreshold | InfoFlag | FinalReward | FinalObs | Terminated,
     Field(discriminator="kind"),
 ]
 

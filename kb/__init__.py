@@ -30,7 +30,11 @@ if TYPE_CHECKING:
 _FACADE = ("KnowledgeBase", "SimilarCase", "ImportReport", "ReconcileReport", "KBStats")
 
 __all__ = [
-    *_FACADE,
+    "KnowledgeBase",
+    "SimilarCase",
+    "ImportReport",
+    "ReconcileReport",
+    "KBStats",
     "RemedyError",
     "KBError",
     "KBNotFoundError",

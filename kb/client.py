@@ -36,8 +36,9 @@ class ServiceError(RemedyError):
 class RemedyClient:
     """Calls to one Remedy service with one token (``$REMEDY_TOKEN`` by default)."""
 
-    def __init__(self, url: str, token: str | None = None, timeout: float = 120.0,
-                 http: httpx.Client | None = None) -> None:
+    def __init__(
+        self, url: str, token: str | None = None, timeout: float = 120.0, http: httpx.Client | None = None
+    ) -> None:
         """``http``: an httpx client to send through (FastAPI's TestClient in tests); default a new one."""
         self.url = url.rstrip("/")
         token = token if token is not None else os.environ.get(TOKEN_ENV, "")
@@ -51,7 +52,7 @@ class RemedyClient:
         if self._owned:
             self._http.close()
 
-    def __enter__(self) -> "RemedyClient":
+    def __enter__(self) -> RemedyClient:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -61,8 +62,10 @@ class RemedyClient:
         try:
             response = self._http.request(method, path, **kw)
         except httpx.HTTPError as err:
-            raise ServiceError(f"cannot reach the Remedy service at {self.url} ({err}); start it with `remedy serve` "
-                               f"or fix --server / {SERVER_ENV}") from None
+            raise ServiceError(
+                f"cannot reach the Remedy service at {self.url} ({err}); start it with `remedy serve` "
+                f"or fix --server / {SERVER_ENV}"
+            ) from None
         if response.status_code >= 400:
             raise ServiceError(self._message(response), response.status_code)
         return response
@@ -108,13 +111,15 @@ class RemedyClient:
     def import_jsonl(self, body: bytes, skip_invalid: bool = False) -> dict[str, Any]:
         """Import JSONL (or a JSON array) of cases; returns read/added/unchanged/skipped/problems."""
         params = {"skip_invalid": "true"} if skip_invalid else {}
-        return self._request("POST", "/v1/cases/import", content=body, params=params,
-                             headers={"Content-Type": "application/x-ndjson"}).json()
+        return self._request(
+            "POST", "/v1/cases/import", content=body, params=params, headers={"Content-Type": "application/x-ndjson"}
+        ).json()
 
     def upload_run(self, run_dir: Path | str) -> dict[str, Any]:
         """Send a run directory as a .tar.gz; returns ``{"run_id", "env_id", "algo"}``."""
-        return self._request("POST", "/v1/runs", content=tar_run(Path(run_dir)),
-                             headers={"Content-Type": "application/gzip"}).json()
+        return self._request(
+            "POST", "/v1/runs", content=tar_run(Path(run_dir)), headers={"Content-Type": "application/gzip"}
+        ).json()
 
     def diagnose(self, **body: Any) -> dict[str, Any]:
         """A DiagnosisReport's JSON for ``run_id=...`` or ``subject=..., signature=...``."""
@@ -136,8 +141,13 @@ class RemedyClient:
         """Cancel a job."""
         return self._request("POST", f"/v1/jobs/{_quote(job_id)}/cancel").json()
 
-    def wait(self, job_id: str, poll_s: float = 1.0, timeout_s: float = 24 * 3600,
-             progress: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    def wait(
+        self,
+        job_id: str,
+        poll_s: float = 1.0,
+        timeout_s: float = 24 * 3600,
+        progress: Callable[[dict[str, Any]], None] | None = None,
+    ) -> dict[str, Any]:
         """Poll a job until it is done, failed or cancelled (or ``timeout_s`` passes); returns it."""
         deadline = time.monotonic() + timeout_s
         while True:
@@ -167,4 +177,3 @@ def _quote(part: str) -> str:
     from urllib.parse import quote
 
     return quote(part, safe="")
-

@@ -47,8 +47,12 @@ class DemoSettings:
     def verify_config(self, s: Scenario) -> VerifyConfig:
         """Verification settings for ``s``."""
         budget = self.budget if self.budget is not None else s.budget
-        return VerifyConfig(seeds=self.seeds, budget_steps=budget, eval_episodes=self.eval_episodes or s.eval_episodes,
-                            n_envs=self.n_envs)
+        return VerifyConfig(
+            seeds=self.seeds,
+            budget_steps=budget,
+            eval_episodes=self.eval_episodes or s.eval_episodes,
+            n_envs=self.n_envs,
+        )
 
 
 @dataclass(frozen=True)
@@ -83,12 +87,19 @@ class DemoResult:
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready summary (what the demo writes to ``<kb>/demo-summary.json``)."""
         return {
-            "kb": str(self.kb_path), "examples_loaded": self.examples_loaded, "cases_stored": self.cases_stored,
-            "wall_time_s": round(self.wall_time_s, 1), "any_improved": self.any_improved,
-            "scenarios": [{"scenario": r.scenario, "ground_truth": r.ground_truth, "diagnosis": r.diagnosis,
-                           **r.result.as_dict()} for r in self.rows],
-            "query_scenario": self.query_scenario, "similar": [h.as_dict() for h in self.similar],
-            "written": [str(p) for p in self.written], "notes": self.notes,
+            "kb": str(self.kb_path),
+            "examples_loaded": self.examples_loaded,
+            "cases_stored": self.cases_stored,
+            "wall_time_s": round(self.wall_time_s, 1),
+            "any_improved": self.any_improved,
+            "scenarios": [
+                {"scenario": r.scenario, "ground_truth": r.ground_truth, "diagnosis": r.diagnosis, **r.result.as_dict()}
+                for r in self.rows
+            ],
+            "query_scenario": self.query_scenario,
+            "similar": [h.as_dict() for h in self.similar],
+            "written": [str(p) for p in self.written],
+            "notes": self.notes,
         }
 
 
@@ -133,8 +144,16 @@ def run_demo(
         query, similar = _query(kb, rows, settings.query_k)
         stored = kb.count()
     written = [kb_path / DB_FILE] + [r.result.patch_path for r in rows if r.result.patch_path is not None]
-    result = DemoResult(kb_path=kb_path, examples_loaded=examples, rows=rows, query_scenario=query, similar=similar,
-                        written=written, wall_time_s=time.perf_counter() - t0, cases_stored=stored)
+    result = DemoResult(
+        kb_path=kb_path,
+        examples_loaded=examples,
+        rows=rows,
+        query_scenario=query,
+        similar=similar,
+        written=written,
+        wall_time_s=time.perf_counter() - t0,
+        cases_stored=stored,
+    )
     summary = kb_path / "demo-summary.json"
     summary.write_text(json.dumps(result.as_dict(), indent=2, default=str) + "\n")
     return replace(result, written=[*written, summary])
@@ -143,9 +162,18 @@ def run_demo(
 def _one(kb: KnowledgeBase, s: Scenario, settings: DemoSettings, say: DemoProgress, cache_dir: Any) -> DemoRow:
     say(s.name, "building the patient", 0, 0)
     run = build(s, cache_dir=cache_dir)
-    res = fix(kb, run, store=kb, config=settings.verify_config(s), rounds=settings.rounds,
-              candidates=settings.candidates, scenario=s, out_dir=kb.root / "fixes", n_episodes=settings.diagnose_episodes,
-              progress=lambda msg, d, t: say(s.name, msg, d, t))
+    res = fix(
+        kb,
+        run,
+        store=kb,
+        config=settings.verify_config(s),
+        rounds=settings.rounds,
+        candidates=settings.candidates,
+        scenario=s,
+        out_dir=kb.root / "fixes",
+        n_episodes=settings.diagnose_episodes,
+        progress=lambda msg, d, t: say(s.name, msg, d, t),
+    )
     first = res.first_diagnosis
     causes = [c.cause.value for c in first.diagnosis.causes] if first is not None else []
     return DemoRow(scenario=s.name, diagnosis=causes, ground_truth=[g.value for g in s.ground_truth], result=res)

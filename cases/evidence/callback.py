@@ -25,8 +25,8 @@ from stable_baselines3.common.vec_env import VecNormalize, unwrap_vec_normalize
 
 from ..algos import canonical_algo
 from ..errors import AlgorithmError, RunDirError
-from .rundir import MODEL_ZIP, VECNORMALIZE_PKL, RunConfig, write_run_yaml
 from ..success import ReturnThreshold, SuccessSpec
+from .rundir import MODEL_ZIP, VECNORMALIZE_PKL, RunConfig, write_run_yaml
 
 __all__ = ["RemedyRunCallback", "infer_run_config", "PROGRESS_CSV"]
 
@@ -35,9 +35,25 @@ _OFF_POLICY_LOG_FREQ = 1000
 
 #: model attributes copied into run.yaml's hyperparams when they are plain numbers/strings.
 _HYPERPARAM_ATTRS = (
-    "learning_rate", "n_steps", "batch_size", "n_epochs", "gamma", "gae_lambda", "ent_coef", "vf_coef",
-    "max_grad_norm", "buffer_size", "learning_starts", "tau", "gradient_steps", "target_update_interval",
-    "exploration_fraction", "exploration_final_eps", "target_kl", "use_sde", "normalize_advantage",
+    "learning_rate",
+    "n_steps",
+    "batch_size",
+    "n_epochs",
+    "gamma",
+    "gae_lambda",
+    "ent_coef",
+    "vf_coef",
+    "max_grad_norm",
+    "buffer_size",
+    "learning_starts",
+    "tau",
+    "gradient_steps",
+    "target_update_interval",
+    "exploration_fraction",
+    "exploration_final_eps",
+    "target_kl",
+    "use_sde",
+    "normalize_advantage",
 )
 
 
@@ -85,11 +101,19 @@ def infer_run_config(model: Any, success: SuccessSpec | None = None, **extra: An
     except AlgorithmError as ex:
         raise RunDirError(f"{ex}; pass a RunConfig with algo set") from None
     # render_mode is how SB3 built the env, not part of the task
-    kwargs = {k: v for k, v in (getattr(spec, "kwargs", None) or {}).items()
-              if (_plain(v) or v is None) and k != "render_mode"}
+    kwargs = {
+        k: v
+        for k, v in (getattr(spec, "kwargs", None) or {}).items()
+        if (_plain(v) or v is None) and k != "render_mode"
+    }
     data: dict[str, Any] = dict(
-        env_id=getattr(spec, "id", None), env_kwargs=kwargs, algo=algo, hyperparams=_simple_hyperparams(model),
-        n_envs=int(getattr(model, "n_envs", 1) or 1), success=success, seed=getattr(model, "seed", None),
+        env_id=getattr(spec, "id", None),
+        env_kwargs=kwargs,
+        algo=algo,
+        hyperparams=_simple_hyperparams(model),
+        n_envs=int(getattr(model, "n_envs", 1) or 1),
+        success=success,
+        seed=getattr(model, "seed", None),
     )
     data.update(extra)
     return RunConfig.model_validate(data)
@@ -98,8 +122,16 @@ def infer_run_config(model: Any, success: SuccessSpec | None = None, **extra: An
 class RemedyRunCallback(BaseCallback):
     """SB3 callback that writes a Remedy run directory while the agent trains."""
 
-    def __init__(self, run_dir: str | Path, config: RunConfig | None = None, save_freq: int | None = None,
-                 *, success: SuccessSpec | None = None, log_freq: int | None = None, verbose: int = 0):
+    def __init__(
+        self,
+        run_dir: str | Path,
+        config: RunConfig | None = None,
+        save_freq: int | None = None,
+        *,
+        success: SuccessSpec | None = None,
+        log_freq: int | None = None,
+        verbose: int = 0,
+    ):
         """``save_freq``: also save every that many steps; ``log_freq``: steps between progress rows
         (default: every rollout for on-policy algorithms, every 1,000 steps for off-policy ones,
         whose rollouts end every few steps)."""

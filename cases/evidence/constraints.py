@@ -22,15 +22,66 @@ from ..errors import ValidationError
 __all__ = ["Constraint", "check_expression", "compile_constraint", "ALLOWED_NP"]
 
 #: numpy functions/constants a constraint may use as ``np.<name>``.
-ALLOWED_NP: frozenset[str] = frozenset({
-    "abs", "sqrt", "square", "hypot", "sum", "max", "min", "mean", "any", "all", "clip", "isfinite",
-    "isnan", "pi", "arctan2", "sin", "cos", "tan", "maximum", "minimum", "exp", "log", "sign",
-})
+ALLOWED_NP: frozenset[str] = frozenset(
+    {
+        "abs",
+        "sqrt",
+        "square",
+        "hypot",
+        "sum",
+        "max",
+        "min",
+        "mean",
+        "any",
+        "all",
+        "clip",
+        "isfinite",
+        "isnan",
+        "pi",
+        "arctan2",
+        "sin",
+        "cos",
+        "tan",
+        "maximum",
+        "minimum",
+        "exp",
+        "log",
+        "sign",
+    }
+)
 _NAMES = frozenset({"obs", "action", "info", "np", "abs", "min", "max", "True", "False", "None"})
 _NODES = (
-    ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.BinOp, ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv,
-    ast.Mod, ast.Pow, ast.UnaryOp, ast.USub, ast.UAdd, ast.Not, ast.Compare, ast.Eq, ast.NotEq, ast.Lt, ast.LtE,
-    ast.Gt, ast.GtE, ast.Constant, ast.Name, ast.Load, ast.Subscript, ast.Slice, ast.Tuple, ast.Call, ast.Attribute,
+    ast.Expression,
+    ast.BoolOp,
+    ast.And,
+    ast.Or,
+    ast.BinOp,
+    ast.Add,
+    ast.Sub,
+    ast.Mult,
+    ast.Div,
+    ast.FloorDiv,
+    ast.Mod,
+    ast.Pow,
+    ast.UnaryOp,
+    ast.USub,
+    ast.UAdd,
+    ast.Not,
+    ast.Compare,
+    ast.Eq,
+    ast.NotEq,
+    ast.Lt,
+    ast.LtE,
+    ast.Gt,
+    ast.GtE,
+    ast.Constant,
+    ast.Name,
+    ast.Load,
+    ast.Subscript,
+    ast.Slice,
+    ast.Tuple,
+    ast.Call,
+    ast.Attribute,
     ast.IfExp,
 )
 _MAX_LEN = 500
@@ -53,18 +104,28 @@ def _check_node(node: ast.AST, expr: str) -> None:
     if not isinstance(node, _NODES):
         raise ValidationError(f"constraint '{expr}' uses {type(node).__name__}, which is not allowed")
     if isinstance(node, ast.Name) and node.id not in _NAMES:
-        raise ValidationError(f"constraint '{expr}' uses the name '{node.id}'; only obs, action, info, np, abs, min, max")
-    if isinstance(node, ast.Attribute):
-        if not (isinstance(node.value, ast.Name) and node.value.id == "np" and node.attr in ALLOWED_NP):
-            raise ValidationError(f"constraint '{expr}' uses attribute '{node.attr}'; only np.<{', '.join(sorted(ALLOWED_NP))}>")
+        raise ValidationError(
+            f"constraint '{expr}' uses the name '{node.id}'; only obs, action, info, np, abs, min, max"
+        )
+    if isinstance(node, ast.Attribute) and not (
+        isinstance(node.value, ast.Name) and node.value.id == "np" and node.attr in ALLOWED_NP
+    ):
+        raise ValidationError(
+            f"constraint '{expr}' uses attribute '{node.attr}'; only np.<{', '.join(sorted(ALLOWED_NP))}>"
+        )
     if isinstance(node, ast.Call) and not isinstance(node.func, (ast.Name, ast.Attribute)):
         raise ValidationError(f"constraint '{expr}' calls something that is not an allowed function")
     if isinstance(node, ast.Constant) and not isinstance(node.value, (int, float, bool, str, type(None))):
         raise ValidationError(f"constraint '{expr}' has a constant of type {type(node.value).__name__}")
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
-        # a huge exponent is a cheap way to hang the evaluator
-        if not (isinstance(node.right, ast.Constant) and isinstance(node.right.value, (int, float)) and abs(node.right.value) <= 8):
-            raise ValidationError(f"constraint '{expr}' may only raise to a constant power of at most 8")
+    # a huge exponent is a cheap way to hang the evaluator
+    small_power = (
+        isinstance(node, ast.BinOp)
+        and isinstance(node.right, ast.Constant)
+        and isinstance(node.right.value, (int, float))
+        and abs(node.right.value) <= 8
+    )
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow) and not small_power:
+        raise ValidationError(f"constraint '{expr}' may only raise to a constant power of at most 8")
 
 
 class _NpFacade:
@@ -86,7 +147,7 @@ def compile_constraint(expr: str):
     def violated(obs: Any, action: Any, info: dict | None = None) -> bool:
         scope = dict(env_base, obs=np.asarray(obs), action=np.asarray(action), info=info or {})
         try:
-            value = eval(code, scope)  # noqa: S307 - AST-checked above, no builtins
+            value = eval(code, scope)
         except (ArithmeticError, IndexError, KeyError, TypeError, ValueError) as ex:
             raise ValidationError(f"constraint '{expr}' failed to evaluate: {type(ex).__name__}: {ex}") from ex
         return bool(np.any(value)) if not isinstance(value, float) or not math.isnan(value) else False

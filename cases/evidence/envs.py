@@ -188,5 +188,9 @@ def _spaces_match(a: gym.Space, b: gym.Space) -> bool:
         return False
     if isinstance(a, gym.spaces.Box) and isinstance(b, gym.spaces.Box):
         # bounds may differ by float rounding after a save/load; shape and dtype matter, bounds roughly
-        return a.shape == b.shape and np.allclose(a.low, b.low, equal_nan=True) and np.allclose(a.high, b.high, equal_nan=True)
+        return (
+            a.shape == b.shape
+            and np.allclose(a.low, b.low, equal_nan=True)
+            and np.allclose(a.high, b.high, equal_nan=True)
+        )
     return a == b

@@ -15,10 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .envs import is_continuing
 from ..errors import ValidationError
-from .rollouts import EvidenceBundle, collect_evidence
-from .features import FEATURE_FUNCS, PLATEAU_SLOPE, Features, compute_features, iqm, smooth_curve
 from ..model import RewardDensity, Signature, Subject
 from ..vocab import (
     COMPONENT_PREFIX,
@@ -31,6 +28,9 @@ from ..vocab import (
     TIMEOUT_RATE,
     TRAIN_TASK_GAP_HACKING,
 )
+from .envs import is_continuing
+from .features import FEATURE_FUNCS, PLATEAU_SLOPE, Features, compute_features, iqm, smooth_curve
+from .rollouts import EvidenceBundle, collect_evidence
 
 __all__ = [
     "compute_signature",
@@ -128,40 +128,55 @@ def _reward_diverges(f: Features) -> bool:
     far above the evaluated task return (``train_task_gap``); training reward
     anti-correlates with success.
     """
-    return (_ge(f, "reward_gap", REWARD_GAP_HACKING)
-            or (_ge(f, "reward_excess_t", REWARD_EXCESS_T) and _ge(f, "reward_gap", REWARD_EXCESS_MIN_GAP))
-            or _ge(f, "train_task_gap", TRAIN_TASK_GAP_HACKING)
-            or _le(f, "reward_success_corr", REWARD_CORR_HACKING))
+    return (
+        _ge(f, "reward_gap", REWARD_GAP_HACKING)
+        or (_ge(f, "reward_excess_t", REWARD_EXCESS_T) and _ge(f, "reward_gap", REWARD_EXCESS_MIN_GAP))
+        or _ge(f, "train_task_gap", TRAIN_TASK_GAP_HACKING)
+        or _le(f, "reward_success_corr", REWARD_CORR_HACKING)
+    )
 
 
 SYMPTOM_RULES: dict[str, Callable[[Features, Subject], bool]] = {
     # a continuing env (Pendulum) always runs to the limit: that is its nature, not a symptom
     "timeouts": lambda f, s: _ge(f, "truncation_rate", TIMEOUT_RATE) and not is_continuing(s.env_id),
-    "hovering": lambda f, s: _ge(f, "truncation_rate", HOVER_TRUNCATION_RATE) and _le(f, "success_rate", HOVER_MAX_SUCCESS)
-    and s.traits.reward_density == RewardDensity.dense and not is_continuing(s.env_id),
+    "hovering": lambda f, s: (
+        _ge(f, "truncation_rate", HOVER_TRUNCATION_RATE)
+        and _le(f, "success_rate", HOVER_MAX_SUCCESS)
+        and s.traits.reward_density == RewardDensity.dense
+        and not is_continuing(s.env_id)
+    ),
     "never_succeeds": lambda f, s: _le(f, "success_rate", 0.0),
     "low_success": lambda f, s: _lt(f, "success_rate", LOW_SUCCESS_RATE),
     "jerky_actions": lambda f, s: _ge(f, "action_jerk", JERK_THRESHOLD),
     "saturated_actions": lambda f, s: _ge(f, "action_saturation", SATURATION_THRESHOLD),
     "collapsed_entropy": lambda f, s: _ge(f, "entropy_drop", ENTROPY_COLLAPSE_DROP),
     "premature_convergence": lambda f, s: _ge(f, "curve_plateau", 1.0) and _lt(f, "success_rate", LOW_SUCCESS_RATE),
-    "unstable_learning": lambda f, s: _ge(f, "curve_collapse", COLLAPSE_DROP) or _ge(f, "curve_oscillation", OSCILLATION_LEVEL)
-    or _ge(f, "approx_kl_max", KL_UNSTABLE),
+    "unstable_learning": lambda f, s: (
+        _ge(f, "curve_collapse", COLLAPSE_DROP)
+        or _ge(f, "curve_oscillation", OSCILLATION_LEVEL)
+        or _ge(f, "approx_kl_max", KL_UNSTABLE)
+    ),
     "reward_hacking_suspected": lambda f, s: _lt(f, "success_rate", LOW_SUCCESS_RATE) and _reward_diverges(f),
     "constraint_violations": lambda f, s: _ge(f, "constraint_violation_rate", VIOLATION_RATE),
     "early_termination": lambda f, s: _ge(f, "early_termination_rate", EARLY_TERMINATION_RATE),
     "low_coverage": lambda f, s: _lt(f, "state_coverage", LOW_COVERAGE),
     "unscaled_observations": lambda f, s: _ge(f, "obs_abs_max", UNSCALED_OBS_ABS),
     "high_variance": lambda f, s: _ge(f, "return_spread", HIGH_SPREAD),
-    "short_episodes": lambda f, s: _lt(f, "ep_len_frac", SHORT_EPISODE_FRAC) and _lt(f, "success_rate", LOW_SUCCESS_RATE),
-    "sparse_signal": lambda f, s: _lt(f, "reward_informative_frac", SPARSE_INFORMATIVE_FRAC)
-    and (s.traits.reward_density == RewardDensity.sparse or _le(f, "reward_per_step", 0.0)),
+    "short_episodes": lambda f, s: (
+        _lt(f, "ep_len_frac", SHORT_EPISODE_FRAC) and _lt(f, "success_rate", LOW_SUCCESS_RATE)
+    ),
+    "sparse_signal": lambda f, s: (
+        _lt(f, "reward_informative_frac", SPARSE_INFORMATIVE_FRAC)
+        and (s.traits.reward_density == RewardDensity.sparse or _le(f, "reward_per_step", 0.0))
+    ),
     "poor_generalization": lambda f, s: _le(f, "shifted_gap", SHIFT_GAP),
     "undertrained": lambda f, s: _ge(f, "curve_final_slope", UNDERTRAINED_SLOPE) and _lt(f, "success_rate", 0.8),
     "numerical_instability": lambda f, s: _ge(f, "nan_detected", 1.0),
     "short_time_limit": lambda f, s: _le(f, "time_limit_ratio", SHORT_LIMIT_RATIO) and _ge(f, "truncation_rate", 0.5),
     "low_progress": lambda f, s: _lt(f, "progress_max", LOW_PROGRESS) and _lt(f, "success_rate", LOW_SUCCESS_RATE),
-    "low_final_height": lambda f, s: _lt(f, "progress_final", LOW_FINAL_HEIGHT) and _lt(f, "success_rate", LOW_SUCCESS_RATE),
+    "low_final_height": lambda f, s: (
+        _lt(f, "progress_final", LOW_FINAL_HEIGHT) and _lt(f, "success_rate", LOW_SUCCESS_RATE)
+    ),
 }
 
 
@@ -218,7 +233,9 @@ def _fmt(template: str, f: Features) -> str:
         return template.split(" (")[0]
 
 
-def summarize(features: Features, symptoms: list[str], subject: Subject, n_episodes: int, time_limit: int | None) -> str:
+def summarize(
+    features: Features, symptoms: list[str], subject: Subject, n_episodes: int, time_limit: int | None
+) -> str:
     """One retrieval-friendly paragraph: env and action type, algorithm, key numbers, symptoms in words."""
     f = features
     kind = subject.traits.action_space.value.capitalize()
@@ -232,12 +249,17 @@ def summarize(features: Features, symptoms: list[str], subject: Subject, n_episo
     nums.append(f"return IQM {f.get('return_iqm', _NAN):.4g}")
     if abs(f.get("reward_gap", 0.0) or 0.0) > 0.05 and math.isfinite(f.get("train_return_mean", _NAN)):
         nums.append(f"training-reward return {f['train_return_mean']:.4g}")
-    words = [_unstable_phrase(f) if t == "unstable_learning" else _fmt(_PHRASES[t], f) for t in symptoms
-             if t in _PHRASES or t == "unstable_learning"]
+    words = [
+        _unstable_phrase(f) if t == "unstable_learning" else _fmt(_PHRASES[t], f)
+        for t in symptoms
+        if t in _PHRASES or t == "unstable_learning"
+    ]
     text = parts[0] + ": " + ", ".join(nums)
     if words:
         text += "; " + "; ".join(words)
-    comps = [k[len(COMPONENT_PREFIX):-len(".mean")] for k in f if k.startswith(COMPONENT_PREFIX) and k.endswith(".mean")]
+    comps = [
+        k[len(COMPONENT_PREFIX) : -len(".mean")] for k in f if k.startswith(COMPONENT_PREFIX) and k.endswith(".mean")
+    ]
     if comps:
         text += "; reward components: " + ", ".join(f"{c} {f[COMPONENT_PREFIX + c + '.mean']:.3g}" for c in comps[:5])
     return text + "."

@@ -45,12 +45,12 @@ def _fields(buf: bytes) -> Iterator[tuple[int, int, Any]]:
         if wt == _VARINT:
             val, pos = _varint(buf, pos)
         elif wt == _FIXED64:
-            val, pos = buf[pos:pos + 8], pos + 8
+            val, pos = buf[pos : pos + 8], pos + 8
         elif wt == _LEN:
             n, pos = _varint(buf, pos)
-            val, pos = buf[pos:pos + n], pos + n
+            val, pos = buf[pos : pos + n], pos + n
         elif wt == _FIXED32:
-            val, pos = buf[pos:pos + 4], pos + 4
+            val, pos = buf[pos : pos + 4], pos + 4
         else:
             raise ValueError(f"unsupported wire type {wt}")
         yield num, wt, val
@@ -97,7 +97,7 @@ def _summary_values(buf: bytes) -> Iterator[tuple[str, float]]:
 def _records(data: bytes) -> Iterator[bytes]:
     pos = 0
     while pos + 12 <= len(data):
-        (n,) = struct.unpack("<Q", data[pos:pos + 8])
+        (n,) = struct.unpack("<Q", data[pos : pos + 8])
         start, end = pos + 12, pos + 12 + n
         if end + 4 > len(data):
             return

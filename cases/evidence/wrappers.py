@@ -179,10 +179,15 @@ class SurvivalReward(RewardWrapperBase):
     The fuel refund is computed for LunarLander; other envs just get the bonus.
     """
 
-    def __init__(self, env: gym.Env, bonus_per_step: float = 1.0, drop_terminal_bonus: bool = True,
-                 fuel_scale: float = 0.1):
+    def __init__(
+        self, env: gym.Env, bonus_per_step: float = 1.0, drop_terminal_bonus: bool = True, fuel_scale: float = 0.1
+    ):
         super().__init__(env)
-        self.bonus, self.drop_terminal, self.fuel_scale = float(bonus_per_step), bool(drop_terminal_bonus), float(fuel_scale)
+        self.bonus, self.drop_terminal, self.fuel_scale = (
+            float(bonus_per_step),
+            bool(drop_terminal_bonus),
+            float(fuel_scale),
+        )
         self._lunar = type(env.unwrapped).__name__ == "LunarLander"
 
     def transform(self, obs, action, reward, terminated, truncated, info):
@@ -206,8 +211,15 @@ class ExploitableShaping(RewardWrapperBase):
 
     TERMS = ("abs_obs", "near_ground_slow")
 
-    def __init__(self, env: gym.Env, term: str = "abs_obs", coef: float = 100.0, index: int = 1,
-                 height: float = 0.3, max_speed: float = 0.1):
+    def __init__(
+        self,
+        env: gym.Env,
+        term: str = "abs_obs",
+        coef: float = 100.0,
+        index: int = 1,
+        height: float = 0.3,
+        max_speed: float = 0.1,
+    ):
         super().__init__(env)
         if term not in self.TERMS:
             raise EnvError(f"exploitable_shaping term '{term}' is unknown; use one of {', '.join(self.TERMS)}")

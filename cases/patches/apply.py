@@ -18,8 +18,9 @@ The wrappers themselves live in :mod:`remedy.cases.patches.wrappers`.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import gymnasium as gym
 
@@ -76,7 +77,7 @@ class PatchPlan:
         return any(patch_kind(p.kind).changes_reward for p in self.env_patches)
 
     @classmethod
-    def from_patch(cls, patch: Patch | None, traits: Any, algo: str) -> "PatchPlan":
+    def from_patch(cls, patch: Patch | None, traits: Any, algo: str) -> PatchPlan:
         """Split ``patch`` for an env with ``traits`` (EnvTraits) and algorithm ``algo``; refuse misfits."""
         if patch is None:
             return cls()
@@ -101,7 +102,7 @@ class PatchPlan:
         total = sum(s.fraction for s in self.curriculum.stages)
         starts, acc = [], 0.0
         for stage in self.curriculum.stages:
-            starts.append((dict(stage.env_kwargs), int(round(budget_steps * acc / total))))
+            starts.append((dict(stage.env_kwargs), round(budget_steps * acc / total)))
             acc += stage.fraction
         return CurriculumSchedule(stages=starts)
 
@@ -149,8 +150,9 @@ def make_patched_env_fn(
         wrappers, limit = _setup_without_time_limit(wrappers), plan.max_episode_steps
 
     def build(stage_kwargs: dict[str, Any]) -> gym.Env:
-        env = make_env(env_id, {**base_kwargs, **stage_kwargs}, wrappers=tuple(wrappers),
-                       max_episode_steps=limit, seed=seed)
+        env = make_env(
+            env_id, {**base_kwargs, **stage_kwargs}, wrappers=tuple(wrappers), max_episode_steps=limit, seed=seed
+        )
         if step_counter is not None:
             env = EnvStepCounter(env, step_counter)
         return plan.wrap(env)

@@ -37,7 +37,11 @@ class CheckReport:
         """Plain data for ``--json``."""
         fuzz = None
         if self.fuzz is not None:
-            fuzz = {"calls": self.fuzz.calls, "max_call_ms": self.fuzz.max_call_ms, "problems": list(self.fuzz.problems)}
+            fuzz = {
+                "calls": self.fuzz.calls,
+                "max_call_ms": self.fuzz.max_call_ms,
+                "problems": list(self.fuzz.problems),
+            }
         return {"ok": self.ok, "rule": self.rule, "message": self.message, "fuzz": fuzz}
 
 
@@ -77,8 +81,8 @@ def check_patch(
 
 def _check_curriculum_stages(patch: Patch, env_id: str, env_kwargs: dict, obs_space: Any, act_space: Any) -> None:
     """Build each curriculum stage's env now, so bad kwargs fail here and not after a control arm trained."""
-    from ..evidence.envs import make_env
     from ..errors import EnvError
+    from ..evidence.envs import make_env
 
     for part in patch.parts:
         if not isinstance(part, Curriculum):
@@ -88,16 +92,23 @@ def _check_curriculum_stages(patch: Patch, env_id: str, env_kwargs: dict, obs_sp
             try:
                 env = make_env(env_id, kwargs)
             except EnvError as err:
-                raise PatchRejectedError(f"curriculum stage {i + 1} cannot build {env_id} with {stage.env_kwargs}: {err}",
-                                         rule="curriculum_env_kwargs") from err
+                raise PatchRejectedError(
+                    f"curriculum stage {i + 1} cannot build {env_id} with {stage.env_kwargs}: {err}",
+                    rule="curriculum_env_kwargs",
+                ) from err
             same = env.observation_space == obs_space and env.action_space == act_space
             env.close()
             if not same:
-                raise PatchRejectedError(f"curriculum stage {i + 1} ({stage.env_kwargs}) changes the observation or "
-                                         "action space; stages may only change dynamics", rule="curriculum_env_kwargs")
+                raise PatchRejectedError(
+                    f"curriculum stage {i + 1} ({stage.env_kwargs}) changes the observation or "
+                    "action space; stages may only change dynamics",
+                    rule="curriculum_env_kwargs",
+                )
 
 
-def _check_code_part(part: Any, obs_space: Any, act_space: Any, n_random: int, seed: int, timeout_s: float) -> FuzzReport | None:
+def _check_code_part(
+    part: Any, obs_space: Any, act_space: Any, n_random: int, seed: int, timeout_s: float
+) -> FuzzReport | None:
     check = patch_kind(part.kind).code_check
     return None if check is None else check(part, obs_space, act_space, n_random, seed, timeout_s)
 
@@ -117,6 +128,10 @@ def _spaces(env_id: str, env_kwargs: dict | None) -> tuple[Any, Any, EnvTraits]:
 
     env = make_env(env_id, env_kwargs or {})
     try:
-        return env.observation_space, env.action_space, traits_of_spaces(env_id, env.observation_space, env.action_space)
+        return (
+            env.observation_space,
+            env.action_space,
+            traits_of_spaces(env_id, env.observation_space, env.action_space),
+        )
     finally:
         env.close()

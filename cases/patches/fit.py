@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import inspect
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from ..errors import PatchRejectedError
 from ..model import ActionSpaceType, EnvTraits
@@ -36,7 +37,9 @@ __all__ = [
 ]
 
 #: constructor arguments that are not hyperparameters a patch may set (they fix the saved policy or the run).
-_NOT_HYPERPARAMETERS = frozenset({"self", "policy", "env", "policy_kwargs", "device", "seed", "_init_setup_model", "verbose"})
+_NOT_HYPERPARAMETERS = frozenset(
+    {"self", "policy", "env", "policy_kwargs", "device", "seed", "_init_setup_model", "verbose"}
+)
 
 
 def _number(x: Any) -> bool:
@@ -107,7 +110,7 @@ class FitContext:
 
 
 def check_fit(
-    patch: "Patch",
+    patch: Patch,
     traits: EnvTraits,
     algo: str | None = None,
     *,
@@ -141,33 +144,34 @@ def needs_continuous_actions(part: Any, ctx: FitContext) -> None:
         )
 
 
-def fit_exploration(part: "ExplorationBonus", ctx: FitContext) -> None:
+def fit_exploration(part: ExplorationBonus, ctx: FitContext) -> None:
     """An entropy coefficient only for algorithms that have one."""
     if part.ent_coef is not None:
         _check_ent_coef(ctx.algo, ctx.accepted)
 
 
-def fit_hyperparameters(part: "Hyperparameters", ctx: FitContext) -> None:
+def fit_hyperparameters(part: Hyperparameters, ctx: FitContext) -> None:
     """Every change names a hyperparameter the algorithm takes, with a sane value."""
     for name, value in part.changes.items():
         _check_hyperparameter(name, value, ctx.algo, ctx.accepted)
 
 
-def fit_curriculum(part: "Curriculum", ctx: FitContext) -> None:
+def fit_curriculum(part: Curriculum, ctx: FitContext) -> None:
     """Stage fractions sum to 1 (building each stage's env is :func:`check_patch`'s job)."""
     total = sum(s.fraction for s in part.stages)
     if abs(total - 1.0) > 1e-3:
-        raise PatchRejectedError(f"curriculum stage fractions sum to {total:g}; make them sum to 1",
-                                 rule="curriculum_fractions")
+        raise PatchRejectedError(
+            f"curriculum stage fractions sum to {total:g}; make them sum to 1", rule="curriculum_fractions"
+        )
 
 
-def fit_time_limit(part: "TimeLimit", ctx: FitContext) -> None:
+def fit_time_limit(part: TimeLimit, ctx: FitContext) -> None:
     """A time limit of at least one step."""
     if part.max_episode_steps < 1:
         raise PatchRejectedError("time limit must be at least 1 step", rule="time_limit_too_short")
 
 
-def fit_frame_stack(part: "FrameStack", ctx: FitContext) -> None:
+def fit_frame_stack(part: FrameStack, ctx: FitContext) -> None:
     """Frame stacking needs a Box observation space."""
     import gymnasium.spaces as S
 
@@ -178,7 +182,7 @@ def fit_frame_stack(part: "FrameStack", ctx: FitContext) -> None:
         )
 
 
-def fit_normalization(part: "Normalization", ctx: FitContext) -> None:
+def fit_normalization(part: Normalization, ctx: FitContext) -> None:
     """Observation normalization needs a Box (or Dict) observation space."""
     import gymnasium.spaces as S
 
@@ -208,7 +212,6 @@ def algo_hyperparameters(algo: str) -> frozenset[str]:
     return frozenset(names - _NOT_HYPERPARAMETERS)
 
 
-
 def _check_ent_coef(algo: str | None, accepted: frozenset[str] | None) -> None:
     if accepted is not None and "ent_coef" not in accepted:
         raise PatchRejectedError(
@@ -216,7 +219,6 @@ def _check_ent_coef(algo: str | None, accepted: frozenset[str] | None) -> None:
             "its own exploration settings (e.g. exploration_final_eps for DQN, action noise for TD3)",
             rule="ent_coef_unsupported",
         )
-
 
 
 def _check_hyperparameter(name: str, value: Any, algo: str | None, accepted: frozenset[str] | None) -> None:
@@ -234,7 +236,11 @@ def _check_hyperparameter(name: str, value: Any, algo: str | None, accepted: fro
         hint = f"; did you mean {' or '.join(close)}?" if close else ""
         raise PatchRejectedError(f"{algo} has no hyperparameter '{name}'{hint}", rule="unknown_hyperparameter")
     if isinstance(value, float) and not math.isfinite(value):
-        raise PatchRejectedError(f"hyperparameter '{name}' must be finite, got {value}", rule="non_finite_hyperparameter")
+        raise PatchRejectedError(
+            f"hyperparameter '{name}' must be finite, got {value}", rule="non_finite_hyperparameter"
+        )
     test, wanted = HYPERPARAMETER_RULES.get(name, (None, ""))
     if test is not None and not test(value):
-        raise PatchRejectedError(f"hyperparameter '{name}' = {value!r} is not {wanted}", rule="bad_hyperparameter_value")
+        raise PatchRejectedError(
+            f"hyperparameter '{name}' = {value!r} is not {wanted}", rule="bad_hyperparameter_value"
+        )

@@ -100,7 +100,9 @@ def fuzz_reward(
     contained; ``fn`` must then be picklable (a :class:`SandboxedReward` is).
     The rejection carries the report as ``err.report``.
     """
-    report = _fuzz(fn, "reward", observation_space, action_space, n_random, seed, max_call_ms, timeout_s, memory_mb, isolate)
+    report = _fuzz(
+        fn, "reward", observation_space, action_space, n_random, seed, max_call_ms, timeout_s, memory_mb, isolate
+    )
     return _verdict(report, "shaped_reward")
 
 
@@ -117,7 +119,9 @@ def fuzz_predicate(
     isolate: bool = True,
 ) -> FuzzReport:
     """Like :func:`fuzz_reward` for a safety predicate over ``(obs, action, info)``: it must give a bool."""
-    report = _fuzz(pred, "predicate", observation_space, action_space, n_random, seed, max_call_ms, timeout_s, memory_mb, isolate)
+    report = _fuzz(
+        pred, "predicate", observation_space, action_space, n_random, seed, max_call_ms, timeout_s, memory_mb, isolate
+    )
     return _verdict(report, "safety predicate")
 
 
@@ -189,7 +193,7 @@ def _timed_call(fn: Callable[..., Any], args: tuple, budget_s: float) -> tuple[B
         outcome: BaseException | None = None
     except _CallTimeout as ex:
         outcome = ex
-    except Exception as ex:  # noqa: BLE001 - the judge decides what each exception means
+    except Exception as ex:
         outcome = ex
     finally:
         if use_timer:
@@ -201,7 +205,9 @@ def _raise_timeout(signum: int, frame: Any) -> None:
     raise _CallTimeout()
 
 
-def _judge(outcome: BaseException | None, ms: float, case: _Case, kind: str, max_call_ms: float, budget_s: float) -> str | None:
+def _judge(
+    outcome: BaseException | None, ms: float, case: _Case, kind: str, max_call_ms: float, budget_s: float
+) -> str | None:
     if isinstance(outcome, _CallTimeout):
         return f"timeout: a call ran past {budget_s:g}s of CPU on {case.label} (an endless loop?)"
     if isinstance(outcome, MemoryError):

@@ -12,8 +12,9 @@ agree.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import gymnasium as gym
 from pydantic import BaseModel
@@ -80,8 +81,9 @@ def _fuzz_predicate(part: spec.SafetyConstraint, obs: Any, act: Any, n: int, see
     from .fuzz import fuzz_predicate
     from .sandbox import compile_predicate
 
-    return fuzz_predicate(compile_predicate(part.predicate), obs, act, n_random=max(1, n // 2), seed=seed,
-                          timeout_s=timeout_s)
+    return fuzz_predicate(
+        compile_predicate(part.predicate), obs, act, n_random=max(1, n // 2), seed=seed, timeout_s=timeout_s
+    )
 
 
 def _ent_coef(part: spec.ExplorationBonus) -> dict[str, Any]:
@@ -91,31 +93,69 @@ def _ent_coef(part: spec.ExplorationBonus) -> dict[str, Any]:
 # --------------------------------------------------------------------------- the registry
 
 _KINDS = [
-    PatchKind(spec.RewardShaping, RemedyFamily.reward_shaping, wrapper=_shaped_reward_wrapper,
-              code_check=_fuzz_reward, changes_reward=True),
-    PatchKind(spec.ActionSmoothness, RemedyFamily.action_smoothness, fit=fit.needs_continuous_actions,
-              wrapper=lambda p, env: wrappers.ActionSmoothnessWrapper(env, p.coef), changes_reward=True),
-    PatchKind(spec.ActionMagnitude, RemedyFamily.action_magnitude, fit=fit.needs_continuous_actions,
-              wrapper=lambda p, env: wrappers.ActionMagnitudeWrapper(env, p.coef), changes_reward=True),
-    PatchKind(spec.Hyperparameters, RemedyFamily.hyperparameters, fit=fit.fit_hyperparameters,
-              overrides=lambda p: dict(p.changes)),
-    PatchKind(spec.Normalization, RemedyFamily.normalization, fit=fit.fit_normalization,
-              settings=lambda p: {"normalization": p}),
-    PatchKind(spec.TimeLimit, RemedyFamily.time_limit, fit=fit.fit_time_limit,
-              settings=lambda p: {"max_episode_steps": p.max_episode_steps}),
-    PatchKind(spec.FrameStack, RemedyFamily.frame_stack, fit=fit.fit_frame_stack,
-              settings=lambda p: {"frame_stack": p.n}),
-    PatchKind(spec.ActionRepeat, RemedyFamily.action_repeat,
-              wrapper=lambda p, env: wrappers.ActionRepeatWrapper(env, p.n)),
-    PatchKind(spec.ExplorationBonus, RemedyFamily.exploration_bonus, fit=fit.fit_exploration, overrides=_ent_coef,
-              wrapper=lambda p, env: wrappers.CountBonusWrapper(env, p.count_bonus),
-              wraps=lambda p: p.count_bonus > 0, changes_reward=True),
-    PatchKind(spec.Curriculum, RemedyFamily.curriculum, fit=fit.fit_curriculum,
-              settings=lambda p: {"curriculum": p}),
-    PatchKind(spec.SafetyConstraint, RemedyFamily.safety_constraint, wrapper=_safety_wrapper,
-              code_check=_fuzz_predicate, changes_reward=True),
-    PatchKind(spec.TrainingBudget, RemedyFamily.training_budget,
-              settings=lambda p: {"extra_steps": p.extra_steps}),
+    PatchKind(
+        spec.RewardShaping,
+        RemedyFamily.reward_shaping,
+        wrapper=_shaped_reward_wrapper,
+        code_check=_fuzz_reward,
+        changes_reward=True,
+    ),
+    PatchKind(
+        spec.ActionSmoothness,
+        RemedyFamily.action_smoothness,
+        fit=fit.needs_continuous_actions,
+        wrapper=lambda p, env: wrappers.ActionSmoothnessWrapper(env, p.coef),
+        changes_reward=True,
+    ),
+    PatchKind(
+        spec.ActionMagnitude,
+        RemedyFamily.action_magnitude,
+        fit=fit.needs_continuous_actions,
+        wrapper=lambda p, env: wrappers.ActionMagnitudeWrapper(env, p.coef),
+        changes_reward=True,
+    ),
+    PatchKind(
+        spec.Hyperparameters,
+        RemedyFamily.hyperparameters,
+        fit=fit.fit_hyperparameters,
+        overrides=lambda p: dict(p.changes),
+    ),
+    PatchKind(
+        spec.Normalization,
+        RemedyFamily.normalization,
+        fit=fit.fit_normalization,
+        settings=lambda p: {"normalization": p},
+    ),
+    PatchKind(
+        spec.TimeLimit,
+        RemedyFamily.time_limit,
+        fit=fit.fit_time_limit,
+        settings=lambda p: {"max_episode_steps": p.max_episode_steps},
+    ),
+    PatchKind(
+        spec.FrameStack, RemedyFamily.frame_stack, fit=fit.fit_frame_stack, settings=lambda p: {"frame_stack": p.n}
+    ),
+    PatchKind(
+        spec.ActionRepeat, RemedyFamily.action_repeat, wrapper=lambda p, env: wrappers.ActionRepeatWrapper(env, p.n)
+    ),
+    PatchKind(
+        spec.ExplorationBonus,
+        RemedyFamily.exploration_bonus,
+        fit=fit.fit_exploration,
+        overrides=_ent_coef,
+        wrapper=lambda p, env: wrappers.CountBonusWrapper(env, p.count_bonus),
+        wraps=lambda p: p.count_bonus > 0,
+        changes_reward=True,
+    ),
+    PatchKind(spec.Curriculum, RemedyFamily.curriculum, fit=fit.fit_curriculum, settings=lambda p: {"curriculum": p}),
+    PatchKind(
+        spec.SafetyConstraint,
+        RemedyFamily.safety_constraint,
+        wrapper=_safety_wrapper,
+        code_check=_fuzz_predicate,
+        changes_reward=True,
+    ),
+    PatchKind(spec.TrainingBudget, RemedyFamily.training_budget, settings=lambda p: {"extra_steps": p.extra_steps}),
 ]
 
 #: kind name -> its entry, in the order of ``RemedyFamily``.

@@ -73,27 +73,151 @@ MAX_AST_DEPTH = 100
 ALLOWED_NUMPY: frozenset[str] = frozenset(
     {
         # elementwise math
-        "abs", "absolute", "fabs", "sign", "sqrt", "square", "cbrt", "exp", "exp2", "expm1", "log", "log2",
-        "log10", "log1p", "sin", "cos", "tan", "arcsin", "arccos", "arctan", "arctan2", "sinh", "cosh",
-        "tanh", "arcsinh", "arccosh", "arctanh", "hypot", "deg2rad", "rad2deg", "degrees", "radians",
-        "floor", "ceil", "trunc", "rint", "round", "add", "subtract", "multiply", "divide", "true_divide",
-        "floor_divide", "power", "mod", "fmod", "remainder", "negative", "positive", "reciprocal",
-        "minimum", "maximum", "fmin", "fmax", "clip", "where", "copysign", "heaviside", "interp",
-        "isnan", "isinf", "isfinite", "nan_to_num", "greater", "greater_equal", "less", "less_equal",
-        "equal", "not_equal", "logical_and", "logical_or", "logical_not", "logical_xor", "isclose",
-        "allclose", "array_equal",
+        "abs",
+        "absolute",
+        "fabs",
+        "sign",
+        "sqrt",
+        "square",
+        "cbrt",
+        "exp",
+        "exp2",
+        "expm1",
+        "log",
+        "log2",
+        "log10",
+        "log1p",
+        "sin",
+        "cos",
+        "tan",
+        "arcsin",
+        "arccos",
+        "arctan",
+        "arctan2",
+        "sinh",
+        "cosh",
+        "tanh",
+        "arcsinh",
+        "arccosh",
+        "arctanh",
+        "hypot",
+        "deg2rad",
+        "rad2deg",
+        "degrees",
+        "radians",
+        "floor",
+        "ceil",
+        "trunc",
+        "rint",
+        "round",
+        "add",
+        "subtract",
+        "multiply",
+        "divide",
+        "true_divide",
+        "floor_divide",
+        "power",
+        "mod",
+        "fmod",
+        "remainder",
+        "negative",
+        "positive",
+        "reciprocal",
+        "minimum",
+        "maximum",
+        "fmin",
+        "fmax",
+        "clip",
+        "where",
+        "copysign",
+        "heaviside",
+        "interp",
+        "isnan",
+        "isinf",
+        "isfinite",
+        "nan_to_num",
+        "greater",
+        "greater_equal",
+        "less",
+        "less_equal",
+        "equal",
+        "not_equal",
+        "logical_and",
+        "logical_or",
+        "logical_not",
+        "logical_xor",
+        "isclose",
+        "allclose",
+        "array_equal",
         # reductions
-        "sum", "mean", "median", "std", "var", "min", "max", "amin", "amax", "prod", "cumsum", "diff",
-        "argmin", "argmax", "any", "all", "average", "count_nonzero", "nansum", "nanmean", "nanmax",
-        "nanmin", "ptp", "sort", "argsort",
+        "sum",
+        "mean",
+        "median",
+        "std",
+        "var",
+        "min",
+        "max",
+        "amin",
+        "amax",
+        "prod",
+        "cumsum",
+        "diff",
+        "argmin",
+        "argmax",
+        "any",
+        "all",
+        "average",
+        "count_nonzero",
+        "nansum",
+        "nanmean",
+        "nanmax",
+        "nanmin",
+        "ptp",
+        "sort",
+        "argsort",
         # linear algebra (``np.linalg`` is a proxy with ``norm`` only)
-        "dot", "inner", "outer", "cross", "vdot", "matmul", "linalg",
+        "dot",
+        "inner",
+        "outer",
+        "cross",
+        "vdot",
+        "matmul",
+        "linalg",
         # building arrays
-        "asarray", "array", "zeros", "ones", "full", "zeros_like", "ones_like", "full_like", "arange",
-        "linspace", "concatenate", "stack", "hstack", "vstack", "reshape", "ravel", "squeeze",
-        "expand_dims", "atleast_1d", "flip", "shape", "size", "ndim",
+        "asarray",
+        "array",
+        "zeros",
+        "ones",
+        "full",
+        "zeros_like",
+        "ones_like",
+        "full_like",
+        "arange",
+        "linspace",
+        "concatenate",
+        "stack",
+        "hstack",
+        "vstack",
+        "reshape",
+        "ravel",
+        "squeeze",
+        "expand_dims",
+        "atleast_1d",
+        "flip",
+        "shape",
+        "size",
+        "ndim",
         # constants and scalar types
-        "pi", "e", "inf", "nan", "newaxis", "float32", "float64", "int32", "int64", "bool_",
+        "pi",
+        "e",
+        "inf",
+        "nan",
+        "newaxis",
+        "float32",
+        "float64",
+        "int32",
+        "int64",
+        "bool_",
     }
 )
 _ALLOWED_LINALG: frozenset[str] = frozenset({"norm"})
@@ -104,20 +228,85 @@ ALLOWED_MATH: frozenset[str] = frozenset(n for n in dir(math) if not n.startswit
 #: attributes allowed on values other than ``np``/``math`` (arrays, dicts, lists, floats).
 ALLOWED_ATTRIBUTES: frozenset[str] = frozenset(
     {
-        "shape", "ndim", "size", "T", "real", "imag", "sum", "mean", "min", "max", "std", "var", "prod",
-        "clip", "copy", "reshape", "flatten", "ravel", "item", "tolist", "any", "all", "argmax", "argmin",
-        "dot", "round", "cumsum", "squeeze", "astype", "get", "keys", "values", "items", "append",
-        "extend", "count", "index", "is_integer", "conjugate",
+        "shape",
+        "ndim",
+        "size",
+        "T",
+        "real",
+        "imag",
+        "sum",
+        "mean",
+        "min",
+        "max",
+        "std",
+        "var",
+        "prod",
+        "clip",
+        "copy",
+        "reshape",
+        "flatten",
+        "ravel",
+        "item",
+        "tolist",
+        "any",
+        "all",
+        "argmax",
+        "argmin",
+        "dot",
+        "round",
+        "cumsum",
+        "squeeze",
+        "astype",
+        "get",
+        "keys",
+        "values",
+        "items",
+        "append",
+        "extend",
+        "count",
+        "index",
+        "is_integer",
+        "conjugate",
     }
 )
 
 _EXCEPTIONS = (
-    Exception, ArithmeticError, ZeroDivisionError, OverflowError, FloatingPointError, ValueError,
-    TypeError, KeyError, IndexError, LookupError,
+    Exception,
+    ArithmeticError,
+    ZeroDivisionError,
+    OverflowError,
+    FloatingPointError,
+    ValueError,
+    TypeError,
+    KeyError,
+    IndexError,
+    LookupError,
 )
 _BUILTIN_FUNCS = (
-    abs, min, max, float, int, bool, len, range, sum, round, pow, enumerate, zip, list, tuple, dict,
-    any, all, sorted, reversed, divmod, isinstance, map, filter,
+    abs,
+    min,
+    max,
+    float,
+    int,
+    bool,
+    len,
+    range,
+    sum,
+    round,
+    pow,
+    enumerate,
+    zip,
+    list,
+    tuple,
+    dict,
+    any,
+    all,
+    sorted,
+    reversed,
+    divmod,
+    isinstance,
+    map,
+    filter,
 )
 #: the builtins patch code sees (everything else, ``open`` and ``__import__`` included, is absent).
 SAFE_BUILTINS: dict[str, Any] = {f.__name__: f for f in (*_BUILTIN_FUNCS, *_EXCEPTIONS)}
@@ -125,30 +314,122 @@ SAFE_BUILTINS: dict[str, Any] = {f.__name__: f for f in (*_BUILTIN_FUNCS, *_EXCE
 #: names refused on sight, with their own rule (``forbidden-name:<name>``).
 FORBIDDEN_NAMES: frozenset[str] = frozenset(
     {
-        "open", "exec", "eval", "compile", "getattr", "setattr", "delattr", "hasattr", "globals", "locals",
-        "vars", "dir", "breakpoint", "input", "help", "type", "object", "super", "memoryview", "classmethod",
-        "staticmethod", "property", "exit", "quit", "print", "id", "hash", "callable", "format", "repr",
-        "ascii", "chr", "ord", "bytes", "bytearray", "iter", "next", "BaseException", "SystemExit",
-        "KeyboardInterrupt", "GeneratorExit", "os", "sys", "subprocess", "socket", "importlib", "builtins",
-        "ctypes", "pickle", "shutil", "pathlib", "io", "signal", "threading", "multiprocessing", "inspect",
+        "open",
+        "exec",
+        "eval",
+        "compile",
+        "getattr",
+        "setattr",
+        "delattr",
+        "hasattr",
+        "globals",
+        "locals",
+        "vars",
+        "dir",
+        "breakpoint",
+        "input",
+        "help",
+        "type",
+        "object",
+        "super",
+        "memoryview",
+        "classmethod",
+        "staticmethod",
+        "property",
+        "exit",
+        "quit",
+        "print",
+        "id",
+        "hash",
+        "callable",
+        "format",
+        "repr",
+        "ascii",
+        "chr",
+        "ord",
+        "bytes",
+        "bytearray",
+        "iter",
+        "next",
+        "BaseException",
+        "SystemExit",
+        "KeyboardInterrupt",
+        "GeneratorExit",
+        "os",
+        "sys",
+        "subprocess",
+        "socket",
+        "importlib",
+        "builtins",
+        "ctypes",
+        "pickle",
+        "shutil",
+        "pathlib",
+        "io",
+        "signal",
+        "threading",
+        "multiprocessing",
+        "inspect",
     }
 )
 
 _MODULE_NAMES = {"np": "numpy", "numpy": "numpy", "math": "math"}
 
 _STMTS = (
-    ast.FunctionDef, ast.Return, ast.Assign, ast.AugAssign, ast.For, ast.While, ast.If, ast.Raise,
-    ast.Try, ast.Assert, ast.Expr, ast.Pass, ast.Break, ast.Continue,
+    ast.FunctionDef,
+    ast.Return,
+    ast.Assign,
+    ast.AugAssign,
+    ast.For,
+    ast.While,
+    ast.If,
+    ast.Raise,
+    ast.Try,
+    ast.Assert,
+    ast.Expr,
+    ast.Pass,
+    ast.Break,
+    ast.Continue,
 )
 _EXPRS = (
-    ast.BoolOp, ast.NamedExpr, ast.BinOp, ast.UnaryOp, ast.Lambda, ast.IfExp, ast.Dict, ast.Set,
-    ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.Compare, ast.Call, ast.FormattedValue,
-    ast.JoinedStr, ast.Constant, ast.Attribute, ast.Subscript, ast.Starred, ast.Name, ast.List,
-    ast.Tuple, ast.Slice,
+    ast.BoolOp,
+    ast.NamedExpr,
+    ast.BinOp,
+    ast.UnaryOp,
+    ast.Lambda,
+    ast.IfExp,
+    ast.Dict,
+    ast.Set,
+    ast.ListComp,
+    ast.SetComp,
+    ast.DictComp,
+    ast.GeneratorExp,
+    ast.Compare,
+    ast.Call,
+    ast.FormattedValue,
+    ast.JoinedStr,
+    ast.Constant,
+    ast.Attribute,
+    ast.Subscript,
+    ast.Starred,
+    ast.Name,
+    ast.List,
+    ast.Tuple,
+    ast.Slice,
 )
 _OTHER = (
-    ast.Module, ast.Load, ast.Store, ast.boolop, ast.operator, ast.unaryop, ast.cmpop, ast.comprehension,
-    ast.ExceptHandler, ast.arguments, ast.arg, ast.keyword,
+    ast.Module,
+    ast.Load,
+    ast.Store,
+    ast.boolop,
+    ast.operator,
+    ast.unaryop,
+    ast.cmpop,
+    ast.comprehension,
+    ast.ExceptHandler,
+    ast.arguments,
+    ast.arg,
+    ast.keyword,
 )
 _ALLOWED_NODES = _STMTS + _EXPRS + _OTHER
 
@@ -260,9 +541,7 @@ def _bound_names(tree: ast.AST) -> set[str]:
             names.add(node.id)
         elif isinstance(node, ast.arg):
             names.add(node.arg)
-        elif isinstance(node, ast.FunctionDef):
-            names.add(node.name)
-        elif isinstance(node, ast.ExceptHandler) and node.name:
+        elif isinstance(node, ast.FunctionDef) or (isinstance(node, ast.ExceptHandler) and node.name):
             names.add(node.name)
     return names
 
@@ -307,7 +586,9 @@ class _Checker(ast.NodeVisitor):
             raise _reject(f"attribute '{attr}' is not allowed (line {_line(node)})", rule)
         self.generic_visit(node)  # inner first, so np.random.rand names np.random
         if not isinstance(node.ctx, ast.Load):
-            raise _reject(f"assigning to attribute '{attr}' is not allowed (line {_line(node)})", "no-attribute-assignment")
+            raise _reject(
+                f"assigning to attribute '{attr}' is not allowed (line {_line(node)})", "no-attribute-assignment"
+            )
         _check_attribute(node)
 
     def visit_Constant(self, node: ast.Constant) -> None:
@@ -343,7 +624,9 @@ class _Checker(ast.NodeVisitor):
 
     def visit_While(self, node: ast.While) -> None:
         if isinstance(node.test, ast.Constant) and node.test.value:
-            raise _reject(f"'while True' loops are not allowed; loop over a range (line {_line(node)})", "no-while-true")
+            raise _reject(
+                f"'while True' loops are not allowed; loop over a range (line {_line(node)})", "no-while-true"
+            )
         self.generic_visit(node)
 
     def visit_comprehension(self, node: ast.comprehension) -> None:
@@ -358,14 +641,28 @@ def _check_attribute(node: ast.Attribute) -> None:
         module = _MODULE_NAMES[base.id]
         allowed = ALLOWED_NUMPY if module == "numpy" else ALLOWED_MATH
         if attr not in allowed:
-            raise _reject(f"'{base.id}.{attr}' is not on the sandbox allow-list (line {_line(node)})", f"{module}-not-allowed:{attr}")
+            raise _reject(
+                f"'{base.id}.{attr}' is not on the sandbox allow-list (line {_line(node)})",
+                f"{module}-not-allowed:{attr}",
+            )
         return
-    if isinstance(base, ast.Attribute) and base.attr == "linalg" and isinstance(base.value, ast.Name) and base.value.id in ("np", "numpy"):
+    if (
+        isinstance(base, ast.Attribute)
+        and base.attr == "linalg"
+        and isinstance(base.value, ast.Name)
+        and base.value.id in ("np", "numpy")
+    ):
         if attr not in _ALLOWED_LINALG:
-            raise _reject(f"'np.linalg.{attr}' is not allowed; only np.linalg.norm (line {_line(node)})", f"numpy-not-allowed:linalg.{attr}")
+            raise _reject(
+                f"'np.linalg.{attr}' is not allowed; only np.linalg.norm (line {_line(node)})",
+                f"numpy-not-allowed:linalg.{attr}",
+            )
         return
     if attr not in ALLOWED_ATTRIBUTES:
-        raise _reject(f"attribute '.{attr}' is not on the sandbox allow-list (line {_line(node)})", f"attribute-not-allowed:{attr}")
+        raise _reject(
+            f"attribute '.{attr}' is not on the sandbox allow-list (line {_line(node)})",
+            f"attribute-not-allowed:{attr}",
+        )
 
 
 def _line(node: ast.AST) -> int:
@@ -408,14 +705,19 @@ def _is_number(node: ast.AST, numeric: set[str]) -> bool:
         return node.id in numeric
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
         return _is_number(node.operand, numeric)
-    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod)):
+    if isinstance(node, ast.BinOp) and isinstance(
+        node.op, (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod)
+    ):
         return _is_number(node.left, numeric) and _is_number(node.right, numeric)
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
         # only constant ** small constant: nested powers are how 10**10**10 hangs the caller
         left, right = node.left, node.right
         return (
-            isinstance(left, ast.Constant) and _is_number(left, set())
-            and isinstance(right, ast.Constant) and isinstance(right.value, int) and abs(right.value) <= 64
+            isinstance(left, ast.Constant)
+            and _is_number(left, set())
+            and isinstance(right, ast.Constant)
+            and isinstance(right.value, int)
+            and abs(right.value) <= 64
         )
     return False
 
@@ -515,8 +817,8 @@ def _load(code: str, entry: str, params: tuple[str, ...]) -> Callable[..., Any]:
     tree, bindings = _checked_tree(code, entry, params)
     ns = _namespace(bindings)
     try:
-        exec(compile(tree, "<patch>", "exec", dont_inherit=True), ns)  # noqa: S102 - checked, literal-only module body
-    except Exception as ex:  # noqa: BLE001 - e.g. 1/0 in a constant
+        exec(compile(tree, "<patch>", "exec", dont_inherit=True), ns)
+    except Exception as ex:
         raise _reject(f"patch code failed while being defined: {type(ex).__name__}: {ex}", "exec") from None
     return ns[entry]
 
@@ -582,17 +884,24 @@ class SandboxedReward:
     def __reduce__(self) -> tuple:
         return (SandboxedReward, (self.code, self.entry))
 
-    def __call__(self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any, truncated: Any, info: Any) -> float:
+    def __call__(
+        self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any, truncated: Any, info: Any
+    ) -> float:
         args = (
-            _frozen(obs), _frozen(action), float(reward), _frozen(next_obs),
-            bool(terminated), bool(truncated), _frozen(info) if isinstance(info, dict) else {},
+            _frozen(obs),
+            _frozen(action),
+            float(reward),
+            _frozen(next_obs),
+            bool(terminated),
+            bool(truncated),
+            _frozen(info) if isinstance(info, dict) else {},
         )
         with np.errstate(all="ignore"):
             try:
                 value = self._fn(*args)
             except MemoryError:
                 raise  # the worker reports it as a memory-limit breach
-            except Exception as ex:  # noqa: BLE001 - untrusted code may raise anything
+            except Exception as ex:
                 raise _code_error(self.entry, ex) from None
         return _to_float(value, self.entry)
 
@@ -617,7 +926,7 @@ class SandboxedPredicate:
                 return bool(value)
             except MemoryError:
                 raise
-            except Exception as ex:  # noqa: BLE001
+            except Exception as ex:
                 raise _code_error("safety predicate", ex) from None
 
 

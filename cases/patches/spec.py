@@ -8,7 +8,7 @@ right type. Applying parts to an env/algorithm lives in ``cases.patches.apply``.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -183,20 +183,18 @@ class TrainingBudget(_Part):
 
 
 PatchPart = Annotated[
-    Union[
-        RewardShaping,
-        ActionSmoothness,
-        ActionMagnitude,
-        Hyperparameters,
-        Normalization,
-        TimeLimit,
-        FrameStack,
-        ActionRepeat,
-        ExplorationBonus,
-        Curriculum,
-        SafetyConstraint,
-        TrainingBudget,
-    ],
+    RewardShaping
+    | ActionSmoothness
+    | ActionMagnitude
+    | Hyperparameters
+    | Normalization
+    | TimeLimit
+    | FrameStack
+    | ActionRepeat
+    | ExplorationBonus
+    | Curriculum
+    | SafetyConstraint
+    | TrainingBudget,
     Field(discriminator="kind"),
 ]
 
@@ -218,7 +216,7 @@ class Patch(BaseModel):
         return self.description or "; ".join(p.summary() for p in self.parts)
 
     @classmethod
-    def from_data(cls, data: Any) -> "Patch":
+    def from_data(cls, data: Any) -> Patch:
         """Accept either ``{"parts": [...]}`` or a single part (``{"kind": ...}``)."""
         if isinstance(data, dict) and "parts" not in data and "kind" in data:
             part = dict(data)

@@ -32,7 +32,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -167,8 +167,10 @@ def rlimits_available() -> dict[str, bool]:
     import resource
 
     names = {"cpu": "RLIMIT_CPU", "memory": "RLIMIT_AS", "core": "RLIMIT_CORE"}
-    return {key: hasattr(resource, attr) and resource.getrlimit(getattr(resource, attr))[1] != 0
-            for key, attr in names.items()}
+    return {
+        key: hasattr(resource, attr) and resource.getrlimit(getattr(resource, attr))[1] != 0
+        for key, attr in names.items()
+    }
 
 
 @lru_cache(maxsize=1)
@@ -198,7 +200,7 @@ def _dump_job(fn: Callable[..., Any], args: tuple, kwargs: dict) -> bytes:
         if not _importable_by_child(fn):
             return _dump_by_value(fn, args, kwargs)
         return pickle.dumps((fn, args, kwargs), protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception as ex:  # noqa: BLE001 - any pickling failure is the caller's to fix
+    except Exception as ex:
         raise SandboxError(
             f"cannot send {getattr(fn, '__name__', fn)!r} to a worker process ({type(ex).__name__}: {ex}); "
             "pass a module-level function and picklable arguments"
@@ -230,7 +232,7 @@ def _top_level_spec(top: str) -> Any:
         find = getattr(finder, "find_spec", None)
         try:
             spec = find(top, None) if find else None
-        except Exception:  # noqa: BLE001 - a broken finder is just not the one
+        except Exception:
             continue
         if spec is not None:
             return spec
@@ -351,10 +353,8 @@ def _collect(fd: int, deadline: float) -> tuple[bytes, bool]:
 
 
 def _kill_group(pid: int) -> None:
-    try:
+    with suppress(ProcessLookupError, PermissionError, OSError):
         os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError, OSError):
-        pass
 
 
 def _tail(log_file: Any, n: int = 400) -> str:
@@ -371,7 +371,7 @@ def _tail(log_file: Any, n: int = 400) -> str:
 def _unpickle(data: bytes) -> tuple:
     try:
         answer = pickle.loads(data)
-    except Exception as ex:  # noqa: BLE001 - a truncated or garbled answer
+    except Exception as ex:
         return ("protocol", f"worker sent an unreadable result ({type(ex).__name__}: {ex})")
     if not isinstance(answer, tuple) or not answer:
         return ("protocol", "worker sent an answer of the wrong shape")

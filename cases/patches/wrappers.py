@@ -10,8 +10,9 @@ declared once, in :data:`remedy.cases.patches.kinds.PATCH_KINDS`.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -65,7 +66,9 @@ def normalized_action(space: gym.Space, action: Any) -> np.ndarray:
         low, high = space.low.reshape(-1).astype(np.float64), space.high.reshape(-1).astype(np.float64)
         finite = np.isfinite(low) & np.isfinite(high) & (high > low)
         a = a.copy()
-        a[finite] = 2.0 * (np.clip(a[finite], low[finite], high[finite]) - low[finite]) / (high[finite] - low[finite]) - 1.0
+        a[finite] = (
+            2.0 * (np.clip(a[finite], low[finite], high[finite]) - low[finite]) / (high[finite] - low[finite]) - 1.0
+        )
     return a
 
 
@@ -105,8 +108,13 @@ class ShapedRewardWrapper(_RewardChanger):
     def _change(self, action, reward, next_obs, terminated, truncated, info) -> float:
         prev, self._last_obs = self._last_obs, next_obs
         value = self._fn(
-            np.array(prev, copy=True), np.array(action, copy=True), reward,
-            np.array(next_obs, copy=True), bool(terminated), bool(truncated), patch_info(info, self._hide_fault),
+            np.array(prev, copy=True),
+            np.array(action, copy=True),
+            reward,
+            np.array(next_obs, copy=True),
+            bool(terminated),
+            bool(truncated),
+            patch_info(info, self._hide_fault),
         )
         return float(value)
 
@@ -192,8 +200,9 @@ class SafetyConstraintWrapper(_RewardChanger):
     def step(self, action):
         obs, reward, terminated, truncated, info = self.env.step(action)
         info = dict(info)
-        violated = bool(self._pred(np.array(obs, copy=True), np.array(action, copy=True),
-                                   patch_info(info, self._hide_fault)))
+        violated = bool(
+            self._pred(np.array(obs, copy=True), np.array(action, copy=True), patch_info(info, self._hide_fault))
+        )
         new = float(reward) - (self.penalty if violated else 0.0)
         if violated:
             self.violations += 1

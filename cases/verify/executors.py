@@ -17,9 +17,10 @@ from __future__ import annotations
 import importlib
 import os
 import time
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Protocol
 
 from ..errors import VerificationError
 
@@ -109,7 +110,7 @@ def execute_job(job: Job) -> JobResult:
             value = run_limited(fn, *job.args, **dict(job.kwargs))
         else:
             value = run_limited(fn, *job.args, limits=job.limits, **dict(job.kwargs))
-    except Exception as err:  # noqa: BLE001 - any failure belongs to this job only
+    except Exception as err:
         return JobResult(job.id, False, error=_describe(err), wall_time_s=time.monotonic() - start)
     return JobResult(job.id, True, value=value, wall_time_s=time.monotonic() - start)
 
@@ -163,9 +164,11 @@ class RayExecutor:
                 opts["num_cpus"] = self.num_cpus or os.cpu_count() or 1
             try:
                 ray.init(**opts)
-            except Exception as err:  # noqa: BLE001 - connection problems are the user's to fix
+            except Exception as err:
                 where = self.address or "a local Ray"
-                raise VerificationError(f"could not start or reach {where}: {_describe(err)}; check --ray-address") from err
+                raise VerificationError(
+                    f"could not start or reach {where}: {_describe(err)}; check --ray-address"
+                ) from err
             self._started = True
         return ray
 
@@ -183,7 +186,7 @@ class RayExecutor:
             i = refs[ready[0]]
             try:
                 result = ray.get(ready[0])
-            except Exception as err:  # noqa: BLE001 - a lost worker fails its own job only
+            except Exception as err:
                 result = JobResult(jobs[i].id, False, error=_describe(err))
             results[i] = result
             done += 1

@@ -18,20 +18,21 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..algos import AlgoName
-from ..evidence.constraints import Constraint
 from ..errors import RunDirError, ScenarioError
-from ..model import RemedyFamily, RootCause
+from ..evidence.constraints import Constraint
 from ..evidence.rundir import RunConfig, RunDir, write_run_yaml
-from ..success import SuccessSpec
 from ..evidence.wrappers import WrapperSpec
+from ..model import RemedyFamily, RootCause
 from ..patches.spec import Patch
+from ..success import SuccessSpec
 from ..yamlfile import load_yaml_model
 
 __all__ = [
@@ -124,10 +125,19 @@ class Scenario(BaseModel):
         names the answer.
         """
         return RunConfig(
-            env_id=self.env_id, env_kwargs=self.env_kwargs, algo=self.algo, hyperparams=self.hyperparams,
-            train_steps=self.train_steps, n_envs=self.n_envs, wrappers=_hidden(self.wrappers),
-            reward_ref=self.reward_ref, success=self.success, constraints=self.constraints,
-            max_episode_steps=self.max_episode_steps, seed=self.seed, notes=PATIENT_NOTES,
+            env_id=self.env_id,
+            env_kwargs=self.env_kwargs,
+            algo=self.algo,
+            hyperparams=self.hyperparams,
+            train_steps=self.train_steps,
+            n_envs=self.n_envs,
+            wrappers=_hidden(self.wrappers),
+            reward_ref=self.reward_ref,
+            success=self.success,
+            constraints=self.constraints,
+            max_episode_steps=self.max_episode_steps,
+            seed=self.seed,
+            notes=PATIENT_NOTES,
         )
 
 
@@ -150,8 +160,7 @@ def _blind(run: RunDir, s: Scenario) -> RunDir:
 
 def load_scenario(path: str | Path) -> Scenario:
     """Read and validate one scenario YAML file."""
-    return load_yaml_model(Path(path), Scenario, ScenarioError,
-                           "with name, env_id, algo, train_steps, fault, ...")
+    return load_yaml_model(Path(path), Scenario, ScenarioError, "with name, env_id, algo, train_steps, fault, ...")
 
 
 def _paths_for(pattern: str) -> list[Path] | None:
@@ -220,8 +229,17 @@ def scenario_hash(s: Scenario) -> str:
     Built from the scenario's own training fields, not from ``RunConfig``'s
     schema, so a new optional field there does not invalidate shipped builds.
     """
-    fields = ("env_id", "env_kwargs", "algo", "hyperparams", "train_steps", "n_envs", "seed", "wrappers",
-              "max_episode_steps")
+    fields = (
+        "env_id",
+        "env_kwargs",
+        "algo",
+        "hyperparams",
+        "train_steps",
+        "n_envs",
+        "seed",
+        "wrappers",
+        "max_episode_steps",
+    )
     payload = {"training_version": TRAINING_VERSION, **s.model_dump(mode="json", include=set(fields))}
     text = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -282,19 +300,39 @@ def patient_success_rate(run: RunDir, n_episodes: int, seed: int = 10_000) -> fl
         from stable_baselines3.common.vec_env import DummyVecEnv
 
         vn = run.load_vecnormalize(DummyVecEnv([run.make_env]))
-    records = rollout(run.load_model(), lambda: run.make_env(for_evaluation=True), n_episodes=n_episodes,
-                      seed=seed, success=run.config.success, keep_trajectories=0, vecnormalize=vn)
+    records = rollout(
+        run.load_model(),
+        lambda: run.make_env(for_evaluation=True),
+        n_episodes=n_episodes,
+        seed=seed,
+        success=run.config.success,
+        keep_trajectories=0,
+        vecnormalize=vn,
+    )
     return sum(bool(r.success) for r in records) / max(1, len(records))
 
 
 def _write_build(path: Path, s: Scenario, wall: float, success: float | None) -> None:
-    info = {"scenario": s.name, "hash": scenario_hash(s), "train_steps": s.train_steps, "seed": s.seed,
-            "wall_time_s": round(wall, 2), "success_rate": success, "training_version": TRAINING_VERSION}
+    info = {
+        "scenario": s.name,
+        "hash": scenario_hash(s),
+        "train_steps": s.train_steps,
+        "seed": s.seed,
+        "wall_time_s": round(wall, 2),
+        "success_rate": success,
+        "training_version": TRAINING_VERSION,
+    }
     (path / BUILD_JSON).write_text(json.dumps(info, indent=2) + "\n")
 
 
-def build_scenario(s: Scenario, cache_dir: str | Path | None = None, *, force: bool = False,
-                   progress: Callable[[int, int], None] | None = None, evaluate: bool = True) -> BuiltScenario:
+def build_scenario(
+    s: Scenario,
+    cache_dir: str | Path | None = None,
+    *,
+    force: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+    evaluate: bool = True,
+) -> BuiltScenario:
     """Train ``s``'s patient unless a shipped or cached build with the same hash exists (``force`` retrains)."""
     if not force:
         found = _found(s, cache_dir)
@@ -330,8 +368,14 @@ def _found(s: Scenario, cache_dir: str | Path | None) -> BuiltScenario | None:
         run, source = RunDir.load(path), "cache"
     run = _blind(run, s)
     info = _read_build(run.path) or {}
-    return BuiltScenario(s, run, cached=True, source=source, wall_time_s=float(info.get("wall_time_s", 0.0)),
-                         success_rate=info.get("success_rate"))
+    return BuiltScenario(
+        s,
+        run,
+        cached=True,
+        source=source,
+        wall_time_s=float(info.get("wall_time_s", 0.0)),
+        success_rate=info.get("success_rate"),
+    )
 
 
 def find_built(s: Scenario, cache_dir: str | Path | None = None) -> BuiltScenario | None:
@@ -339,7 +383,11 @@ def find_built(s: Scenario, cache_dir: str | Path | None = None) -> BuiltScenari
     return _found(s, cache_dir)
 
 
-def build(s: Scenario, cache_dir: str | Path | None = None, force: bool = False,
-          progress: Callable[[int, int], None] | None = None) -> RunDir:
+def build(
+    s: Scenario,
+    cache_dir: str | Path | None = None,
+    force: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+) -> RunDir:
     """The patient's run directory: shipped, cached by :func:`scenario_hash`, or trained now."""
     return build_scenario(s, cache_dir, force=force, progress=progress).run

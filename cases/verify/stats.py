@@ -72,8 +72,8 @@ zero in 29% of trials at 2 seeds, 17% at 3, 11% at 5, against a nominal 5%.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import numpy as np
 from scipy import stats as _st
@@ -277,9 +277,14 @@ def effect(
     """
     t, c = _checked(treatment_runs, "treatment"), _checked(control_runs, "control")
     tv, cv = run_scores(t, aggregate), run_scores(c, aggregate)
-    ci = welch_interval(tv, cv, confidence, floor_treatment=within_run_variance(t),
-                        floor_control=within_run_variance(c),
-                        episodes=(min(r.size for r in t), min(r.size for r in c)))
+    ci = welch_interval(
+        tv,
+        cv,
+        confidence,
+        floor_treatment=within_run_variance(t),
+        floor_control=within_run_variance(c),
+        episodes=(min(r.size for r in t), min(r.size for r in c)),
+    )
     return Effect(
         metric=metric,
         treatment=float(tv.mean()),

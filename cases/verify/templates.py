@@ -85,17 +85,22 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _scenario_fields(family: str, template: dict, env_key: str, env_base: dict, magnitude: dict,
-                     split: str) -> dict[str, Any]:
+def _scenario_fields(
+    family: str, template: dict, env_key: str, env_base: dict, magnitude: dict, split: str
+) -> dict[str, Any]:
     mag = dict(magnitude)
     tag = str(mag.pop("tag"))
     fields = _merge(env_base, mag)
     oracle = fields.pop("oracle", None) or template.get("oracles", {}).get(env_key) or template.get("oracle")
     names = {"env": env_key, "tag": tag, **_vars(fields)}
     fields.update(
-        name=f"{env_key}_{family}_{tag}".lower().replace(".", "p"), family=family, split=split,
-        description=_fill(template["description"], names), fault=_fill(template["fault"], names),
-        ground_truth=template["ground_truth"], expected_families=template["expected_families"],
+        name=f"{env_key}_{family}_{tag}".lower().replace(".", "p"),
+        family=family,
+        split=split,
+        description=_fill(template["description"], names),
+        fault=_fill(template["fault"], names),
+        ground_truth=template["ground_truth"],
+        expected_families=template["expected_families"],
         oracle=_fill(oracle, names) if oracle is not None else None,
     )
     return fields
@@ -113,8 +118,9 @@ def expand_templates(data: dict[str, Any], reserved: frozenset[tuple[str, str]] 
     return out
 
 
-def load_template_scenarios(path: str | Path = TEMPLATE_FILE,
-                            reserved: frozenset[tuple[str, str]] = frozenset()) -> list[Any]:
+def load_template_scenarios(
+    path: str | Path = TEMPLATE_FILE, reserved: frozenset[tuple[str, str]] = frozenset()
+) -> list[Any]:
     """The scenarios a template file expands into (validated :class:`Scenario` objects)."""
     from .scenarios import Scenario
 

@@ -4,17 +4,28 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.table import Table
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
 
-__all__ = ["KbOption", "JsonOption", "ServerOption", "console", "err_console", "print_json", "DEFAULT_KB",
-           "progress_bar", "status_markup", "effect_text", "add_columns"]
+__all__ = [
+    "KbOption",
+    "JsonOption",
+    "ServerOption",
+    "console",
+    "err_console",
+    "print_json",
+    "DEFAULT_KB",
+    "progress_bar",
+    "status_markup",
+    "effect_text",
+    "add_columns",
+]
 
 DEFAULT_KB = ".remedy"
 
@@ -25,8 +36,11 @@ KbOption = Annotated[
 JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of a table.")]
 ServerOption = Annotated[
     str | None,
-    typer.Option("--server", envvar="REMEDY_SERVER",
-                 help="Go through a running `remedy serve` at this URL (token from $REMEDY_TOKEN) instead of --kb."),
+    typer.Option(
+        "--server",
+        envvar="REMEDY_SERVER",
+        help="Go through a running `remedy serve` at this URL (token from $REMEDY_TOKEN) instead of --kb.",
+    ),
 ]
 
 console = Console()
@@ -54,7 +68,6 @@ def _finite(data: Any) -> Any:
     if isinstance(data, (list, tuple)):
         return [_finite(v) for v in data]
     return data
-
 
 
 def progress_bar(*, to: Console | None = None, disable: bool = False) -> Progress:

@@ -27,8 +27,11 @@ def doctor_cmd(as_json: JsonOption = False) -> None:
     for name, ok in report.rlimits.items():
         t.add_row(f"worker {name} limit", yes(ok))
     t.add_row("worker environment", ", ".join(report.worker_env))
-    t.add_row("embedding model", f"{report.embedding_model} ({report.embedding_dim} dims) "
-              f"{report.embedding_model_path or '[red]not installed[/]'}")
+    t.add_row(
+        "embedding model",
+        f"{report.embedding_model} ({report.embedding_dim} dims) "
+        f"{report.embedding_model_path or '[red]not installed[/]'}",
+    )
     t.add_row("python", report.python)
     for dist, version in report.versions.items():
         t.add_row(dist, version)

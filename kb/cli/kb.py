@@ -22,16 +22,36 @@ from rich.table import Table
 from remedy.cases.io import ImportLimits
 
 from . import remote
-from .common import DEFAULT_KB, JsonOption, KbOption, ServerOption, add_columns, console, err_console, print_json, progress_bar
+from .common import (
+    DEFAULT_KB,
+    JsonOption,
+    KbOption,
+    ServerOption,
+    add_columns,
+    console,
+    err_console,
+    print_json,
+    progress_bar,
+)
 
 if TYPE_CHECKING:
     from remedy.cases.model import Case
-
     from remedy.kb.facade import KBStats, SimilarCase
 
-__all__ = ["kb_init", "kb_stats", "kb_schema", "kb_reindex", "kb_import", "kb_export", "query", "similar", "case_show", "render_similar", "render_case", "format_effect"]
-
-
+__all__ = [
+    "kb_init",
+    "kb_stats",
+    "kb_schema",
+    "kb_reindex",
+    "kb_import",
+    "kb_export",
+    "query",
+    "similar",
+    "case_show",
+    "render_similar",
+    "render_case",
+    "format_effect",
+]
 
 
 class _Space(StrEnum):
@@ -45,8 +65,6 @@ class _Mode(StrEnum):
     text = "text"
 
 
-
-
 def _open(kb: Path, create: bool = False, reconcile: bool = True):
     from remedy.kb.facade import KnowledgeBase
 
@@ -55,8 +73,11 @@ def _open(kb: Path, create: bool = False, reconcile: bool = True):
         with _bar("reconciling the index") as update:
             report = base.reconcile(progress=update)
         if report.rebuilt:
-            err_console.print(f"[yellow]the index was damaged ({report.rebuilt}); rebuilt it from the store[/]",
-                       highlight=False, soft_wrap=True)
+            err_console.print(
+                f"[yellow]the index was damaged ({report.rebuilt}); rebuilt it from the store[/]",
+                highlight=False,
+                soft_wrap=True,
+            )
     return base
 
 
@@ -77,9 +98,7 @@ def _bar(label: str) -> Iterator[Callable[[int, int], None]]:
 
 def kb_init(
     kb: KbOption = Path(DEFAULT_KB),
-    examples: Annotated[
-        bool, typer.Option("--examples/--no-examples", help="Load the bundled example cases.")
-    ] = True,
+    examples: Annotated[bool, typer.Option("--examples/--no-examples", help="Load the bundled example cases.")] = True,
 ) -> None:
     """Create the knowledge base (and load the bundled example cases)."""
     with _open(kb, create=True) as base, _bar("loading examples") as update:
@@ -114,10 +133,7 @@ def _stats_table(stats: KBStats) -> Group:
         index = f"{stats.index_rows} rows"
     else:
         index = f"[red]{stats.index_problem}[/]" if stats.index_problem else "not opened (--index counts its rows)"
-    head = (
-        f"[bold]{stats.path}[/]  {s.total} cases  schema v{stats.schema_version}  "
-        f"index: {index} ({stats.embedder})"
-    )
+    head = f"[bold]{stats.path}[/]  {s.total} cases  schema v{stats.schema_version}  index: {index} ({stats.embedder})"
     tables = []
     for title, counts in (
         ("source", s.by_source),
@@ -154,13 +170,28 @@ def kb_import(
     skip_invalid: Annotated[
         bool, typer.Option("--skip-invalid", help="Import the valid records and skip the others.")
     ] = False,
-    max_line_bytes: Annotated[int, typer.Option("--max-line-bytes", min=1, help="Longest record, in bytes.")] = ImportLimits.max_line_bytes,
-    max_cases: Annotated[int, typer.Option("--max-cases", min=1, help="Most records in one file.")] = ImportLimits.max_cases,
-    max_field_chars: Annotated[int, typer.Option("--max-field-chars", min=1, help="Longest string field.")] = ImportLimits.max_field_chars,
-    max_items: Annotated[int, typer.Option("--max-items", min=1, help="Largest list or mapping in a record.")] = ImportLimits.max_items,
-    max_file_bytes: Annotated[int, typer.Option("--max-file-bytes", min=1, help="Largest .json/.parquet file.")] = ImportLimits.max_file_bytes,
-    mark_imported: Annotated[bool, typer.Option(
-        "--mark-imported", help="File verified/bench cases as 'imported' (another team's): they weigh less in diagnosis.")] = False,
+    max_line_bytes: Annotated[
+        int, typer.Option("--max-line-bytes", min=1, help="Longest record, in bytes.")
+    ] = ImportLimits.max_line_bytes,
+    max_cases: Annotated[
+        int, typer.Option("--max-cases", min=1, help="Most records in one file.")
+    ] = ImportLimits.max_cases,
+    max_field_chars: Annotated[
+        int, typer.Option("--max-field-chars", min=1, help="Longest string field.")
+    ] = ImportLimits.max_field_chars,
+    max_items: Annotated[
+        int, typer.Option("--max-items", min=1, help="Largest list or mapping in a record.")
+    ] = ImportLimits.max_items,
+    max_file_bytes: Annotated[
+        int, typer.Option("--max-file-bytes", min=1, help="Largest .json/.parquet file.")
+    ] = ImportLimits.max_file_bytes,
+    mark_imported: Annotated[
+        bool,
+        typer.Option(
+            "--mark-imported",
+            help="File verified/bench cases as 'imported' (another team's): they weigh less in diagnosis.",
+        ),
+    ] = False,
     server: ServerOption = None,
 ) -> None:
     """Import cases (.jsonl, .json, .parquet); a file with invalid records imports nothing unless --skip-invalid."""
@@ -168,8 +199,9 @@ def kb_import(
     if server:
         return remote.kb_import(server, file, skip_invalid)
     with _open(kb, create=True) as base, _bar(f"importing {file.name}") as update:
-        report = base.import_file(file, skip_invalid=skip_invalid, progress=update, limits=limits,
-                                  mark_imported=mark_imported)
+        report = base.import_file(
+            file, skip_invalid=skip_invalid, progress=update, limits=limits, mark_imported=mark_imported
+        )
     for line, msg in report.problems:
         err_console.print(f"[yellow]skipped line {line}:[/] {msg}", highlight=False, soft_wrap=True)
     console.print(
@@ -209,8 +241,18 @@ def query(
 ) -> None:
     """What fixed similar failures: the nearest stored cases, with patch and measured effect."""
     if server:
-        return remote.query(server, text, as_json, env=env, action_space=action_space.value if action_space else None,
-                            algo=algo, only_improved=only_improved, min_effect=min_effect, k=k, mode=mode.value)
+        return remote.query(
+            server,
+            text,
+            as_json,
+            env=env,
+            action_space=action_space.value if action_space else None,
+            algo=algo,
+            only_improved=only_improved,
+            min_effect=min_effect,
+            k=k,
+            mode=mode.value,
+        )
     with _open(kb) as base:
         hits = base.similar(
             text,
@@ -248,8 +290,12 @@ def similar(
         return _similar_remote(server, run_dir, k, episodes, seed, any_action_space, only_improved, as_json)
     with _open(kb) as base:
         run, hits = base.similar_to_run(
-            run_dir, k=k, n_episodes=episodes, seed=seed,
-            same_action_space=not any_action_space, only_improved=only_improved,
+            run_dir,
+            k=k,
+            n_episodes=episodes,
+            seed=seed,
+            same_action_space=not any_action_space,
+            only_improved=only_improved,
         )
     if as_json:
         print_json({"signature": run.signature.model_dump(mode="json"), "similar": [h.as_dict() for h in hits]})
@@ -258,8 +304,16 @@ def similar(
     console.print(render_similar(hits, title=f"cases similar to {run_dir}") if hits else "No similar cases.")
 
 
-def _similar_remote(server: str, run_dir: Path, k: int, episodes: int, seed: int, any_action_space: bool,
-                    only_improved: bool, as_json: bool) -> None:
+def _similar_remote(
+    server: str,
+    run_dir: Path,
+    k: int,
+    episodes: int,
+    seed: int,
+    any_action_space: bool,
+    only_improved: bool,
+    as_json: bool,
+) -> None:
     from remedy.cases.evidence.signature import signature_of_run
 
     run = signature_of_run(run_dir, n_episodes=episodes, seed=seed)  # rolled out here; only the search is remote
@@ -279,8 +333,19 @@ def render_similar(hits: list[SimilarCase], title: str = "") -> Table:
     """The table of similar cases: rank, similarity, env, symptoms, root cause, patch, effect, status."""
     t = Table(title=title or None, title_justify="left", show_lines=False)
     fold = {"overflow": "fold"}  # ids and tags are single long words: fold, never cut them off
-    add_columns(t, [("#", {"justify": "right"}), ("sim", {"justify": "right"}), ("env", fold), ("symptoms", fold),
-                    ("root cause", fold), ("patch", {}), ("effect ± CI", {}), ("status", fold)])
+    add_columns(
+        t,
+        [
+            ("#", {"justify": "right"}),
+            ("sim", {"justify": "right"}),
+            ("env", fold),
+            ("symptoms", fold),
+            ("root cause", fold),
+            ("patch", {}),
+            ("effect ± CI", {}),
+            ("status", fold),
+        ],
+    )
     for h in hits:
         c = h.case
         t.add_row(
@@ -350,11 +415,15 @@ def _outcome_text(case: Case) -> str:
     v, lines = case.verification, []
     if v is not None:
         lines.append(f"{v.status.value}: effect {format_effect(case)}")
-        lines.append(f"{v.seeds} seeds, {v.budget_steps:,} budget steps, {v.env_steps:,} env steps, {v.wall_time_s:.0f} s")
+        lines.append(
+            f"{v.seeds} seeds, {v.budget_steps:,} budget steps, {v.env_steps:,} env steps, {v.wall_time_s:.0f} s"
+        )
         if v.reason:
             lines.append(f"reason: {v.reason}")
     if case.literature is not None:
         lines.append(f"literature: {case.literature.claim} ({case.literature.source})")
     p = case.provenance
-    lines.append(f"created {p.created_at:%Y-%m-%d %H:%M} UTC" + (f" · remedy {p.remedy_version}" if p.remedy_version else ""))
+    lines.append(
+        f"created {p.created_at:%Y-%m-%d %H:%M} UTC" + (f" · remedy {p.remedy_version}" if p.remedy_version else "")
+    )
     return "\n".join(lines) if lines else "unverified"

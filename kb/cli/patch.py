@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -21,18 +21,21 @@ def _env_kwargs(text: str | None) -> dict:
     try:
         value = json.loads(text)
     except json.JSONDecodeError as ex:
-        raise ValidationError(f"--env-kwargs is not valid JSON ({ex.msg} at column {ex.colno}); e.g. '{{\"continuous\": true}}'") from None
+        raise ValidationError(
+            f"--env-kwargs is not valid JSON ({ex.msg} at column {ex.colno}); e.g. '{{\"continuous\": true}}'"
+        ) from None
     if not isinstance(value, dict):
         raise ValidationError("--env-kwargs must be a JSON object, e.g. '{\"continuous\": true}'")
     return value
 
 
-
 def check(
     patch_file: Annotated[Path, typer.Argument(help="Patch file (.yaml, .yml or .json).")],
     env: Annotated[str, typer.Option("--env", help="Gymnasium env id the patch is for.")],
-    env_kwargs: Annotated[Optional[str], typer.Option("--env-kwargs", help="Env kwargs as a JSON object.")] = None,
-    algo: Annotated[Optional[str], typer.Option("--algo", help="Algorithm (PPO, SAC, DQN, ...) to check hyperparameters against.")] = None,
+    env_kwargs: Annotated[str | None, typer.Option("--env-kwargs", help="Env kwargs as a JSON object.")] = None,
+    algo: Annotated[
+        str | None, typer.Option("--algo", help="Algorithm (PPO, SAC, DQN, ...) to check hyperparameters against.")
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Check a patch: fit to the env/algorithm, sandbox rules, and a fuzz run of its code. Exit 1 if rejected."""
@@ -44,7 +47,11 @@ def check(
     if as_json:
         print_json(report.to_dict())
     elif report.ok:
-        figures = f"{report.fuzz.calls} fuzz calls, slowest {report.fuzz.max_call_ms:.2f} ms" if report.fuzz else "no code to fuzz"
+        figures = (
+            f"{report.fuzz.calls} fuzz calls, slowest {report.fuzz.max_call_ms:.2f} ms"
+            if report.fuzz
+            else "no code to fuzz"
+        )
         console.print(f"[green]accepted[/] ({figures})", highlight=False)
     else:
         typer.echo(f"rejected: {report.rule}: {report.message}")

@@ -15,8 +15,19 @@ from rich.console import Console
 
 from .common import console, print_json
 
-__all__ = ["query", "similar", "case_show", "kb_stats", "kb_import", "kb_export", "verify", "fix", "jobs_list", "jobs_show",
-           "jobs_cancel"]
+__all__ = [
+    "query",
+    "similar",
+    "case_show",
+    "kb_stats",
+    "kb_import",
+    "kb_export",
+    "verify",
+    "fix",
+    "jobs_list",
+    "jobs_show",
+    "jobs_cancel",
+]
 
 _err = Console(stderr=True)
 
@@ -54,8 +65,12 @@ def similar(server: str, signature: Any, run_dir: Path, as_json: bool, **filters
     with _client(server) as client:
         hits = client.similar(json.loads(signature.model_dump_json()), full=not as_json, **filters)
     if as_json:
-        print_json({"signature": signature.model_dump(mode="json"),
-                    "similar": [{k: v for k, v in h.items() if k != "case"} for h in hits]})
+        print_json(
+            {
+                "signature": signature.model_dump(mode="json"),
+                "similar": [{k: v for k, v in h.items() if k != "case"} for h in hits],
+            }
+        )
         return
     console.print(f"[bold]signature:[/] {signature.summary}", soft_wrap=True)
     if hits:
@@ -100,8 +115,11 @@ def kb_import(server: str, file: Path, skip_invalid: bool) -> None:
         report = client.import_jsonl(_jsonl_bytes(file, skip_invalid), skip_invalid=skip_invalid)
     for p in report["problems"]:
         _err.print(f"[yellow]skipped line {p['line']}:[/] {p['message']}", highlight=False, soft_wrap=True)
-    console.print(f"Imported {file} into {server}: {report['added']} added, {report['unchanged']} unchanged, "
-                  f"{report['skipped']} skipped.", soft_wrap=True)
+    console.print(
+        f"Imported {file} into {server}: {report['added']} added, {report['unchanged']} unchanged, "
+        f"{report['skipped']} skipped.",
+        soft_wrap=True,
+    )
 
 
 def _jsonl_bytes(file: Path, skip_invalid: bool) -> bytes:
@@ -139,8 +157,12 @@ def _follow(client: Any, job: dict[str, Any], quiet: bool) -> dict[str, Any]:
 
         def show(j: dict[str, Any]) -> None:
             p = j["progress"]
-            bar.update(task, description=f"{j['job_id']} {j['state']}: {p['message'][:80]}", completed=p["done"],
-                       total=p["total"] or None)
+            bar.update(
+                task,
+                description=f"{j['job_id']} {j['state']}: {p['message'][:80]}",
+                completed=p["done"],
+                total=p["total"] or None,
+            )
 
         return client.wait(job["job_id"], progress=show)
 
@@ -186,10 +208,13 @@ def fix(server: str, run_dir: Path, as_json: bool, wait: bool, **params: Any) ->
         print_json(result)
         return
     for a in result.get("attempts", []):
-        console.print(f"round {a.get('round')}: {a.get('family')} -> {a.get('status')} ({a.get('case_id')})",
-                      highlight=False)
-    console.print(f"stopped: {result.get('stop_reason')}; fixed: {bool(result.get('winner'))} (job {job['job_id']})",
-                  highlight=False)
+        console.print(
+            f"round {a.get('round')}: {a.get('family')} -> {a.get('status')} ({a.get('case_id')})", highlight=False
+        )
+    console.print(
+        f"stopped: {result.get('stop_reason')}; fixed: {bool(result.get('winner'))} (job {job['job_id']})",
+        highlight=False,
+    )
 
 
 def _print_job(job: dict[str, Any], as_json: bool) -> None:
@@ -197,9 +222,13 @@ def _print_job(job: dict[str, Any], as_json: bool) -> None:
         print_json(job)
         return
     p = job["progress"]
-    console.print(f"{job['job_id']}  {job['kind']}  [bold]{job['state']}[/]  {p['message']}"
-                  + (f"  {p['done']}/{p['total']}" if p["total"] else "")
-                  + (f"\n  error: {job['error']}" if job["error"] else ""), highlight=False, soft_wrap=True)
+    console.print(
+        f"{job['job_id']}  {job['kind']}  [bold]{job['state']}[/]  {p['message']}"
+        + (f"  {p['done']}/{p['total']}" if p["total"] else "")
+        + (f"\n  error: {job['error']}" if job["error"] else ""),
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 def jobs_list(server: str, state: str | None, as_json: bool) -> None:

@@ -14,8 +14,9 @@ __all__ = ["serve"]
 
 def serve(
     kb: KbOption = Path(DEFAULT_KB),
-    host: Annotated[str, typer.Option("--host", help="Address to listen on (0.0.0.0 for every interface).")]
-    = "127.0.0.1",
+    host: Annotated[
+        str, typer.Option("--host", help="Address to listen on (0.0.0.0 for every interface).")
+    ] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Port to listen on.")] = 8765,
     public_read: Annotated[
         bool, typer.Option("--public-read", help="Let requests without a token read (query, cases, stats).")

@@ -21,8 +21,12 @@ def _meaning(name: str) -> str:
     if name in FEATURES:
         return FEATURES[name]
     if name.startswith(COMPONENT_PREFIX):
-        comp, stat = name[len(COMPONENT_PREFIX):].rsplit(".", 1)
-        what = {"mean": "mean per-episode sum", "std": "std of per-episode sums", "success_corr": "correlation with success"}
+        comp, stat = name[len(COMPONENT_PREFIX) :].rsplit(".", 1)
+        what = {
+            "mean": "mean per-episode sum",
+            "std": "std of per-episode sums",
+            "success_corr": "correlation with success",
+        }
         return f"reward component '{comp}': {what.get(stat, stat)}"
     return ""
 
@@ -36,8 +40,9 @@ def _value(v: float) -> str:
 def render_signature(rs: RunSignature) -> None:
     """Print a run's features, symptoms and summary as rich tables."""
     s = rs.subject
-    console.print(f"[bold]{rs.run.path}[/]  {s.env_id} · {s.algo} · {s.traits.action_space.value} actions · "
-                  f"success: {s.success}")
+    console.print(
+        f"[bold]{rs.run.path}[/]  {s.env_id} · {s.algo} · {s.traits.action_space.value} actions · success: {s.success}"
+    )
     table = Table(title="features", show_lines=False)
     table.add_column("feature", style="cyan", no_wrap=True)
     table.add_column("value", justify="right")
@@ -73,5 +78,3 @@ def signature_command(
     with console.status(f"rolling out {episodes} episodes per mode..."):
         rs = signature_of_run(run_dir, n_episodes=episodes, seed=seed)
     render_signature(rs)
-
-

@@ -25,8 +25,12 @@ def _tokens(kb: Path):
 
 
 def tokens_create(
-    role: Annotated[str, typer.Option("--role", help="reader (query, cases, stats), writer (+ import, jobs), "
-                                                     "or reviewer (+ rule reviews).")],
+    role: Annotated[
+        str,
+        typer.Option(
+            "--role", help="reader (query, cases, stats), writer (+ import, jobs), or reviewer (+ rule reviews)."
+        ),
+    ],
     name: Annotated[str | None, typer.Option("--name", help="A label, e.g. the person or CI job using it.")] = None,
     kb: KbOption = Path(DEFAULT_KB),
     as_json: JsonOption = False,
@@ -36,8 +40,9 @@ def tokens_create(
     if as_json:
         print_json({"token_id": record.token_id, "name": record.name, "role": record.role.value, "token": secret})
         return
-    console.print(f"{record.role.value} token [bold]{record.name}[/] ({record.token_id}); shown once, keep it:",
-                  highlight=False)
+    console.print(
+        f"{record.role.value} token [bold]{record.name}[/] ({record.token_id}); shown once, keep it:", highlight=False
+    )
     typer.echo(secret)
 
 
@@ -45,8 +50,18 @@ def tokens_list(kb: KbOption = Path(DEFAULT_KB), as_json: JsonOption = False) ->
     """List tokens (never their secrets)."""
     records = _tokens(kb).list()
     if as_json:
-        print_json([{"token_id": r.token_id, "name": r.name, "role": r.role.value, "created_at": r.created_at,
-                     "revoked_at": r.revoked_at} for r in records])
+        print_json(
+            [
+                {
+                    "token_id": r.token_id,
+                    "name": r.name,
+                    "role": r.role.value,
+                    "created_at": r.created_at,
+                    "revoked_at": r.revoked_at,
+                }
+                for r in records
+            ]
+        )
         return
     t = Table(title=f"tokens of {kb}", title_justify="left")
     for col in ("id", "name", "role", "created", "state"):
