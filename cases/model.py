@@ -257,9 +257,9 @@ class Verification(FrozenModel):
     effect: Effect | None = None
     secondary: dict[str, Effect] = Field(default_factory=dict)
     seeds: int = Field(0, ge=0)
-    budget_steps: int = Field(0, ge=0)
-    env_steps: int = Field(0, ge=0)
-    wall_time_s: float = Field(0.0, ge=0, allow_inf_nan=False)
+    budget_steps: int = Field(default=0, ge=0)
+    env_steps: int = Field(default=0, ge=0)
+    wall_time_s: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     safety_violations: dict[str, float] = Field(default_factory=dict)
     reason: str = ""
     #: the primary metric per training seed, by arm ("treatment", "control"), in seed order

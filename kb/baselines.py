@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from remedy.cases.errors import PatchRejectedError
+from remedy.cases.errors import PatchRejectedError, VerificationError
 from remedy.cases.patches.spec import Patch
 
 __all__ = [
@@ -189,9 +189,12 @@ def run_fix_baseline(arm: str, scenario: Any, run: Any, n: int, verify_config: A
     statuses, steps = [], 0
     for patch in FIX_BASELINES[arm](scenario, n, seed):
         case = verify_patch(run, patch, verify_config, scenario=scenario)
-        statuses.append(case.verification.status.value)
-        steps += case.verification.env_steps
-        if case.verification.status.value == "improved":
+        v = case.verification
+        if v is None:  # verify_patch always records one
+            raise VerificationError(f"case {case.case_id} has no verification")
+        statuses.append(v.status.value)
+        steps += v.env_steps
+        if v.status.value == "improved":
             return BaselineFix(arm, True, patch.kinds == ["training_budget"], len(statuses), steps, statuses,
                                patch.summary())
     return BaselineFix(arm, False, False, len(statuses), steps, statuses, None)

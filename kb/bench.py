@@ -68,7 +68,7 @@ __all__ = [
     "DEFAULT_REPORT_DIR",
 ]
 
-DEFAULT_REPORT_DIR = Path("reports") / "bench"
+DEFAULT_REPORT_DIR: Path = Path("reports") / "bench"
 
 #: ``progress(scenario, message, done, total)``.
 BenchProgress = Callable[[str, str, int, int], None]
@@ -119,7 +119,7 @@ class ScenarioResult:
     total_env_steps: int
     total_wall_time_s: float
     winning_patch: str | None
-    winning_effect: dict[str, float] | None
+    winning_effect: dict[str, float | str] | None  # metric (name), diff, ci_low, ci_high
     cited_cases: list[str]
     case_ids: list[str]
     statuses: list[str]
@@ -270,7 +270,7 @@ def _scenario_result(s: Scenario, res: FixResult) -> ScenarioResult:
     causes = [c.cause.value for c in first.diagnosis.causes] if first is not None else []
     top1, top3 = score_causes(causes, s.ground_truth)
     w = res.winner
-    eff = None
+    eff: dict[str, float | str] | None = None
     if w is not None and w.effect is not None:
         eff = {"metric": w.effect.metric, "diff": w.effect.diff, "ci_low": w.effect.ci_low, "ci_high": w.effect.ci_high}
     return ScenarioResult(

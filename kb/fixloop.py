@@ -229,8 +229,10 @@ def _verify(loop: _Loop, cand: CandidatePatch, report: DiagnosisReport, label: s
                             progress=tick, stage=stage, confirms=confirms.case_id if confirms else None)
     except Exception as err:  # noqa: BLE001 - a broken candidate is a recorded failure, never a stopped loop
         failed = _failed_case(loop, cand, report, err)
-        v = failed.verification.model_copy(update={"stage": stage, "confirms": confirms.case_id if confirms else None,
-                                                  "seed_base": config.seed_base, "eval_seed": config.arms_eval_seed})
+        v = failed.verification
+        if v is not None:  # always: _failed_case records one
+            v = v.model_copy(update={"stage": stage, "confirms": confirms.case_id if confirms else None,
+                                     "seed_base": config.seed_base, "eval_seed": config.arms_eval_seed})
         return failed.model_copy(update={"case_id": new_case_id(failed.case_id, stage.value), "verification": v})
 
 

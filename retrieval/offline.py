@@ -35,6 +35,7 @@ from remedy.cases.patches.spec import Patch, TrainingBudget
 from .diagnosis import (
     Attempt,
     CandidatePatch,
+    ComputeCost,
     DiagnosisContext,
     DiagnosisReport,
     UNSPECIFIED,
@@ -51,7 +52,8 @@ __all__ = ["OfflineDiagnoser", "OfflineSettings", "OFFLINE_PROGRAM"]
 OFFLINE_PROGRAM = "offline-1"
 
 _OFFER_TEXT = {"improved": "verified to fix", "example": "a literature remedy for", "unverified": "proposed for"}
-_COST = {"training_budget": "medium", "curriculum": "medium", "reward_shaping": "medium", "frame_stack": "medium"}
+_COST: dict[str, ComputeCost] = {"training_budget": "medium", "curriculum": "medium", "reward_shaping": "medium",
+                                  "frame_stack": "medium"}
 
 
 @dataclass
@@ -99,27 +101,29 @@ class OfflineSettings(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    k: int = Field(10, ge=0, description="similar cases retrieved")
-    w_similarity: float = Field(1.0, ge=0, description="weight of a retrieved case's vote")
-    w_effect: float = Field(1.0, ge=0, description="weight of a case's measured effect in its vote")
-    w_rules: float = Field(1.0, ge=0, description="weight of an accepted rule's vote")
-    w_prior: float = Field(0.5, ge=0, description="weight of a built-in prior rule's vote")
-    min_similarity: float = Field(0.3, description="cases below this cosine do not vote")
-    example_weight: float = Field(0.3, ge=0, description="bundled example cases (literature, unmeasured)")
-    unverified_weight: float = Field(0.1, ge=0, description="cases without a verification")
-    against_cause_weight: float = Field(0.5, ge=0, description="how much a failed patch counts against its cause")
-    unknown_mass: float = Field(0.25, ge=0, description="vote mass kept for 'unknown'")
-    tried_penalty: float = Field(0.2, ge=0, le=1, description="factor on a patch already tried in this loop")
-    tried_family_penalty: float = Field(0.6, ge=0, le=1, description="factor on a family already tried")
-    cause_link_floor: float = Field(0.25, ge=0, description="least cause support for a candidate to be offered")
-    max_candidates: int = Field(8, ge=1, description="candidate patches returned")
-    max_causes: int = Field(5, ge=1, description="root causes returned")
-    sim_floor: float = Field(0.48, ge=0, lt=1, description="cosine at or below which a neighbour counts nothing")
-    sim_power: float = Field(1.0, gt=0, description="growth of a neighbour's weight above sim_floor")
-    other_env_weight: float = Field(0.85, ge=0, description="factor on cases from another env")
-    text_sim_floor: float = Field(0.3, ge=0, lt=1, description="sim_floor for a diagnosis from a description")
-    imported_weight: float = Field(0.5, ge=0, description="factor on cases imported from another team")
-    contradiction_weight: float = Field(1.0, ge=0, description="how much later contradicting cases take away")
+    k: int = Field(default=10, ge=0, description="similar cases retrieved")
+    w_similarity: float = Field(default=1.0, ge=0, description="weight of a retrieved case's vote")
+    w_effect: float = Field(default=1.0, ge=0, description="weight of a case's measured effect in its vote")
+    w_rules: float = Field(default=1.0, ge=0, description="weight of an accepted rule's vote")
+    w_prior: float = Field(default=0.5, ge=0, description="weight of a built-in prior rule's vote")
+    min_similarity: float = Field(default=0.3, description="cases below this cosine do not vote")
+    example_weight: float = Field(default=0.3, ge=0, description="bundled example cases (literature, unmeasured)")
+    unverified_weight: float = Field(default=0.1, ge=0, description="cases without a verification")
+    against_cause_weight: float = Field(default=0.5, ge=0,
+                                        description="how much a failed patch counts against its cause")
+    unknown_mass: float = Field(default=0.25, ge=0, description="vote mass kept for 'unknown'")
+    tried_penalty: float = Field(default=0.2, ge=0, le=1, description="factor on a patch already tried in this loop")
+    tried_family_penalty: float = Field(default=0.6, ge=0, le=1, description="factor on a family already tried")
+    cause_link_floor: float = Field(default=0.25, ge=0, description="least cause support for a candidate to be offered")
+    max_candidates: int = Field(default=8, ge=1, description="candidate patches returned")
+    max_causes: int = Field(default=5, ge=1, description="root causes returned")
+    sim_floor: float = Field(default=0.48, ge=0, lt=1,
+                             description="cosine at or below which a neighbour counts nothing")
+    sim_power: float = Field(default=1.0, gt=0, description="growth of a neighbour's weight above sim_floor")
+    other_env_weight: float = Field(default=0.85, ge=0, description="factor on cases from another env")
+    text_sim_floor: float = Field(default=0.3, ge=0, lt=1, description="sim_floor for a diagnosis from a description")
+    imported_weight: float = Field(default=0.5, ge=0, description="factor on cases imported from another team")
+    contradiction_weight: float = Field(default=1.0, ge=0, description="how much later contradicting cases take away")
 
 
 class OfflineDiagnoser:
@@ -274,7 +278,8 @@ class OfflineDiagnoser:
         return [Cause(cause=c, confidence=round(s / total, 4), rationale=_why(tally.cause_why[c])) for c, s in ranked]
 
     def _candidates(self, ctx: DiagnosisContext, tally: _Tally) -> tuple[list[CandidatePatch], list[str]]:
-        scored, warnings = [], []
+        scored: list[CandidatePatch] = []
+        warnings: list[str] = []
         for family, offers in tally.offers.items():
             cand = self._pick(ctx, offers, warnings)
             if cand is None:
@@ -349,9 +354,10 @@ def _adapt_patch(case: Case, ctx: DiagnosisContext) -> Patch | None:
     patch = case.patch
     if "reward_shaping" in patch.kinds and case.subject.env_id != ctx.subject.env_id:
         return None
-    if patch.kinds == ["training_budget"] and case.subject.train_steps and ctx.subject.train_steps:
+    if (patch.kinds == ["training_budget"] and isinstance(budget := patch.parts[0], TrainingBudget)
+            and case.subject.train_steps and ctx.subject.train_steps):
         # the same multiple of this run's training, capped like the priors' budgets
-        frac = min(MAX_BUDGET_MULTIPLE, patch.parts[0].extra_steps / case.subject.train_steps)
+        frac = min(MAX_BUDGET_MULTIPLE, budget.extra_steps / case.subject.train_steps)
         steps = max(1_000, int(round(frac * ctx.subject.train_steps, -3)))
         return Patch(parts=[TrainingBudget(extra_steps=steps)])  # the case's own wording named its step count
     return patch

@@ -20,7 +20,7 @@ import operator
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from remedy.cases.algos import canonical_algo, is_on_policy
 from remedy.cases.errors import RemedyError
@@ -40,6 +40,9 @@ from remedy.cases.patches.spec import (
     TrainingBudget,
 )
 from remedy.cases.success import FinalObs, FinalReward, InfoFlag, Terminated, parse_success
+
+if TYPE_CHECKING:
+    from .diagnosis import ComputeCost
 
 __all__ = [
     "Facts",
@@ -145,6 +148,11 @@ class Facts:
         return success_from_text(self.subject.success or "")
 
 
+_Op = Literal[">=", ">", "<=", "<", "=="]
+#: the comparison operators a spec text names, as the literal type the success specs take
+_OP_NAMES: dict[str, _Op] = {">=": ">=", ">": ">", "<=": "<=", "<": "<", "==": "=="}
+
+
 def success_from_text(text: str) -> Any:
     """A SuccessSpec from JSON or from its ``describe()`` text (what a Subject stores); None otherwise."""
     text = text.strip()
@@ -156,9 +164,9 @@ def success_from_text(text: str) -> Any:
         pass
     num = r"(-?[0-9.]+(?:e-?[0-9]+)?)"
     if m := re.fullmatch(r"obs\[(\d+)\] (>=|>|<=|<|==) " + num + " at the end", text):
-        return FinalObs(index=int(m[1]), op=m[2], value=float(m[3]))
+        return FinalObs(index=int(m[1]), op=_OP_NAMES[m[2]], value=float(m[3]))
     if m := re.fullmatch(r"last reward (>=|>|<=|<|==) " + num, text):
-        return FinalReward(op=m[1], value=float(m[2]))
+        return FinalReward(op=_OP_NAMES[m[1]], value=float(m[2]))
     if m := re.fullmatch(r"info\['([^']+)'\] at the end", text):
         return InfoFlag(key=m[1])
     if text == "reaches a terminal goal state":
@@ -368,7 +376,7 @@ class Template:
     rationale: str
     expected_effect: str
     side_effects: str
-    compute_cost: str = "low"
+    compute_cost: ComputeCost = "low"
     weight: float = 1.0  # relative to the rule's other templates
 
 

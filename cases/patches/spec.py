@@ -129,8 +129,8 @@ class ExplorationBonus(_Part):
     """More exploration: an entropy coefficient and/or a count-based novelty bonus."""
 
     kind: Literal["exploration_bonus"] = "exploration_bonus"
-    ent_coef: float | None = Field(None, ge=0)
-    count_bonus: float = Field(0.0, ge=0)
+    ent_coef: float | None = Field(default=None, ge=0)
+    count_bonus: float = Field(default=0.0, ge=0)
 
     def summary(self) -> str:
         bits = []

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import ScenarioError
+from ..errors import ScenarioError, VerificationError
 from .scenarios import Scenario, build_scenario, scenario_hash
 
 __all__ = [
@@ -186,6 +186,8 @@ def check_scenario(s: Scenario, settings: OracleSettings = OracleSettings(), *, 
     case = verify_patch(built.run, s.oracle, config, executor=get_executor("local", max_workers=settings.workers),
                         scenario=s)
     v = case.verification
+    if v is None:  # verify_patch always records one
+        raise VerificationError(f"the oracle's case {case.case_id} has no verification")
     eff = None if v.effect is None else {k: getattr(v.effect, k) for k in ("treatment", "control", "diff",
                                                                           "ci_low", "ci_high")} | {"metric": v.effect.metric}
     verdict = "solvable" if v.status.value == "improved" else ("error" if v.status.value == "failed" else "unsolvable")

@@ -44,7 +44,7 @@ from . import stats
 from ..errors import RemedyError, VerificationError
 from .executors import Executor, Job, JobResult, get_executor
 from ..model import Case, Effect, Provenance, Source, Stage, Status, Verification, new_case_id
-from .arms import ARM_JOB, ArmResult, ArmSpec, preference_check
+from .arms import ARM_JOB, ArmResult, ArmSpec, Scores, preference_check
 from ..patches.spec import Patch, RewardShaping
 
 if TYPE_CHECKING:
@@ -265,18 +265,19 @@ def _jobs(ctx: _Context, shifted: tuple[tuple[str, str], ...], workdir: Path) ->
     reward_patch = any(isinstance(p, RewardShaping) for p in ctx.patch.parts)
     extra = sum(getattr(p, "extra_steps", 0) for p in ctx.patch.parts)
     limits = _limits(cfg, max(t_budget, c_budget) + extra, cfg.eval_episodes * (2 + len(shifted)))
-    common = dict(run_dir=str(Path(ctx.run.path).resolve()), n_envs=cfg.n_envs, learning_rate=cfg.learning_rate,
-                  eval_episodes=cfg.eval_episodes, eval_seed=cfg.arms_eval_seed, shifted=shifted,
-                  score_patch_json=ctx.patch.model_dump_json() if reward_patch else None)
+    run_dir = str(Path(ctx.run.path).resolve())
+    score_patch_json = ctx.patch.model_dump_json() if reward_patch else None
     jobs = []
     for i in range(cfg.seeds):
-        arms = [("treatment", ctx.patch.model_dump_json(), t_budget)]
+        arms: list[tuple[str, str | None, int]] = [("treatment", ctx.patch.model_dump_json(), t_budget)]
         if not control_is_checkpoint or i == 0:  # the checkpoint control is the same agent for every seed
             arms.append(("control", None, c_budget))
         for arm, patch_json, budget in arms:
             seed = cfg.seed_base + i + (cfg.control_seed_offset if arm == "control" else 0)
             spec = ArmSpec(arm=arm, seed=seed, patch_json=patch_json, budget_steps=budget,
-                           out_dir=str(workdir / f"{arm}-{seed}"), **common)
+                           out_dir=str(workdir / f"{arm}-{seed}"), run_dir=run_dir, n_envs=cfg.n_envs,
+                           learning_rate=cfg.learning_rate, eval_episodes=cfg.eval_episodes,
+                           eval_seed=cfg.arms_eval_seed, shifted=shifted, score_patch_json=score_patch_json)
             jobs.append(Job(id=f"{arm} seed {seed}", fn=ARM_JOB, kwargs={"spec": spec}, limits=limits))
     return jobs
 
@@ -302,6 +303,13 @@ def _collect(jobs: Sequence[Job], results: Sequence[JobResult]) -> tuple[dict[st
     return arms, failures, steps
 
 
+def _nominal(a: ArmResult) -> Scores:
+    """The arm's scores on the original task (:func:`_collect` keeps only arms that have them)."""
+    if a.nominal is None:
+        raise VerificationError(f"{a.arm} seed {a.seed} has no evaluation on the original task")
+    return a.nominal
+
+
 def _effects(t: list[ArmResult], c: list[ArmResult], cfg: VerifyConfig) -> tuple[str, dict[str, Effect]]:
     """Every effect measured, and the name of the primary one."""
 
@@ -310,25 +318,25 @@ def _effects(t: list[ArmResult], c: list[ArmResult], cfg: VerifyConfig) -> tuple
                             confidence=cfg.confidence)
 
     out = {
-        "return_iqm": eff("return_iqm", lambda a: a.nominal.returns, stats.iqm),
-        "success_rate": eff("success_rate", lambda a: a.nominal.successes, stats.mean),
+        "return_iqm": eff("return_iqm", lambda a: _nominal(a).returns, stats.iqm),
+        "success_rate": eff("success_rate", lambda a: _nominal(a).successes, stats.mean),
     }
-    if any(v for a in t + c for v in a.nominal.violations):
-        out["violations"] = eff("violations", lambda a: a.nominal.violations, stats.mean)
+    if any(v for a in t + c for v in _nominal(a).violations):
+        out["violations"] = eff("violations", lambda a: _nominal(a).violations, stats.mean)
     for name in t[0].shifted:
         out[f"shifted:{name}:return_iqm"] = eff(f"shifted:{name}:return_iqm", lambda a: a.shifted[name].returns, stats.iqm)
         out[f"shifted:{name}:success_rate"] = eff(
             f"shifted:{name}:success_rate", lambda a: a.shifted[name].successes, stats.mean)
     if all(a.shaped_returns is not None for a in t + c):
-        out["shaped_return"] = eff("shaped_return", lambda a: a.shaped_returns, stats.iqm)
-    outcomes = {s for a in t + c for s in a.nominal.successes}
+        out["shaped_return"] = eff("shaped_return", lambda a: a.shaped_returns or (), stats.iqm)
+    outcomes = {s for a in t + c for s in _nominal(a).successes}
     return ("success_rate" if len(outcomes) > 1 else "return_iqm"), out
 
 
 def _violations(arms: dict[str, list[ArmResult]]) -> dict[str, float]:
     out = {}
     for arm, results in arms.items():
-        per_episode = [v for a in results for v in a.nominal.violations]
+        per_episode = [v for a in results for v in _nominal(a).violations]
         if per_episode:
             out[f"{arm}_per_episode"] = float(np.mean(per_episode))
     return out
@@ -410,8 +418,9 @@ def _case(ctx: _Context, verification: Verification) -> Case:
     from ..evidence.rollouts import to_evidence
 
     cfg = ctx.config
-    key = ("verified", ctx.subject.checkpoint_sha256, ctx.patch.model_dump(mode="json"), ctx.scenario, cfg.seeds,
-           ctx.budget, cfg.eval_episodes, cfg.n_envs, cfg.learning_rate, cfg.force, cfg.seed_base, cfg.eval_seed)
+    key: tuple[object, ...] = (
+        "verified", ctx.subject.checkpoint_sha256, ctx.patch.model_dump(mode="json"), ctx.scenario, cfg.seeds,
+        ctx.budget, cfg.eval_episodes, cfg.n_envs, cfg.learning_rate, cfg.force, cfg.seed_base, cfg.eval_seed)
     if ctx.stage is not Stage.screen or cfg.arm_eval_seed is not None or cfg.control_seed_offset:
         key = (*key, ctx.stage.value, cfg.arms_eval_seed, ctx.confirms, cfg.control_seed_offset)  # old screens keep their ids
     v = versions()
