@@ -41,38 +41,95 @@ __all__ = [
 ]
 
 #: where :data:`ZOO_PPO` comes from (values copied by hand; no network at run time).
-ZOO_SOURCE = ("RL Baselines3 Zoo, hyperparams/ppo.yml (github.com/DLR-RM/rl-baselines3-zoo, commit 208b6fd); "
-              "'lin_x' schedules are given as their start value x; the zoo's LunarLander-v2 / "
-              "LunarLanderContinuous-v3 and MuJoCo -v2/-v4 entries stand in for the -v3/-v5 envs used here")
+ZOO_SOURCE = (
+    "RL Baselines3 Zoo, hyperparams/ppo.yml (github.com/DLR-RM/rl-baselines3-zoo, commit 208b6fd); "
+    "'lin_x' schedules are given as their start value x; the zoo's LunarLander-v2 / "
+    "LunarLanderContinuous-v3 and MuJoCo -v2/-v4 entries stand in for the -v3/-v5 envs used here"
+)
 
 #: RL Zoo tuned PPO settings per env id (``continuous`` LunarLander keyed with ``:continuous``).
 ZOO_PPO: dict[str, dict[str, Any]] = {
-    "CartPole-v1": {"gae_lambda": 0.8, "gamma": 0.98, "n_epochs": 20, "ent_coef": 0.0, "learning_rate": 0.001,
-                    "clip_range": 0.2},
+    "CartPole-v1": {
+        "gae_lambda": 0.8,
+        "gamma": 0.98,
+        "n_epochs": 20,
+        "ent_coef": 0.0,
+        "learning_rate": 0.001,
+        "clip_range": 0.2,
+    },
     "Acrobot-v1": {"normalize": True, "gae_lambda": 0.94, "gamma": 0.99, "n_epochs": 4, "ent_coef": 0.0},
     "MountainCar-v0": {"normalize": True, "gae_lambda": 0.98, "gamma": 0.99, "n_epochs": 4, "ent_coef": 0.0},
-    "MountainCarContinuous-v0": {"normalize": True, "gamma": 0.9999, "learning_rate": 7.77e-05, "ent_coef": 0.00429,
-                                 "clip_range": 0.1, "n_epochs": 10, "gae_lambda": 0.9, "max_grad_norm": 5.0,
-                                 "vf_coef": 0.19},
-    "Pendulum-v1": {"gae_lambda": 0.95, "gamma": 0.9, "n_epochs": 10, "ent_coef": 0.0, "learning_rate": 0.001,
-                    "clip_range": 0.2},
+    "MountainCarContinuous-v0": {
+        "normalize": True,
+        "gamma": 0.9999,
+        "learning_rate": 7.77e-05,
+        "ent_coef": 0.00429,
+        "clip_range": 0.1,
+        "n_epochs": 10,
+        "gae_lambda": 0.9,
+        "max_grad_norm": 5.0,
+        "vf_coef": 0.19,
+    },
+    "Pendulum-v1": {
+        "gae_lambda": 0.95,
+        "gamma": 0.9,
+        "n_epochs": 10,
+        "ent_coef": 0.0,
+        "learning_rate": 0.001,
+        "clip_range": 0.2,
+    },
     "LunarLander-v3": {"gae_lambda": 0.98, "gamma": 0.999, "n_epochs": 4, "ent_coef": 0.01},
     "LunarLander-v3:continuous": {"gae_lambda": 0.98, "gamma": 0.999, "n_epochs": 4, "ent_coef": 0.01},
-    "Hopper-v5": {"normalize": True, "gamma": 0.999, "learning_rate": 9.80828e-05, "ent_coef": 0.00229519,
-                  "clip_range": 0.2, "n_epochs": 5, "gae_lambda": 0.99, "max_grad_norm": 0.7, "vf_coef": 0.835671},
-    "InvertedDoublePendulum-v5": {"normalize": True, "gamma": 0.98, "learning_rate": 0.000155454,
-                                  "ent_coef": 1.05057e-06, "clip_range": 0.4, "n_epochs": 10, "gae_lambda": 0.8,
-                                  "max_grad_norm": 0.5, "vf_coef": 0.695929},
-    "InvertedPendulum-v5": {"normalize": True, "gamma": 0.999, "learning_rate": 0.000222425, "ent_coef": 1.37976e-07,
-                            "clip_range": 0.4, "n_epochs": 5, "gae_lambda": 0.9, "max_grad_norm": 0.3,
-                            "vf_coef": 0.19816},
-    "Reacher-v5": {"normalize": True, "gamma": 0.9, "learning_rate": 0.000104019, "ent_coef": 7.52585e-08,
-                   "clip_range": 0.3, "n_epochs": 5, "gae_lambda": 1.0, "max_grad_norm": 0.9, "vf_coef": 0.950368},
+    "Hopper-v5": {
+        "normalize": True,
+        "gamma": 0.999,
+        "learning_rate": 9.80828e-05,
+        "ent_coef": 0.00229519,
+        "clip_range": 0.2,
+        "n_epochs": 5,
+        "gae_lambda": 0.99,
+        "max_grad_norm": 0.7,
+        "vf_coef": 0.835671,
+    },
+    "InvertedDoublePendulum-v5": {
+        "normalize": True,
+        "gamma": 0.98,
+        "learning_rate": 0.000155454,
+        "ent_coef": 1.05057e-06,
+        "clip_range": 0.4,
+        "n_epochs": 10,
+        "gae_lambda": 0.8,
+        "max_grad_norm": 0.5,
+        "vf_coef": 0.695929,
+    },
+    "InvertedPendulum-v5": {
+        "normalize": True,
+        "gamma": 0.999,
+        "learning_rate": 0.000222425,
+        "ent_coef": 1.37976e-07,
+        "clip_range": 0.4,
+        "n_epochs": 5,
+        "gae_lambda": 0.9,
+        "max_grad_norm": 0.3,
+        "vf_coef": 0.19816,
+    },
+    "Reacher-v5": {
+        "normalize": True,
+        "gamma": 0.9,
+        "learning_rate": 0.000104019,
+        "ent_coef": 7.52585e-08,
+        "clip_range": 0.3,
+        "n_epochs": 5,
+        "gae_lambda": 1.0,
+        "max_grad_norm": 0.9,
+        "vf_coef": 0.950368,
+    },
 }
 
 #: zoo keys a fine-tune can change (n_steps/batch_size/policy_kwargs/use_sde shape the saved policy or buffer).
-FINE_TUNABLE = frozenset({"learning_rate", "gamma", "gae_lambda", "n_epochs", "ent_coef", "clip_range",
-                          "max_grad_norm", "vf_coef"})
+FINE_TUNABLE = frozenset(
+    {"learning_rate", "gamma", "gae_lambda", "n_epochs", "ent_coef", "clip_range", "max_grad_norm", "vf_coef"}
+)
 
 
 # --------------------------------------------------------------------------- diagnosis baselines
@@ -117,10 +174,16 @@ def default_candidates(scenario: Any, n: int) -> list[Patch]:
     zoo = zoo_hyperparameters(scenario.env_id, scenario.env_kwargs, scenario.algo)
     hp, _ = zoo if zoo is not None else ({}, False)
     hp_part = [{"kind": "hyperparameters", "changes": hp}] if hp else []
-    ladder = [hp_part, hp_part + [{"kind": "normalization", "obs": True}],
-              hp_part + [{"kind": "normalization", "obs": True, "reward": True}]]
-    out = [Patch.model_validate({"parts": parts, "description": f"tuned defaults #{i + 1}"})
-           for i, parts in enumerate(ladder) if parts]
+    ladder = [
+        hp_part,
+        [*hp_part, {"kind": "normalization", "obs": True}],
+        [*hp_part, {"kind": "normalization", "obs": True, "reward": True}],
+    ]
+    out = [
+        Patch.model_validate({"parts": parts, "description": f"tuned defaults #{i + 1}"})
+        for i, parts in enumerate(ladder)
+        if parts
+    ]
     return out[:n]
 
 
@@ -151,8 +214,9 @@ def random_candidates(scenario: Any, n: int, seed: int = 0) -> list[Patch]:
     rng = random.Random(f"{seed}:{scenario.name}")  # a string seed hashes deterministically (not salted)
     out: list[Patch] = []
     while len(out) < n:
-        patch = Patch.model_validate({"parts": [_random_part(rng, continuous, scenario.budget)],
-                                      "description": f"random search #{len(out) + 1}"})
+        patch = Patch.model_validate(
+            {"parts": [_random_part(rng, continuous, scenario.budget)], "description": f"random search #{len(out) + 1}"}
+        )
         try:
             check_fit(patch, traits, scenario.algo)
         except PatchRejectedError:
@@ -195,6 +259,7 @@ def run_fix_baseline(arm: str, scenario: Any, run: Any, n: int, verify_config: A
         statuses.append(v.status.value)
         steps += v.env_steps
         if v.status.value == "improved":
-            return BaselineFix(arm, True, patch.kinds == ["training_budget"], len(statuses), steps, statuses,
-                               patch.summary())
+            return BaselineFix(
+                arm, True, patch.kinds == ["training_budget"], len(statuses), steps, statuses, patch.summary()
+            )
     return BaselineFix(arm, False, False, len(statuses), steps, statuses, None)

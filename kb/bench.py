@@ -35,7 +35,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -95,9 +95,13 @@ class BenchSettings:
 
     def verify_config(self, scenario: Scenario) -> VerifyConfig:
         """The verification settings for ``scenario``."""
-        return VerifyConfig(seeds=self.seeds, budget_steps=self.budget if self.budget is not None else scenario.budget,
-                            eval_episodes=self.eval_episodes or scenario.eval_episodes, n_envs=self.n_envs,
-                            executor=self.executor)
+        return VerifyConfig(
+            seeds=self.seeds,
+            budget_steps=self.budget if self.budget is not None else scenario.budget,
+            eval_episodes=self.eval_episodes or scenario.eval_episodes,
+            n_envs=self.n_envs,
+            executor=self.executor,
+        )
 
 
 @dataclass(frozen=True)
@@ -222,11 +226,17 @@ def _mean(values: Sequence[float | int | None]) -> float | None:
 def summarize(results: Sequence[ScenarioResult]) -> BenchSummary:
     """Overall figures of a pass (scenarios that errored count as not diagnosed right and not fixed)."""
     n = len(results)
-    frac = (lambda xs: sum(xs) / n if n else 0.0)
+
+    def frac(xs):
+        return sum(xs) / n if n else 0.0
+
     fixed = [r for r in results if r.fixed]
     return BenchSummary(
-        n=n, top1_accuracy=frac([r.top1 for r in results]), top3_accuracy=frac([r.top3 for r in results]),
-        fix_rate=frac([r.fixed for r in results]), mean_attempts_to_fix=_mean([r.attempts_to_fix for r in fixed]),
+        n=n,
+        top1_accuracy=frac([r.top1 for r in results]),
+        top3_accuracy=frac([r.top3 for r in results]),
+        fix_rate=frac([r.fixed for r in results]),
+        mean_attempts_to_fix=_mean([r.attempts_to_fix for r in fixed]),
         mean_env_steps_to_fix=_mean([r.env_steps_to_fix for r in fixed]),
         mean_wall_time_to_fix_s=_mean([r.wall_time_to_fix_s for r in fixed]),
         total_env_steps=sum(r.total_env_steps for r in results),
@@ -241,28 +251,41 @@ def dev_baseline_answer(k: int = 3) -> list[str]:
 
 def _split_summary(split: str, rows: Sequence[ScenarioResult], answer: list[str]) -> SplitSummary:
     n = len(rows)
-    frac = (lambda xs, d: sum(xs) / d if d else 0.0)
+
+    def frac(xs, d):
+        return sum(xs) / d if d else 0.0
+
     b1, b3 = score_constant(answer, [r.ground_truth for r in rows])
     counted = [r for r in rows if r.solvable is not False]
     arms = sorted({a for r in counted for a in (r.baselines or {})})
     return SplitSummary(
-        split=split, n=n, top1_accuracy=frac([r.top1 for r in rows], n), top3_accuracy=frac([r.top3 for r in rows], n),
-        baseline_answer=answer, baseline_top1=b1, baseline_top3=b3, fix_denominator=len(counted),
+        split=split,
+        n=n,
+        top1_accuracy=frac([r.top1 for r in rows], n),
+        top3_accuracy=frac([r.top3 for r in rows], n),
+        baseline_answer=answer,
+        baseline_top1=b1,
+        baseline_top3=b3,
+        fix_denominator=len(counted),
         unsolvable=[r.scenario for r in rows if r.solvable is False],
         unchecked=[r.scenario for r in rows if r.solvable is None],
         fix_rate=frac([r.fixed for r in counted], len(counted)),
         budget_only_fix_rate=frac([r.fixed and r.budget_only_fix for r in counted], len(counted)),
         other_fix_rate=frac([r.fixed and not r.budget_only_fix for r in counted], len(counted)),
-        baseline_fix_rates={a: frac([bool((r.baselines or {}).get(a, {}).get("fixed")) for r in counted], len(counted))
-                            for a in arms},
+        baseline_fix_rates={
+            a: frac([bool((r.baselines or {}).get(a, {}).get("fixed")) for r in counted], len(counted)) for a in arms
+        },
     )
 
 
 def split_summaries(results: Sequence[ScenarioResult], answer: list[str] | None = None) -> list[SplitSummary]:
     """Per split (dev, then holdout; only splits present) figures with the diagnosis and fixing baselines."""
     answer = dev_baseline_answer() if answer is None else answer
-    return [_split_summary(sp, [r for r in results if r.split == sp], answer)
-            for sp in ("dev", "holdout") if any(r.split == sp for r in results)]
+    return [
+        _split_summary(sp, [r for r in results if r.split == sp], answer)
+        for sp in ("dev", "holdout")
+        if any(r.split == sp for r in results)
+    ]
 
 
 def _scenario_result(s: Scenario, res: FixResult) -> ScenarioResult:
@@ -274,26 +297,53 @@ def _scenario_result(s: Scenario, res: FixResult) -> ScenarioResult:
     if w is not None and w.effect is not None:
         eff = {"metric": w.effect.metric, "diff": w.effect.diff, "ci_low": w.effect.ci_low, "ci_high": w.effect.ci_high}
     return ScenarioResult(
-        scenario=s.name, env_id=s.env_id, ground_truth=[g.value for g in s.ground_truth],
-        expected_families=[f.value for f in s.expected_families], first_causes=causes, top1=top1, top3=top3,
-        fixed=res.fixed, attempts=len(res.attempts), attempts_to_fix=res.attempts_to_fix,
+        scenario=s.name,
+        env_id=s.env_id,
+        ground_truth=[g.value for g in s.ground_truth],
+        expected_families=[f.value for f in s.expected_families],
+        first_causes=causes,
+        top1=top1,
+        top3=top3,
+        fixed=res.fixed,
+        attempts=len(res.attempts),
+        attempts_to_fix=res.attempts_to_fix,
         env_steps_to_fix=res.env_steps_to_fix,
         wall_time_to_fix_s=None if res.wall_time_to_fix_s is None else round(res.wall_time_to_fix_s, 2),
-        total_env_steps=res.total_env_steps, total_wall_time_s=round(res.total_wall_time_s, 2),
-        winning_patch=None if w is None else w.patch.summary(), winning_effect=eff,
+        total_env_steps=res.total_env_steps,
+        total_wall_time_s=round(res.total_wall_time_s, 2),
+        winning_patch=None if w is None else w.patch.summary(),
+        winning_effect=eff,
         cited_cases=list(first.diagnosis.cited_cases) if first is not None else [],
-        case_ids=[a.case_id for a in res.attempts], statuses=[a.status for a in res.attempts], split=s.split,
+        case_ids=[a.case_id for a in res.attempts],
+        statuses=[a.status for a in res.attempts],
+        split=s.split,
         budget_only_fix=w is not None and w.patch.kinds == ["training_budget"],
     )
 
 
 def _errored(s: Scenario, err: Exception) -> ScenarioResult:
     return ScenarioResult(
-        scenario=s.name, env_id=s.env_id, ground_truth=[g.value for g in s.ground_truth],
-        expected_families=[f.value for f in s.expected_families], first_causes=[], top1=False, top3=False,
-        fixed=False, attempts=0, attempts_to_fix=None, env_steps_to_fix=None, wall_time_to_fix_s=None,
-        total_env_steps=0, total_wall_time_s=0.0, winning_patch=None, winning_effect=None, cited_cases=[],
-        case_ids=[], statuses=[], error=f"{type(err).__name__}: {err}", split=s.split,
+        scenario=s.name,
+        env_id=s.env_id,
+        ground_truth=[g.value for g in s.ground_truth],
+        expected_families=[f.value for f in s.expected_families],
+        first_causes=[],
+        top1=False,
+        top3=False,
+        fixed=False,
+        attempts=0,
+        attempts_to_fix=None,
+        env_steps_to_fix=None,
+        wall_time_to_fix_s=None,
+        total_env_steps=0,
+        total_wall_time_s=0.0,
+        winning_patch=None,
+        winning_effect=None,
+        cited_cases=[],
+        case_ids=[],
+        statuses=[],
+        error=f"{type(err).__name__}: {err}",
+        split=s.split,
     )
 
 
@@ -313,7 +363,7 @@ def run_bench(
     A scenario that cannot be built or crashes the loop is scored as not fixed, with the
     error, and the suite goes on.
     """
-    started, t0 = datetime.now(timezone.utc).isoformat(timespec="seconds"), time.perf_counter()
+    started, t0 = datetime.now(UTC).isoformat(timespec="seconds"), time.perf_counter()
     one_torch_thread()
     solvable = _solvability(scenarios, settings)
     results = []
@@ -323,20 +373,40 @@ def run_bench(
             if say:
                 say("building the patient", 0, 0)
             run = build(s, cache_dir=cache_dir)
-            res = fix(kb, run, store=store, config=settings.verify_config(s), exclude_ids=s.examples_excluded,
-                      rounds=settings.rounds, candidates=settings.candidates, diagnoser=settings.diagnoser,
-                      exhaustive=settings.exhaustive, scenario=s, exclude_scenario=s.name,
-                      source=Source.bench, progress=say, k=settings.k,
-                      n_episodes=settings.diagnose_episodes, out_dir=_fix_dir(store))
+            res = fix(
+                kb,
+                run,
+                store=store,
+                config=settings.verify_config(s),
+                exclude_ids=s.examples_excluded,
+                rounds=settings.rounds,
+                candidates=settings.candidates,
+                diagnoser=settings.diagnoser,
+                exhaustive=settings.exhaustive,
+                scenario=s,
+                exclude_scenario=s.name,
+                source=Source.bench,
+                progress=say,
+                k=settings.k,
+                n_episodes=settings.diagnose_episodes,
+                out_dir=_fix_dir(store),
+            )
             row = _scenario_result(s, res)
             arms = _baselines(s, run, settings, say) if settings.baselines else None
             results.append(replace(row, solvable=solvable.get(s.name), baselines=arms))
-        except Exception as err:  # noqa: BLE001 - one broken scenario is a scored failure, not a stopped suite
+        except Exception as err:
             results.append(replace(_errored(s, err), solvable=solvable.get(s.name)))
     kb_root = getattr(kb, "root", None)
-    return BenchReport(label=label, kb=None if kb_root is None else str(kb_root), settings=settings,
-                       scenarios=results, summary=summarize(results), started_at=started,
-                       wall_time_s=round(time.perf_counter() - t0, 2), splits=split_summaries(results))
+    return BenchReport(
+        label=label,
+        kb=None if kb_root is None else str(kb_root),
+        settings=settings,
+        scenarios=results,
+        summary=summarize(results),
+        started_at=started,
+        wall_time_s=round(time.perf_counter() - t0, 2),
+        splits=split_summaries(results),
+    )
 
 
 def _solvability(scenarios: Sequence[Scenario], settings: BenchSettings) -> dict[str, bool]:
@@ -356,7 +426,7 @@ def _baselines(s: Scenario, run: Any, settings: BenchSettings, say: Any) -> dict
             say(f"baseline {arm}", 0, n)
         try:
             out[arm] = asdict(run_fix_baseline(arm, s, run, n, settings.verify_config(s), settings.baseline_seed))
-        except Exception as err:  # noqa: BLE001 - a crashed baseline arm counts as not fixed, with the reason
+        except Exception as err:
             out[arm] = asdict(BaselineFix(arm, False, False, 0, 0, [], None, f"{type(err).__name__}: {err}"))
     return out
 
@@ -383,13 +453,27 @@ def run_curve(
     ``work_kb``, so every warm scenario sees the same KB whatever the order; they are
     returned as the warm report's case ids and kept by the caller if wanted.
     """
-    tag = (lambda phase: (lambda name, msg, d, t: progress(f"{phase} {name}", msg, d, t))) if progress else None
-    cold = run_bench(None, scenarios, settings, store=work_kb, label="cold", cache_dir=cache_dir,
-                     progress=tag("cold") if tag else None)
+    tag = (lambda phase: lambda name, msg, d, t: progress(f"{phase} {name}", msg, d, t)) if progress else None
+    cold = run_bench(
+        None,
+        scenarios,
+        settings,
+        store=work_kb,
+        label="cold",
+        cache_dir=cache_dir,
+        progress=tag("cold") if tag else None,
+    )
     warm_store = _Collector()
     # the no-diagnosis arms do not depend on the KB: run once (cold) and shown for both passes
-    warm = run_bench(work_kb, scenarios, replace(settings, baselines=False), store=warm_store, label="warm",
-                     cache_dir=cache_dir, progress=tag("warm") if tag else None)
+    warm = run_bench(
+        work_kb,
+        scenarios,
+        replace(settings, baselines=False),
+        store=warm_store,
+        label="warm",
+        cache_dir=cache_dir,
+        progress=tag("warm") if tag else None,
+    )
     work_kb.add_many(warm_store.cases)  # kept after the pass, so the pass itself never saw them
     arms = {r.scenario: r.baselines for r in cold.scenarios}
     rows = [replace(r, baselines=arms.get(r.scenario)) for r in warm.scenarios]

@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from remedy.cases.evidence.rundir import RunDir
 from remedy.cases.model import Case, Effect, Provenance, Source, Stage, Status, Verification, new_case_id
 from remedy.cases.patches.io import save_patch
 from remedy.cases.patches.spec import Patch
-from remedy.cases.evidence.rundir import RunDir
 from remedy.cases.verify.executors import Executor, get_executor
 from remedy.cases.verify.verification import ScenarioLike, VerifyConfig, verify_patch, versions
 from remedy.retrieval.diagnosis import Attempt, CandidatePatch, Diagnoser, DiagnosisReport
@@ -35,8 +35,16 @@ from .diagnose import diagnose_run
 if TYPE_CHECKING:
     from .facade import KnowledgeBase
 
-__all__ = ["AttemptRecord", "AttemptStore", "FixResult", "FixProgress", "fix", "stored_case", "one_torch_thread",
-           "CONFIRMATIONS"]
+__all__ = [
+    "AttemptRecord",
+    "AttemptStore",
+    "FixResult",
+    "FixProgress",
+    "fix",
+    "stored_case",
+    "one_torch_thread",
+    "CONFIRMATIONS",
+]
 
 #: confirmations a fix loop may run by default: 2 × 2.5% one-sided bounds its false-fix chance by 5% at 95%
 CONFIRMATIONS = 2
@@ -92,12 +100,28 @@ class AttemptRecord:
         """JSON-ready summary (the patch as its parts)."""
         e = self.effect
         return {
-            "round": self.round, "case_id": self.case_id, "parent_id": self.parent_id, "family": self.family,
-            "patch": self.patch.summary(), "patch_parts": [p.model_dump(mode="json") for p in self.patch.parts],
-            "status": self.status, "stage": self.stage, "passed_screen": self.passed_screen,
-            "confirms": self.confirms, "env_steps": self.env_steps, "wall_time_s": round(self.wall_time_s, 2),
-            "effect": None if e is None else {"metric": e.metric, "diff": e.diff, "ci_low": e.ci_low,
-                                              "ci_high": e.ci_high, "treatment": e.treatment, "control": e.control},
+            "round": self.round,
+            "case_id": self.case_id,
+            "parent_id": self.parent_id,
+            "family": self.family,
+            "patch": self.patch.summary(),
+            "patch_parts": [p.model_dump(mode="json") for p in self.patch.parts],
+            "status": self.status,
+            "stage": self.stage,
+            "passed_screen": self.passed_screen,
+            "confirms": self.confirms,
+            "env_steps": self.env_steps,
+            "wall_time_s": round(self.wall_time_s, 2),
+            "effect": None
+            if e is None
+            else {
+                "metric": e.metric,
+                "diff": e.diff,
+                "ci_low": e.ci_low,
+                "ci_high": e.ci_high,
+                "treatment": e.treatment,
+                "control": e.control,
+            },
             "reason": self.reason,
         }
 
@@ -135,17 +159,26 @@ class FixResult:
         """JSON-ready result (what ``remedy fix --json`` prints)."""
         first = self.first_diagnosis
         return {
-            "run_dir": str(self.run_dir), "scenario": self.scenario, "fixed": self.fixed,
-            "rounds_used": self.rounds_used, "stop_reason": self.stop_reason,
-            "first_diagnosis": None if first is None else {
+            "run_dir": str(self.run_dir),
+            "scenario": self.scenario,
+            "fixed": self.fixed,
+            "rounds_used": self.rounds_used,
+            "stop_reason": self.stop_reason,
+            "first_diagnosis": None
+            if first is None
+            else {
                 "causes": [{"cause": c.cause.value, "confidence": c.confidence} for c in first.diagnosis.causes],
-                "cited_cases": list(first.diagnosis.cited_cases), "cited_rules": list(first.diagnosis.cited_rules)},
+                "cited_cases": list(first.diagnosis.cited_cases),
+                "cited_rules": list(first.diagnosis.cited_rules),
+            },
             "attempts": [a.as_dict() for a in self.attempts],
             "winner": None if self.winner is None else self.winner.as_dict(),
             "patch_path": None if self.patch_path is None else str(self.patch_path),
-            "attempts_to_fix": self.attempts_to_fix, "env_steps_to_fix": self.env_steps_to_fix,
+            "attempts_to_fix": self.attempts_to_fix,
+            "env_steps_to_fix": self.env_steps_to_fix,
             "wall_time_to_fix_s": None if self.wall_time_to_fix_s is None else round(self.wall_time_to_fix_s, 2),
-            "total_env_steps": self.total_env_steps, "total_wall_time_s": round(self.total_wall_time_s, 2),
+            "total_env_steps": self.total_env_steps,
+            "total_wall_time_s": round(self.total_wall_time_s, 2),
             "warnings": list(self.warnings),
         }
 
@@ -183,8 +216,9 @@ class _Loop:
         return tuple(Attempt.from_case(c) for c in self.cases)
 
 
-def stored_case(case: Case, report: DiagnosisReport | None, *, source: Source, parent_id: str | None,
-                scenario: str | None) -> Case:
+def stored_case(
+    case: Case, report: DiagnosisReport | None, *, source: Source, parent_id: str | None, scenario: str | None
+) -> Case:
     """The case as the fix loop stores it: the diagnosis that proposed it, the loop's source, its parent.
 
     The id is the verifier's id, re-derived when the source or parent differ so that a
@@ -193,8 +227,12 @@ def stored_case(case: Case, report: DiagnosisReport | None, *, source: Source, p
     case_id = case.case_id
     if source != case.source or parent_id is not None:
         case_id = new_case_id(case.case_id, source.value, parent_id)
-    update: dict[str, Any] = {"case_id": case_id, "source": source, "parent_id": parent_id,
-                              "scenario": scenario or case.scenario}
+    update: dict[str, Any] = {
+        "case_id": case_id,
+        "source": source,
+        "parent_id": parent_id,
+        "scenario": scenario or case.scenario,
+    }
     if report is not None:
         update["diagnosis"] = report.diagnosis
     return case.model_copy(update=update)
@@ -205,18 +243,28 @@ def _failed_case(loop: _Loop, cand: CandidatePatch, report: DiagnosisReport, err
     v = versions()
     reason = f"verification raised {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
     return Case(
-        case_id=new_case_id("fix-failed", loop.run.config.model_dump(mode="json"), cand.patch.model_dump(mode="json"),
-                            loop.scenario_name),
-        source=Source.verified, subject=loop.run.subject(), signature=report.signature, patch=cand.patch,
+        case_id=new_case_id(
+            "fix-failed",
+            loop.run.config.model_dump(mode="json"),
+            cand.patch.model_dump(mode="json"),
+            loop.scenario_name,
+        ),
+        source=Source.verified,
+        subject=loop.run.subject(),
+        signature=report.signature,
+        patch=cand.patch,
         verification=Verification(status=Status.failed, reason=reason, seeds=loop.config.seeds),
-        provenance=Provenance(remedy_version=v.get("remedy", ""), versions=v), scenario=loop.scenario_name,
+        provenance=Provenance(remedy_version=v.get("remedy", ""), versions=v),
+        scenario=loop.scenario_name,
     )
 
 
-def _verify(loop: _Loop, cand: CandidatePatch, report: DiagnosisReport, label: str,
-            confirms: AttemptRecord | None = None) -> Case:
+def _verify(
+    loop: _Loop, cand: CandidatePatch, report: DiagnosisReport, label: str, confirms: AttemptRecord | None = None
+) -> Case:
     """Screen one candidate, or confirm the screen ``confirms`` on the next fresh seed block; any exception
     becomes a ``failed`` case (the loop records it and goes on)."""
+
     def tick(message: str, done: int, total: int) -> None:
         loop.say(f"{label}: {message}", done, total)
 
@@ -225,14 +273,28 @@ def _verify(loop: _Loop, cand: CandidatePatch, report: DiagnosisReport, label: s
         config, stage = loop.config.confirmation(loop.confirmations), Stage.confirm
         loop.confirmations += 1  # counted even if it crashes: its seeds are spent
     try:
-        return verify_patch(loop.run, cand.patch, config, executor=loop.executor, scenario=loop.scenario,
-                            progress=tick, stage=stage, confirms=confirms.case_id if confirms else None)
-    except Exception as err:  # noqa: BLE001 - a broken candidate is a recorded failure, never a stopped loop
+        return verify_patch(
+            loop.run,
+            cand.patch,
+            config,
+            executor=loop.executor,
+            scenario=loop.scenario,
+            progress=tick,
+            stage=stage,
+            confirms=confirms.case_id if confirms else None,
+        )
+    except Exception as err:
         failed = _failed_case(loop, cand, report, err)
         v = failed.verification
         if v is not None:  # always: _failed_case records one
-            v = v.model_copy(update={"stage": stage, "confirms": confirms.case_id if confirms else None,
-                                     "seed_base": config.seed_base, "eval_seed": config.arms_eval_seed})
+            v = v.model_copy(
+                update={
+                    "stage": stage,
+                    "confirms": confirms.case_id if confirms else None,
+                    "seed_base": config.seed_base,
+                    "eval_seed": config.arms_eval_seed,
+                }
+            )
         return failed.model_copy(update={"case_id": new_case_id(failed.case_id, stage.value), "verification": v})
 
 
@@ -243,11 +305,21 @@ def _record(loop: _Loop, rnd: int, cand: CandidatePatch, report: DiagnosisReport
         loop.store.add(case)
     loop.cases.append(case)
     v = case.verification
-    rec = AttemptRecord(round=rnd, case_id=case.case_id, patch=case.patch, family=cand.family.value,
-                        status=case.status, effect=v.effect if v else None, env_steps=v.env_steps if v else 0,
-                        wall_time_s=v.wall_time_s if v else 0.0, reason=v.reason if v else "", parent_id=parent,
-                        stage=v.stage.value if v else Stage.screen.value, passed_screen=bool(v and v.passed_screen),
-                        confirms=v.confirms if v else None)
+    rec = AttemptRecord(
+        round=rnd,
+        case_id=case.case_id,
+        patch=case.patch,
+        family=cand.family.value,
+        status=case.status,
+        effect=v.effect if v else None,
+        env_steps=v.env_steps if v else 0,
+        wall_time_s=v.wall_time_s if v else 0.0,
+        reason=v.reason if v else "",
+        parent_id=parent,
+        stage=v.stage.value if v else Stage.screen.value,
+        passed_screen=bool(v and v.passed_screen),
+        confirms=v.confirms if v else None,
+    )
     loop.attempts.append(rec)
     loop.steps += rec.env_steps
     if rec.improved and loop.fix_at is None:
@@ -301,24 +373,53 @@ def fix(
     config.check()
     config.budget_for(run.config.train_steps)  # no budget at all is the user's to fix, not every candidate's failure
     runner = executor or get_executor(config.executor)
-    loop = _Loop(kb=kb, store=store, run=run, config=config, executor=runner, scenario=scenario, source=source,
-                 progress=progress, max_confirmations=confirmations)
+    loop = _Loop(
+        kb=kb,
+        store=store,
+        run=run,
+        config=config,
+        executor=runner,
+        scenario=scenario,
+        source=source,
+        progress=progress,
+        max_confirmations=confirmations,
+    )
     try:
-        stop = _rounds(loop, rounds, candidates, diagnoser, exhaustive, exclude_scenario, tuple(exclude_ids), k,
-                       n_episodes, seed)
+        stop = _rounds(
+            loop, rounds, candidates, diagnoser, exhaustive, exclude_scenario, tuple(exclude_ids), k, n_episodes, seed
+        )
     finally:
         if executor is None:
             runner.shutdown()
     return _result(loop, stop, out_dir)
 
 
-def _rounds(loop: _Loop, rounds: int, k_cands: int, diagnoser: str | Diagnoser, exhaustive: bool, exclude: str | None,
-            exclude_ids: tuple[str, ...], k: int, n_episodes: int, seed: int) -> str:
+def _rounds(
+    loop: _Loop,
+    rounds: int,
+    k_cands: int,
+    diagnoser: str | Diagnoser,
+    exhaustive: bool,
+    exclude: str | None,
+    exclude_ids: tuple[str, ...],
+    k: int,
+    n_episodes: int,
+    seed: int,
+) -> str:
     """Run the rounds; returns why the loop stopped."""
     for rnd in range(1, rounds + 1):
         loop.say(f"round {rnd}/{rounds}: diagnosing")
-        report = diagnose_run(loop.kb, loop.run, diagnoser=diagnoser, k=k, n_episodes=n_episodes, seed=seed,
-                              exclude_scenario=exclude, exclude_ids=exclude_ids, tried=loop.tried())
+        report = diagnose_run(
+            loop.kb,
+            loop.run,
+            diagnoser=diagnoser,
+            k=k,
+            n_episodes=n_episodes,
+            seed=seed,
+            exclude_scenario=exclude,
+            exclude_ids=exclude_ids,
+            tried=loop.tried(),
+        )
         loop.diagnoses.append(report)
         chosen = _fresh(report, loop, k_cands)
         if not chosen:
@@ -331,8 +432,9 @@ def _rounds(loop: _Loop, rounds: int, k_cands: int, diagnoser: str | Diagnoser, 
     return f"{rounds} round(s) done" + ("" if loop.fix_at else " without a confirmed improvement")
 
 
-def _screen_then_confirm(loop: _Loop, rnd: int, cand: CandidatePatch, report: DiagnosisReport,
-                         label: str) -> AttemptRecord | None:
+def _screen_then_confirm(
+    loop: _Loop, rnd: int, cand: CandidatePatch, report: DiagnosisReport, label: str
+) -> AttemptRecord | None:
     """Screen one candidate and, if it clears and the cap allows, confirm it; the confirmation's record (or None)."""
     loop.say(f"{label}: screening")
     screen = _record(loop, rnd, cand, report, _verify(loop, cand, report, label))
@@ -365,9 +467,18 @@ def _result(loop: _Loop, stop: str, out_dir: str | Path | None) -> FixResult:
     fix_at = loop.fix_at or (None, None, None)
     warnings = tuple(w for d in loop.diagnoses for w in d.warnings)
     return FixResult(
-        run_dir=Path(loop.run.path), scenario=loop.scenario_name, attempts=tuple(loop.attempts),
-        diagnoses=tuple(loop.diagnoses), rounds_used=len(loop.diagnoses), winner=winner, patch_path=path,
-        env_steps_to_fix=fix_at[0], wall_time_to_fix_s=fix_at[1], attempts_to_fix=fix_at[2],
-        total_env_steps=loop.steps, total_wall_time_s=time.perf_counter() - loop.started, stop_reason=stop,
+        run_dir=Path(loop.run.path),
+        scenario=loop.scenario_name,
+        attempts=tuple(loop.attempts),
+        diagnoses=tuple(loop.diagnoses),
+        rounds_used=len(loop.diagnoses),
+        winner=winner,
+        patch_path=path,
+        env_steps_to_fix=fix_at[0],
+        wall_time_to_fix_s=fix_at[1],
+        attempts_to_fix=fix_at[2],
+        total_env_steps=loop.steps,
+        total_wall_time_s=time.perf_counter() - loop.started,
+        stop_reason=stop,
         warnings=tuple(dict.fromkeys(warnings)),
     )

@@ -33,12 +33,12 @@ from remedy.cases.model import Case, Cause, Diagnosis, RemedyFamily, RootCause, 
 from remedy.cases.patches.spec import Patch, TrainingBudget
 
 from .diagnosis import (
+    UNSPECIFIED,
     Attempt,
     CandidatePatch,
     ComputeCost,
     DiagnosisContext,
     DiagnosisReport,
-    UNSPECIFIED,
     RetrievedCase,
     fits_subject,
     patch_family,
@@ -52,8 +52,12 @@ __all__ = ["OfflineDiagnoser", "OfflineSettings", "OFFLINE_PROGRAM"]
 OFFLINE_PROGRAM = "offline-1"
 
 _OFFER_TEXT = {"improved": "verified to fix", "example": "a literature remedy for", "unverified": "proposed for"}
-_COST: dict[str, ComputeCost] = {"training_budget": "medium", "curriculum": "medium", "reward_shaping": "medium",
-                                  "frame_stack": "medium"}
+_COST: dict[str, ComputeCost] = {
+    "training_budget": "medium",
+    "curriculum": "medium",
+    "reward_shaping": "medium",
+    "frame_stack": "medium",
+}
 
 
 @dataclass
@@ -64,10 +68,13 @@ class _Tally:
     cause_why: dict[RootCause, list[tuple[float, str]]] = field(default_factory=lambda: defaultdict(list))
     # family -> [(weight, cause the vote addresses or None)]; weighted by that cause's score at the end
     family_votes: dict[RemedyFamily, list[tuple[float, RootCause | None]]] = field(
-        default_factory=lambda: defaultdict(list))
+        default_factory=lambda: defaultdict(list)
+    )
     family_cites: dict[RemedyFamily, list[str]] = field(default_factory=lambda: defaultdict(list))
     # family -> [(weight, order, CandidatePatch)] concrete patches offered for it
-    offers: dict[RemedyFamily, list[tuple[float, int, CandidatePatch]]] = field(default_factory=lambda: defaultdict(list))
+    offers: dict[RemedyFamily, list[tuple[float, int, CandidatePatch]]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
     cited_cases: list[str] = field(default_factory=list)
     cited_rules: list[str] = field(default_factory=list)
 
@@ -109,16 +116,18 @@ class OfflineSettings(BaseModel):
     min_similarity: float = Field(default=0.3, description="cases below this cosine do not vote")
     example_weight: float = Field(default=0.3, ge=0, description="bundled example cases (literature, unmeasured)")
     unverified_weight: float = Field(default=0.1, ge=0, description="cases without a verification")
-    against_cause_weight: float = Field(default=0.5, ge=0,
-                                        description="how much a failed patch counts against its cause")
+    against_cause_weight: float = Field(
+        default=0.5, ge=0, description="how much a failed patch counts against its cause"
+    )
     unknown_mass: float = Field(default=0.25, ge=0, description="vote mass kept for 'unknown'")
     tried_penalty: float = Field(default=0.2, ge=0, le=1, description="factor on a patch already tried in this loop")
     tried_family_penalty: float = Field(default=0.6, ge=0, le=1, description="factor on a family already tried")
     cause_link_floor: float = Field(default=0.25, ge=0, description="least cause support for a candidate to be offered")
     max_candidates: int = Field(default=8, ge=1, description="candidate patches returned")
     max_causes: int = Field(default=5, ge=1, description="root causes returned")
-    sim_floor: float = Field(default=0.48, ge=0, lt=1,
-                             description="cosine at or below which a neighbour counts nothing")
+    sim_floor: float = Field(
+        default=0.48, ge=0, lt=1, description="cosine at or below which a neighbour counts nothing"
+    )
     sim_power: float = Field(default=1.0, gt=0, description="growth of a neighbour's weight above sim_floor")
     other_env_weight: float = Field(default=0.85, ge=0, description="factor on cases from another env")
     text_sim_floor: float = Field(default=0.3, ge=0, lt=1, description="sim_floor for a diagnosis from a description")
@@ -135,8 +144,9 @@ class OfflineDiagnoser:
 
     name = "offline"
 
-    def __init__(self, settings: OfflineSettings | None = None, *, priors: tuple[PriorRule, ...] = PRIORS,
-                 **overrides: Any) -> None:
+    def __init__(
+        self, settings: OfflineSettings | None = None, *, priors: tuple[PriorRule, ...] = PRIORS, **overrides: Any
+    ) -> None:
         base = settings or OfflineSettings()
         self.settings = base.model_copy(update=OfflineSettings(**{**base.model_dump(), **overrides}).model_dump())
         self.priors = priors
@@ -164,8 +174,13 @@ class OfflineDiagnoser:
         causes = self._causes(tally)
         candidates, dropped = self._candidates(ctx, tally)
         warnings.extend(dropped)
-        diagnosis = Diagnosis(causes=causes, backend=self.name, program_version=self.program_version,
-                              cited_cases=tally.cited_cases, cited_rules=tally.cited_rules)
+        diagnosis = Diagnosis(
+            causes=causes,
+            backend=self.name,
+            program_version=self.program_version,
+            cited_cases=tally.cited_cases,
+            cited_rules=tally.cited_rules,
+        )
         return DiagnosisReport(signature=ctx.signature, diagnosis=diagnosis, candidates=candidates, warnings=warnings)
 
     def _vote_priors(self, ctx: DiagnosisContext, tally: _Tally) -> None:
@@ -179,10 +194,18 @@ class OfflineDiagnoser:
             for tmpl, patch in m.patches:
                 w = self.settings.w_prior * top * tmpl.weight
                 best[tmpl.family] = max(best.get(tmpl.family, 0.0), w)  # one vote per family per rule
-                tally.offer(CandidatePatch(
-                    patch=patch, family=tmpl.family, rationale=f"{tmpl.rationale} [{m.rule.id}: {m.rule.source}]",
-                    expected_effect=tmpl.expected_effect, side_effects=tmpl.side_effects,
-                    compute_cost=tmpl.compute_cost, cites=[m.rule.id]), w)
+                tally.offer(
+                    CandidatePatch(
+                        patch=patch,
+                        family=tmpl.family,
+                        rationale=f"{tmpl.rationale} [{m.rule.id}: {m.rule.source}]",
+                        expected_effect=tmpl.expected_effect,
+                        side_effects=tmpl.side_effects,
+                        compute_cost=tmpl.compute_cost,
+                        cites=[m.rule.id],
+                    ),
+                    w,
+                )
             for family, w in best.items():
                 tally.family(family, w, m.rule.id, main)
             tally.cite_rule(m.rule.id)
@@ -201,13 +224,23 @@ class OfflineDiagnoser:
             if family is not None:
                 tally.family(family, w, rid, cause)
             if patch is not None:
-                tally.offer(CandidatePatch(patch=patch, family=family, rationale=f"accepted rule {rid}",
-                                           compute_cost=_COST.get(family.value, "low"), cites=[rid]), w)
+                tally.offer(
+                    CandidatePatch(
+                        patch=patch,
+                        family=family,
+                        rationale=f"accepted rule {rid}",
+                        compute_cost=_COST.get(family.value, "low"),
+                        cites=[rid],
+                    ),
+                    w,
+                )
             tally.cite_rule(rid)
 
     def _vote_cases(self, ctx: DiagnosisContext, tally: _Tally) -> None:
         near = [rc for rc in ctx.cases if rc.similarity >= self.settings.min_similarity][: self.settings.k]
-        trust = trust_weights([rc.case for rc in near], self.settings.imported_weight, self.settings.contradiction_weight)
+        trust = trust_weights(
+            [rc.case for rc in near], self.settings.imported_weight, self.settings.contradiction_weight
+        )
         for rc, weight in zip(near, trust):
             self._vote_case(ctx, rc, tally, weight)
 
@@ -241,12 +274,16 @@ class OfflineDiagnoser:
         summary does, so text contexts use ``text_sim_floor`` (chosen on the describe bench's dev split)."""
         floor = self.settings.sim_floor if floor is None else floor
         x = max(0.0, (similarity - floor) / max(1e-9, 1.0 - floor))
-        return x ** self.settings.sim_power
+        return x**self.settings.sim_power
 
     def _vote_case(self, ctx: DiagnosisContext, rc: RetrievedCase, tally: _Tally, trust: float = 1.0) -> None:
         case = rc.case
         factor, label = self._outcome_weight(case)
-        base = self.settings.w_similarity * self._kernel(rc.similarity, self.settings.text_sim_floor if ctx.description else None) * trust
+        base = (
+            self.settings.w_similarity
+            * self._kernel(rc.similarity, self.settings.text_sim_floor if ctx.description else None)
+            * trust
+        )
         if case.subject.env_id != ctx.subject.env_id and ctx.subject.env_id != UNSPECIFIED:
             base *= self.settings.other_env_weight
         why = f"case {case.case_id} ({label}, sim {rc.similarity:.2f})"
@@ -260,10 +297,17 @@ class OfflineDiagnoser:
         if factor > 0:
             patch = _adapt_patch(case, ctx)
             if patch is not None:
-                tally.offer(CandidatePatch(
-                    patch=patch, family=family, rationale=f"{_OFFER_TEXT.get(label, 'used on')} a similar failure: {why}",
-                    expected_effect=_effect_text(case), compute_cost=_COST.get(family.value, "low"),
-                    cites=[case.case_id]), base * factor)
+                tally.offer(
+                    CandidatePatch(
+                        patch=patch,
+                        family=family,
+                        rationale=f"{_OFFER_TEXT.get(label, 'used on')} a similar failure: {why}",
+                        expected_effect=_effect_text(case),
+                        compute_cost=_COST.get(family.value, "low"),
+                        cites=[case.case_id],
+                    ),
+                    base * factor,
+                )
         tally.cite_case(case.case_id)
 
     # ---- turning scores into a report --------------------------------------------------------
@@ -271,8 +315,13 @@ class OfflineDiagnoser:
     def _causes(self, tally: _Tally) -> list[Cause]:
         positive = {c: s for c, s in tally.causes.items() if s > 1e-9}
         if not positive:
-            return [Cause(cause=RootCause.unknown, confidence=1.0,
-                          rationale="no prior, rule or similar case matched this signature")]
+            return [
+                Cause(
+                    cause=RootCause.unknown,
+                    confidence=1.0,
+                    rationale="no prior, rule or similar case matched this signature",
+                )
+            ]
         total = sum(positive.values()) + self.settings.unknown_mass
         ranked = sorted(positive.items(), key=lambda kv: (-kv[1], kv[0].value))[: self.settings.max_causes]
         return [Cause(cause=c, confidence=round(s / total, 4), rationale=_why(tally.cause_why[c])) for c, s in ranked]
@@ -313,8 +362,10 @@ class OfflineDiagnoser:
                 return cand
             reasons.append(f"'{cand.patch.summary()[:60]}' ({reason})")
         if reasons:
-            warnings.append(f"no {offers[0][2].family.value} patch fits {ctx.subject.algo} on {ctx.subject.env_id}: "
-                            + "; ".join(reasons[:2]))
+            warnings.append(
+                f"no {offers[0][2].family.value} patch fits {ctx.subject.algo} on {ctx.subject.env_id}: "
+                + "; ".join(reasons[:2])
+            )
         return None
 
     def _tried_factor(self, patch: Patch, family: RemedyFamily, tried: tuple[Attempt, ...]) -> float:
@@ -330,6 +381,7 @@ class OfflineDiagnoser:
 
 
 # ---- helpers ---------------------------------------------------------------------------------
+
 
 def _why(items: list[tuple[float, str]], n: int = 3) -> str:
     ranked = sorted(items, key=lambda it: -abs(it[0]))[:n]
@@ -354,8 +406,12 @@ def _adapt_patch(case: Case, ctx: DiagnosisContext) -> Patch | None:
     patch = case.patch
     if "reward_shaping" in patch.kinds and case.subject.env_id != ctx.subject.env_id:
         return None
-    if (patch.kinds == ["training_budget"] and isinstance(budget := patch.parts[0], TrainingBudget)
-            and case.subject.train_steps and ctx.subject.train_steps):
+    if (
+        patch.kinds == ["training_budget"]
+        and isinstance(budget := patch.parts[0], TrainingBudget)
+        and case.subject.train_steps
+        and ctx.subject.train_steps
+    ):
         # the same multiple of this run's training, capped like the priors' budgets
         frac = min(MAX_BUDGET_MULTIPLE, budget.extra_steps / case.subject.train_steps)
         steps = max(1_000, int(round(frac * ctx.subject.train_steps, -3)))

@@ -70,15 +70,31 @@ __all__ = [
 ]
 
 _OPS: dict[str, Callable[[float, float], bool]] = {
-    ">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt,
+    ">=": operator.ge,
+    ">": operator.gt,
+    "<=": operator.le,
+    "<": operator.lt,
 }
 
 #: default learning rates of SB3's algorithms (used when the run does not name one).
-_DEFAULT_LR = {"PPO": 3e-4, "A2C": 7e-4, "DQN": 1e-4, "QRDQN": 5e-5, "SAC": 3e-4, "TD3": 1e-3, "DDPG": 1e-3,
-               "TQC": 3e-4, "TRPO": 1e-3, "CrossQ": 1e-3, "RecurrentPPO": 3e-4, "MaskablePPO": 3e-4}
+_DEFAULT_LR = {
+    "PPO": 3e-4,
+    "A2C": 7e-4,
+    "DQN": 1e-4,
+    "QRDQN": 5e-5,
+    "SAC": 3e-4,
+    "TD3": 1e-3,
+    "DDPG": 1e-3,
+    "TQC": 3e-4,
+    "TRPO": 1e-3,
+    "CrossQ": 1e-3,
+    "RecurrentPPO": 3e-4,
+    "MaskablePPO": 3e-4,
+}
 
 
 # ---- facts about the subject ------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Facts:
@@ -128,7 +144,7 @@ class Facts:
         """Episode step limit: from the signature (length / fraction), else the Gymnasium registry."""
         length, frac = self.feature("ep_len_mean"), self.feature("ep_len_frac")
         if length and frac and frac > 0:
-            return int(round(length / frac))
+            return round(length / frac)
         return registered_time_limit(self.subject.env_id)
 
     @property
@@ -208,6 +224,7 @@ _SYMPTOM_FEATURES: dict[str, tuple[str, ...]] = {
 
 # ---- conditions ------------------------------------------------------------------------------
 
+
 class Condition:
     """Base of conditions: ``holds(facts)`` and ``describe(facts)`` (the evidence, with values)."""
 
@@ -264,7 +281,13 @@ class Trait(Condition):
 
     def describe(self, facts: Facts) -> str:
         bits = [str(x.value) for x in (self.action_space, self.reward_density) if x is not None]
-        return " ".join(bits) + (" actions" if self.action_space and not self.reward_density else " reward" if self.reward_density and not self.action_space else "")
+        return " ".join(bits) + (
+            " actions"
+            if self.action_space and not self.reward_density
+            else " reward"
+            if self.reward_density and not self.action_space
+            else ""
+        )
 
 
 @dataclass(frozen=True)
@@ -345,9 +368,18 @@ LR_LOW_RATIO = 2.0633e-05 / 3e-4
 
 #: RL Baselines3 Zoo's tuned training budgets (n_timesteps, PPO where listed), by env name.
 ZOO_STEPS: dict[str, int] = {
-    "CartPole": 100_000, "Acrobot": 1_000_000, "MountainCar": 1_000_000, "MountainCarContinuous": 50_000,
-    "Pendulum": 100_000, "LunarLander": 1_000_000, "BipedalWalker": 5_000_000, "HalfCheetah": 1_000_000,
-    "Hopper": 1_000_000, "Walker2d": 1_000_000, "Ant": 1_000_000, "Swimmer": 1_000_000,
+    "CartPole": 100_000,
+    "Acrobot": 1_000_000,
+    "MountainCar": 1_000_000,
+    "MountainCarContinuous": 50_000,
+    "Pendulum": 100_000,
+    "LunarLander": 1_000_000,
+    "BipedalWalker": 5_000_000,
+    "HalfCheetah": 1_000_000,
+    "Hopper": 1_000_000,
+    "Walker2d": 1_000_000,
+    "Ant": 1_000_000,
+    "Swimmer": 1_000_000,
 }
 
 
@@ -366,6 +398,7 @@ class BudgetBelow(Condition):
 
 
 # ---- patch templates -------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Template:
@@ -424,13 +457,13 @@ def _finite(x, lo=-1e6, hi=1e6):
 
 
 def _code_time_cost(cost: float) -> str:
-    return f'''{_GUARD}
+    return f"""{_GUARD}
 def shaped_reward(obs, action, reward, next_obs, terminated, truncated, info):
     # the env's own reward (undoing any setup wrapper that paid for survival) minus a per-step time cost:
     # running out the clock must cost more than it earns
     r = _finite({_ORIGINAL})
     return r - {cost:.4g}
-'''
+"""
 
 
 def _success_expr(spec: Any) -> str | None:
@@ -458,13 +491,13 @@ def _code_sparse_success(facts: Facts) -> str | None:
         cond = f"terminated and _finite({_ORIGINAL}) >= 50.0"
     if cond is None:
         return None
-    return f'''{_GUARD}{_AT}
+    return f"""{_GUARD}{_AT}
 def shaped_reward(obs, action, reward, next_obs, terminated, truncated, info):
     # sparse and hard to game: +100 on task success, -0.1 per step (BACKGROUND.md)
     if {cond}:
         return 100.0
     return -0.1
-'''
+"""
 
 
 def _code_potential(facts: Facts) -> str | None:
@@ -479,7 +512,7 @@ def _code_potential(facts: Facts) -> str | None:
         phi = f"-min(10.0, abs({s.value!r} - _at(o, {s.index})))"
     else:
         return None
-    return f'''{_GUARD}{_AT}
+    return f"""{_GUARD}{_AT}
 GAMMA = {gamma!r}
 
 def _phi(o):
@@ -490,7 +523,7 @@ def shaped_reward(obs, action, reward, next_obs, terminated, truncated, info):
     before = _phi(obs)
     after = 0.0 if terminated else _phi(next_obs)
     return _finite(info.get("original_reward", reward)) + GAMMA * after - before
-'''
+"""
 
 
 def _hovering_cost(facts: Facts) -> float:
@@ -545,8 +578,10 @@ def _build_reward_norm(facts: Facts) -> Patch:
 
 def _build_exploration(facts: Facts) -> Patch | None:
     if facts.algo in ("DQN", "QRDQN"):
-        return Patch(parts=[Hyperparameters(changes={"exploration_fraction": 0.3, "exploration_final_eps": 0.1})],
-                     description="longer epsilon-greedy exploration")
+        return Patch(
+            parts=[Hyperparameters(changes={"exploration_fraction": 0.3, "exploration_final_eps": 0.1})],
+            description="longer epsilon-greedy exploration",
+        )
     if facts.on_policy and facts.algo != "ARS":
         current = facts.subject.hyperparams.get("ent_coef", 0.0)
         current = float(current) if isinstance(current, (int, float)) else 0.0
@@ -570,8 +605,10 @@ def _build_lower_lr(facts: Facts) -> Patch | None:
 
 
 def _build_default_lr(facts: Facts) -> Patch:
-    return Patch(parts=[Hyperparameters(changes={"learning_rate": facts.default_learning_rate})],
-                 description=f"learning rate back to SB3's default {facts.default_learning_rate:g}")
+    return Patch(
+        parts=[Hyperparameters(changes={"learning_rate": facts.default_learning_rate})],
+        description=f"learning rate back to SB3's default {facts.default_learning_rate:g}",
+    )
 
 
 #: The largest extra training budget Remedy proposes, as a multiple of the run's own steps: doubling,
@@ -611,8 +648,16 @@ def _build_safety(facts: Facts) -> Patch | None:
     if not facts.constraints:  # without a declared constraint there is nothing to enforce
         return None
     predicate = " or ".join(f"({c})" for c in facts.constraints) if len(facts.constraints) > 1 else facts.constraints[0]
-    return Patch(parts=[SafetyConstraint(description="penalize the declared constraint where it is broken",
-                                         predicate=predicate, mode="penalty", penalty=1.0)])
+    return Patch(
+        parts=[
+            SafetyConstraint(
+                description="penalize the declared constraint where it is broken",
+                predicate=predicate,
+                mode="penalty",
+                penalty=1.0,
+            )
+        ]
+    )
 
 
 #: Domain-randomization stages around each env's documented defaults (Gymnasium env docs): LunarLander
@@ -644,167 +689,374 @@ _ZOO = "RL Baselines3 Zoo tuned hyperparameters"
 _ANDRY = "Andrychowicz et al. 2021, 'What Matters in On-Policy RL?'"
 
 _T_TIME_COST = Template(
-    _F.reward_shaping, _build_time_cost,
+    _F.reward_shaping,
+    _build_time_cost,
     "a per-step cost makes stalling expensive",
     "episodes end by reaching the goal; success rate up, episode length down",
-    "may make the agent rush or crash to end episodes early; check crash rate", "medium")
+    "may make the agent rush or crash to end episodes early; check crash rate",
+    "medium",
+)
 _T_SPARSE = Template(
-    _F.reward_shaping, _build_sparse_success,
+    _F.reward_shaping,
+    _build_sparse_success,
     "a sparse success reward cannot be gamed the way a clever dense term can",
-    "reward tracks the task metric again", "slower learning signal; may need a larger budget", "medium", 0.8)
+    "reward tracks the task metric again",
+    "slower learning signal; may need a larger budget",
+    "medium",
+    0.8,
+)
 _T_POTENTIAL = Template(
-    _F.reward_shaping, _build_potential,
+    _F.reward_shaping,
+    _build_potential,
     "potential-based shaping adds a dense hint without changing the optimal policy",
-    "the agent finds the goal sooner", "a badly chosen potential slows learning", "low")
+    "the agent finds the goal sooner",
+    "a badly chosen potential slows learning",
+    "low",
+)
 _T_BUDGET = Template(
-    _F.training_budget, _build_budget(MAX_BUDGET_MULTIPLE), "more training at the same settings",
-    "returns keep rising where the curve had not flattened", "none on behaviour; costs env steps", "medium")
+    _F.training_budget,
+    _build_budget(MAX_BUDGET_MULTIPLE),
+    "more training at the same settings",
+    "returns keep rising where the curve had not flattened",
+    "none on behaviour; costs env steps",
+    "medium",
+)
 _T_BUDGET_SMALL = Template(
-    _F.training_budget, _build_budget(MAX_BUDGET_MULTIPLE / 2), "a modest extra budget", "small gains if still learning",
-    "costs env steps", "medium", 0.6)
+    _F.training_budget,
+    _build_budget(MAX_BUDGET_MULTIPLE / 2),
+    "a modest extra budget",
+    "small gains if still learning",
+    "costs env steps",
+    "medium",
+    0.6,
+)
 _T_EXPLORE = Template(
-    _F.exploration_bonus, _build_exploration, "more exploration keeps the policy from locking in early",
-    "wider state coverage; escapes the poor plateau", "noisier actions early in fine-tuning", "low")
+    _F.exploration_bonus,
+    _build_exploration,
+    "more exploration keeps the policy from locking in early",
+    "wider state coverage; escapes the poor plateau",
+    "noisier actions early in fine-tuning",
+    "low",
+)
 _T_COUNT = Template(
-    _F.exploration_bonus, _build_count_bonus, "a novelty bonus pays for visiting new states",
-    "reaches the sparse goal at least sometimes", "can distract once the goal is found", "medium", 0.7)
+    _F.exploration_bonus,
+    _build_count_bonus,
+    "a novelty bonus pays for visiting new states",
+    "reaches the sparse goal at least sometimes",
+    "can distract once the goal is found",
+    "medium",
+    0.7,
+)
 _T_LR = Template(
-    _F.hyperparameters, _build_lower_lr, "smaller, clipped updates stop the policy from overshooting",
-    "a smoother learning curve without collapses", "slower progress per step", "low")
+    _F.hyperparameters,
+    _build_lower_lr,
+    "smaller, clipped updates stop the policy from overshooting",
+    "a smoother learning curve without collapses",
+    "slower progress per step",
+    "low",
+)
 _T_OBS_NORM = Template(
-    _F.normalization, _build_obs_norm, "running mean/std normalization puts every input on unit scale",
-    "faster, more stable learning", "statistics must be saved with the model (vecnormalize.pkl)", "low")
+    _F.normalization,
+    _build_obs_norm,
+    "running mean/std normalization puts every input on unit scale",
+    "faster, more stable learning",
+    "statistics must be saved with the model (vecnormalize.pkl)",
+    "low",
+)
 _T_REW_NORM = Template(
-    _F.normalization, _build_reward_norm, "reward scaling tames noisy, badly scaled returns",
-    "a steadier value function and learning curve", "changes the reward scale the critic sees", "low", 0.8)
+    _F.normalization,
+    _build_reward_norm,
+    "reward scaling tames noisy, badly scaled returns",
+    "a steadier value function and learning curve",
+    "changes the reward scale the critic sees",
+    "low",
+    0.8,
+)
 
 PRIORS: tuple[PriorRule, ...] = (
-    PriorRule("prior-hovering-time-cost", "hovering: the reward pays for staying alive",
-              (Symptom("hovering"),),
-              ((_C.reward_misspecification, 0.8), (_C.time_limit_misconfiguration, 0.1)),
-              (_T_TIME_COST, _T_BUDGET_SMALL), _SB3_TIPS + "; Amodei et al. 2016 (reward misspecification)"),
-    PriorRule("prior-timeouts-no-goal", "runs out the clock and never reaches the goal",
-              (Symptom("timeouts"), Symptom("never_succeeds"), Not(Symptom("hovering")), Not(TimeLimitShort()),
-               Not(Feature("reward_per_step", "<=", -0.5))),  # the env already charges for time (Acrobot)
-              ((_C.reward_misspecification, 0.4), (_C.insufficient_exploration, 0.3)),
-              (_T_TIME_COST, _T_EXPLORE), _SB3_TIPS),
-    PriorRule("prior-time-limit-short", "time limit below the env's default",
-              (Symptom("timeouts"), TimeLimitShort()),
-              ((_C.time_limit_misconfiguration, 0.85),),
-              (Template(_F.time_limit, _build_time_limit, "the task cannot be finished in the steps allowed",
-                        "episodes end at the goal instead of the clock", "longer episodes cost more env steps",
-                        "low"),),
-              "Pardo et al. 2018, 'Time Limits in Reinforcement Learning'"),
-    PriorRule("prior-jerky-continuous", "bang-bang control on continuous actions",
-              (Symptom("jerky_actions"), _CONT),
-              ((_C.action_jitter, 0.85),),
-              (Template(_F.action_smoothness, _build_smoothness,
-                        "penalizing the change between consecutive actions smooths control",
-                        "lower action jerk at similar return", "too strong a penalty makes control sluggish",
-                        "low"),),
-              "Mysore et al. 2021, 'Regularizing Action Policies for Smooth Control' (CAPS)"),
-    PriorRule("prior-saturated-continuous", "actions pinned at their bounds",
-              (Symptom("saturated_actions"), _CONT),
-              ((_C.action_jitter, 0.4), (_C.unstable_optimization, 0.15)),
-              (Template(_F.action_magnitude, _build_magnitude, "an effort penalty pulls actions off the bounds",
-                        "less saturation and fuel use", "can weaken control authority where it is needed",
-                        "low", 0.8),),
-              _SB3_TIPS + " (normalize and bound the action space)"),
-    PriorRule("prior-unscaled-obs", "observations far from unit scale",
-              (AnyOf((Symptom("unscaled_observations"), Feature("obs_abs_max", ">=", 100.0))),),
-              ((_C.observation_scaling, 0.9),),
-              (_T_OBS_NORM,), _SB3_TIPS + "; " + _ZOO + " (normalize: true)"),
-    PriorRule("prior-sparse-never", "sparse reward and the goal is never found",
-              (Symptom("never_succeeds"), AnyOf((Trait(reward_density=RewardDensity.sparse), Symptom("sparse_signal")))),
-              ((_C.sparse_reward, 0.8), (_C.insufficient_exploration, 0.45)),
-              (_T_POTENTIAL, _T_COUNT, _T_EXPLORE),
-              "Ng et al. 1999, 'Policy Invariance under Reward Transformations'; " + _SB3_TIPS),
-    PriorRule("prior-low-coverage", "the agent explores little of the state space",
-              (Symptom("low_coverage"), AnyOf((Symptom("low_success"), Symptom("never_succeeds")))),
-              ((_C.insufficient_exploration, 0.6),),
-              (_T_EXPLORE, _T_COUNT), _SB3_TIPS + "; " + _ANDRY),
-    PriorRule("prior-entropy-collapse", "the policy turned deterministic early",
-              (AnyOf((Symptom("collapsed_entropy"), Feature("entropy_drop", ">=", 0.9))),),
-              ((_C.premature_convergence, 0.75), (_C.insufficient_exploration, 0.35)),
-              (_T_EXPLORE,), _ANDRY + "; " + _ZOO + " (ent_coef)"),
-    PriorRule("prior-premature-plateau", "learning plateaued early at a poor return",
-              (Symptom("premature_convergence"),),
-              ((_C.premature_convergence, 0.6), (_C.insufficient_exploration, 0.25)),
-              (_T_EXPLORE, _T_LR), _ANDRY),
-    PriorRule("prior-unstable", "the learning curve oscillates or collapses",
-              (Symptom("unstable_learning"),),
-              ((_C.unstable_optimization, 0.75),),
-              (_T_LR,), _ANDRY + "; " + _ZOO + " (learning rates, clip ranges)"),
-    PriorRule("prior-large-kl", "PPO updates far beyond the trust region",
-              (Feature("approx_kl_max", ">=", 0.1),),
-              ((_C.unstable_optimization, 0.6),),
-              (_T_LR,), "Schulman et al. 2017 (PPO); " + _ANDRY),
-    PriorRule("prior-collapse", "training return collapsed from its best",
-              (Feature("curve_collapse", ">=", 0.5), Not(Symptom("unstable_learning"))),
-              ((_C.unstable_optimization, 0.5),),
-              (_T_LR,), _ANDRY),
-    PriorRule("prior-nan", "NaN or inf during rollouts",
-              (Symptom("numerical_instability"),),
-              ((_C.unstable_optimization, 0.5), (_C.observation_scaling, 0.35)),
-              (Template(_F.normalization, lambda f: Patch(parts=[Normalization(obs=True, reward=True)]),
-                        "normalized inputs and rewards keep values finite", "no more NaNs",
-                        "statistics must be saved with the model", "low"), _T_LR),
-              _SB3_TIPS),
-    PriorRule("prior-undertrained", "returns still rising when training stopped",
-              (Symptom("undertrained"),),
-              ((_C.undertraining, 0.85),),
-              (_T_BUDGET,), _SB3_TIPS + " ('RL needs many samples'); " + _ZOO + " (n_timesteps)"),
-    PriorRule("prior-tiny-budget", "trained for a small fraction of a known-good budget",
-              (BudgetBelow(0.1), AnyOf((Symptom("low_success"), Symptom("never_succeeds")))),
-              ((_C.undertraining, 0.85),),
-              (_T_BUDGET,), _ZOO + " (n_timesteps); " + _SB3_TIPS),
-    PriorRule("prior-lr-too-high", "learning rate far above the algorithm's default",
-              (LearningRate(">", LR_HIGH_RATIO),),
-              ((_C.unstable_optimization, 0.85),),
-              (Template(_F.hyperparameters, _build_default_lr, "updates that large overshoot and undo learning",
-                        "a curve that climbs instead of collapsing", "slower early progress", "low"),),
-              _ZOO + "; " + _ANDRY + " (learning rate is the most important PPO setting)"),
-    PriorRule("prior-lr-too-low", "learning rate far below the algorithm's default",
-              (LearningRate("<", LR_LOW_RATIO), AnyOf((Symptom("low_success"), Symptom("never_succeeds"),
-                                              Symptom("premature_convergence")))),
-              ((_C.undertraining, 0.6), (_C.unstable_optimization, 0.35)),
-              (Template(_F.hyperparameters, _build_default_lr, "the policy barely moves between updates",
-                        "learning resumes within the same budget", "less stable if the default is too high here",
-                        "low"),),
-              _ZOO + "; " + _ANDRY),
-    PriorRule("prior-low-success-rising", "partial success and a curve that had not flattened",
-              (Symptom("low_success"), Not(Symptom("never_succeeds")), Feature("curve_plateau", "<", 0.5)),
-              ((_C.undertraining, 0.45),),
-              (_T_BUDGET,), _SB3_TIPS),
-    PriorRule("prior-low-success", "succeeds less than half the time",
-              (Symptom("low_success"),),
-              ((_C.undertraining, 0.2), (_C.insufficient_exploration, 0.1)),
-              (_T_BUDGET_SMALL,), _SB3_TIPS),
-    PriorRule("prior-reward-hacking", "reward up while the task metric is not",
-              (Symptom("reward_hacking_suspected"),),
-              ((_C.reward_hacking, 0.85), (_C.reward_misspecification, 0.3)),
-              (_T_SPARSE,), "Amodei et al. 2016, 'Concrete Problems in AI Safety'; BACKGROUND.md"),
-    PriorRule("prior-constraints", "breaks declared safety constraints",
-              (AnyOf((Symptom("constraint_violations"), Feature("constraint_violation_rate", ">", 0.01))),),
-              ((_C.safety_violation, 0.9),),
-              (Template(_F.safety_constraint, _build_safety, "penalize the violation where it happens",
-                        "fewer violations at a small cost in return", "an over-strong penalty freezes the agent",
-                        "low"),),
-              "Amodei et al. 2016; Achiam et al. 2017, 'Constrained Policy Optimization'"),
-    PriorRule("prior-generalization", "performance drops on shifted variants",
-              (AnyOf((Symptom("poor_generalization"), Feature("shifted_gap", "<=", -0.3))),),
-              ((_C.generalization_gap, 0.85),),
-              (Template(_F.curriculum, _build_curriculum, "training across variants (domain randomization)",
-                        "a smaller gap on shifted envs", "nominal return may dip slightly", "medium"),),
-              "Tobin et al. 2017 (domain randomization); Cobbe et al. 2019 (Procgen)"),
-    PriorRule("prior-noisy-returns", "returns vary widely and the curve oscillates",
-              (Symptom("high_variance"), AnyOf((Feature("curve_oscillation", ">=", 0.3), Symptom("unstable_learning")))),
-              ((_C.unstable_optimization, 0.35), (_C.reward_misspecification, 0.15)),
-              (_T_REW_NORM, _T_LR), _SB3_TIPS + " (VecNormalize); " + _ANDRY),
-    PriorRule("prior-early-termination", "episodes end early by failure",
-              (Symptom("early_termination"), AnyOf((Symptom("low_success"), Symptom("never_succeeds")))),
-              ((_C.undertraining, 0.3), (_C.reward_misspecification, 0.2)),
-              (_T_BUDGET_SMALL,), _SB3_TIPS),
+    PriorRule(
+        "prior-hovering-time-cost",
+        "hovering: the reward pays for staying alive",
+        (Symptom("hovering"),),
+        ((_C.reward_misspecification, 0.8), (_C.time_limit_misconfiguration, 0.1)),
+        (_T_TIME_COST, _T_BUDGET_SMALL),
+        _SB3_TIPS + "; Amodei et al. 2016 (reward misspecification)",
+    ),
+    PriorRule(
+        "prior-timeouts-no-goal",
+        "runs out the clock and never reaches the goal",
+        (
+            Symptom("timeouts"),
+            Symptom("never_succeeds"),
+            Not(Symptom("hovering")),
+            Not(TimeLimitShort()),
+            Not(Feature("reward_per_step", "<=", -0.5)),
+        ),  # the env already charges for time (Acrobot)
+        ((_C.reward_misspecification, 0.4), (_C.insufficient_exploration, 0.3)),
+        (_T_TIME_COST, _T_EXPLORE),
+        _SB3_TIPS,
+    ),
+    PriorRule(
+        "prior-time-limit-short",
+        "time limit below the env's default",
+        (Symptom("timeouts"), TimeLimitShort()),
+        ((_C.time_limit_misconfiguration, 0.85),),
+        (
+            Template(
+                _F.time_limit,
+                _build_time_limit,
+                "the task cannot be finished in the steps allowed",
+                "episodes end at the goal instead of the clock",
+                "longer episodes cost more env steps",
+                "low",
+            ),
+        ),
+        "Pardo et al. 2018, 'Time Limits in Reinforcement Learning'",
+    ),
+    PriorRule(
+        "prior-jerky-continuous",
+        "bang-bang control on continuous actions",
+        (Symptom("jerky_actions"), _CONT),
+        ((_C.action_jitter, 0.85),),
+        (
+            Template(
+                _F.action_smoothness,
+                _build_smoothness,
+                "penalizing the change between consecutive actions smooths control",
+                "lower action jerk at similar return",
+                "too strong a penalty makes control sluggish",
+                "low",
+            ),
+        ),
+        "Mysore et al. 2021, 'Regularizing Action Policies for Smooth Control' (CAPS)",
+    ),
+    PriorRule(
+        "prior-saturated-continuous",
+        "actions pinned at their bounds",
+        (Symptom("saturated_actions"), _CONT),
+        ((_C.action_jitter, 0.4), (_C.unstable_optimization, 0.15)),
+        (
+            Template(
+                _F.action_magnitude,
+                _build_magnitude,
+                "an effort penalty pulls actions off the bounds",
+                "less saturation and fuel use",
+                "can weaken control authority where it is needed",
+                "low",
+                0.8,
+            ),
+        ),
+        _SB3_TIPS + " (normalize and bound the action space)",
+    ),
+    PriorRule(
+        "prior-unscaled-obs",
+        "observations far from unit scale",
+        (AnyOf((Symptom("unscaled_observations"), Feature("obs_abs_max", ">=", 100.0))),),
+        ((_C.observation_scaling, 0.9),),
+        (_T_OBS_NORM,),
+        _SB3_TIPS + "; " + _ZOO + " (normalize: true)",
+    ),
+    PriorRule(
+        "prior-sparse-never",
+        "sparse reward and the goal is never found",
+        (Symptom("never_succeeds"), AnyOf((Trait(reward_density=RewardDensity.sparse), Symptom("sparse_signal")))),
+        ((_C.sparse_reward, 0.8), (_C.insufficient_exploration, 0.45)),
+        (_T_POTENTIAL, _T_COUNT, _T_EXPLORE),
+        "Ng et al. 1999, 'Policy Invariance under Reward Transformations'; " + _SB3_TIPS,
+    ),
+    PriorRule(
+        "prior-low-coverage",
+        "the agent explores little of the state space",
+        (Symptom("low_coverage"), AnyOf((Symptom("low_success"), Symptom("never_succeeds")))),
+        ((_C.insufficient_exploration, 0.6),),
+        (_T_EXPLORE, _T_COUNT),
+        _SB3_TIPS + "; " + _ANDRY,
+    ),
+    PriorRule(
+        "prior-entropy-collapse",
+        "the policy turned deterministic early",
+        (AnyOf((Symptom("collapsed_entropy"), Feature("entropy_drop", ">=", 0.9))),),
+        ((_C.premature_convergence, 0.75), (_C.insufficient_exploration, 0.35)),
+        (_T_EXPLORE,),
+        _ANDRY + "; " + _ZOO + " (ent_coef)",
+    ),
+    PriorRule(
+        "prior-premature-plateau",
+        "learning plateaued early at a poor return",
+        (Symptom("premature_convergence"),),
+        ((_C.premature_convergence, 0.6), (_C.insufficient_exploration, 0.25)),
+        (_T_EXPLORE, _T_LR),
+        _ANDRY,
+    ),
+    PriorRule(
+        "prior-unstable",
+        "the learning curve oscillates or collapses",
+        (Symptom("unstable_learning"),),
+        ((_C.unstable_optimization, 0.75),),
+        (_T_LR,),
+        _ANDRY + "; " + _ZOO + " (learning rates, clip ranges)",
+    ),
+    PriorRule(
+        "prior-large-kl",
+        "PPO updates far beyond the trust region",
+        (Feature("approx_kl_max", ">=", 0.1),),
+        ((_C.unstable_optimization, 0.6),),
+        (_T_LR,),
+        "Schulman et al. 2017 (PPO); " + _ANDRY,
+    ),
+    PriorRule(
+        "prior-collapse",
+        "training return collapsed from its best",
+        (Feature("curve_collapse", ">=", 0.5), Not(Symptom("unstable_learning"))),
+        ((_C.unstable_optimization, 0.5),),
+        (_T_LR,),
+        _ANDRY,
+    ),
+    PriorRule(
+        "prior-nan",
+        "NaN or inf during rollouts",
+        (Symptom("numerical_instability"),),
+        ((_C.unstable_optimization, 0.5), (_C.observation_scaling, 0.35)),
+        (
+            Template(
+                _F.normalization,
+                lambda f: Patch(parts=[Normalization(obs=True, reward=True)]),
+                "normalized inputs and rewards keep values finite",
+                "no more NaNs",
+                "statistics must be saved with the model",
+                "low",
+            ),
+            _T_LR,
+        ),
+        _SB3_TIPS,
+    ),
+    PriorRule(
+        "prior-undertrained",
+        "returns still rising when training stopped",
+        (Symptom("undertrained"),),
+        ((_C.undertraining, 0.85),),
+        (_T_BUDGET,),
+        _SB3_TIPS + " ('RL needs many samples'); " + _ZOO + " (n_timesteps)",
+    ),
+    PriorRule(
+        "prior-tiny-budget",
+        "trained for a small fraction of a known-good budget",
+        (BudgetBelow(0.1), AnyOf((Symptom("low_success"), Symptom("never_succeeds")))),
+        ((_C.undertraining, 0.85),),
+        (_T_BUDGET,),
+        _ZOO + " (n_timesteps); " + _SB3_TIPS,
+    ),
+    PriorRule(
+        "prior-lr-too-high",
+        "learning rate far above the algorithm's default",
+        (LearningRate(">", LR_HIGH_RATIO),),
+        ((_C.unstable_optimization, 0.85),),
+        (
+            Template(
+                _F.hyperparameters,
+                _build_default_lr,
+                "updates that large overshoot and undo learning",
+                "a curve that climbs instead of collapsing",
+                "slower early progress",
+                "low",
+            ),
+        ),
+        _ZOO + "; " + _ANDRY + " (learning rate is the most important PPO setting)",
+    ),
+    PriorRule(
+        "prior-lr-too-low",
+        "learning rate far below the algorithm's default",
+        (
+            LearningRate("<", LR_LOW_RATIO),
+            AnyOf((Symptom("low_success"), Symptom("never_succeeds"), Symptom("premature_convergence"))),
+        ),
+        ((_C.undertraining, 0.6), (_C.unstable_optimization, 0.35)),
+        (
+            Template(
+                _F.hyperparameters,
+                _build_default_lr,
+                "the policy barely moves between updates",
+                "learning resumes within the same budget",
+                "less stable if the default is too high here",
+                "low",
+            ),
+        ),
+        _ZOO + "; " + _ANDRY,
+    ),
+    PriorRule(
+        "prior-low-success-rising",
+        "partial success and a curve that had not flattened",
+        (Symptom("low_success"), Not(Symptom("never_succeeds")), Feature("curve_plateau", "<", 0.5)),
+        ((_C.undertraining, 0.45),),
+        (_T_BUDGET,),
+        _SB3_TIPS,
+    ),
+    PriorRule(
+        "prior-low-success",
+        "succeeds less than half the time",
+        (Symptom("low_success"),),
+        ((_C.undertraining, 0.2), (_C.insufficient_exploration, 0.1)),
+        (_T_BUDGET_SMALL,),
+        _SB3_TIPS,
+    ),
+    PriorRule(
+        "prior-reward-hacking",
+        "reward up while the task metric is not",
+        (Symptom("reward_hacking_suspected"),),
+        ((_C.reward_hacking, 0.85), (_C.reward_misspecification, 0.3)),
+        (_T_SPARSE,),
+        "Amodei et al. 2016, 'Concrete Problems in AI Safety'; BACKGROUND.md",
+    ),
+    PriorRule(
+        "prior-constraints",
+        "breaks declared safety constraints",
+        (AnyOf((Symptom("constraint_violations"), Feature("constraint_violation_rate", ">", 0.01))),),
+        ((_C.safety_violation, 0.9),),
+        (
+            Template(
+                _F.safety_constraint,
+                _build_safety,
+                "penalize the violation where it happens",
+                "fewer violations at a small cost in return",
+                "an over-strong penalty freezes the agent",
+                "low",
+            ),
+        ),
+        "Amodei et al. 2016; Achiam et al. 2017, 'Constrained Policy Optimization'",
+    ),
+    PriorRule(
+        "prior-generalization",
+        "performance drops on shifted variants",
+        (AnyOf((Symptom("poor_generalization"), Feature("shifted_gap", "<=", -0.3))),),
+        ((_C.generalization_gap, 0.85),),
+        (
+            Template(
+                _F.curriculum,
+                _build_curriculum,
+                "training across variants (domain randomization)",
+                "a smaller gap on shifted envs",
+                "nominal return may dip slightly",
+                "medium",
+            ),
+        ),
+        "Tobin et al. 2017 (domain randomization); Cobbe et al. 2019 (Procgen)",
+    ),
+    PriorRule(
+        "prior-noisy-returns",
+        "returns vary widely and the curve oscillates",
+        (Symptom("high_variance"), AnyOf((Feature("curve_oscillation", ">=", 0.3), Symptom("unstable_learning")))),
+        ((_C.unstable_optimization, 0.35), (_C.reward_misspecification, 0.15)),
+        (_T_REW_NORM, _T_LR),
+        _SB3_TIPS + " (VecNormalize); " + _ANDRY,
+    ),
+    PriorRule(
+        "prior-early-termination",
+        "episodes end early by failure",
+        (Symptom("early_termination"), AnyOf((Symptom("low_success"), Symptom("never_succeeds")))),
+        ((_C.undertraining, 0.3), (_C.reward_misspecification, 0.2)),
+        (_T_BUDGET_SMALL,),
+        _SB3_TIPS,
+    ),
 )
 
 
@@ -816,8 +1068,9 @@ def prior_by_id(rule_id: str) -> PriorRule:
     raise KeyError(rule_id)
 
 
-def match_priors(subject: Subject, signature: Signature, priors: tuple[PriorRule, ...] = PRIORS,
-                 constraints: tuple[str, ...] = ()) -> list[PriorMatch]:
+def match_priors(
+    subject: Subject, signature: Signature, priors: tuple[PriorRule, ...] = PRIORS, constraints: tuple[str, ...] = ()
+) -> list[PriorMatch]:
     """The priors whose conditions hold for this subject, with evidence and instantiated patches.
 
     ``constraints`` are the run's declared safety constraints (expressions true when violated).

@@ -90,9 +90,14 @@ class OracleResult:
 
 def oracle_key(s: Scenario, settings: OracleSettings) -> str:
     """What a stored result depends on: the patient's hash, the oracle, the budget and the check settings."""
-    payload = {"v": ORACLE_VERSION, "patient": scenario_hash(s), "budget": s.budget,
-               "oracle": None if s.oracle is None else s.oracle.model_dump(mode="json"),
-               "seeds": settings.seeds, "episodes": settings.eval_episodes or s.eval_episodes}
+    payload = {
+        "v": ORACLE_VERSION,
+        "patient": scenario_hash(s),
+        "budget": s.budget,
+        "oracle": None if s.oracle is None else s.oracle.model_dump(mode="json"),
+        "seeds": settings.seeds,
+        "episodes": settings.eval_episodes or s.eval_episodes,
+    }
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -142,28 +147,43 @@ def read_results(path: str | Path = ORACLE_FILE) -> list[OracleResult]:
     return out
 
 
-def latest_results(scenarios: Sequence[Scenario], path: str | Path = ORACLE_FILE,
-                   settings: OracleSettings = OracleSettings()) -> dict[str, OracleResult]:
+def latest_results(
+    scenarios: Sequence[Scenario], path: str | Path = ORACLE_FILE, settings: OracleSettings = OracleSettings()
+) -> dict[str, OracleResult]:
     """The current record per scenario name (matching key; the last one wins), for scenarios that have one."""
     keys = {s.name: oracle_key(s, settings) for s in scenarios}
     return {r.scenario: r for r in read_results(path) if keys.get(r.scenario) == r.key}
 
 
-def pending(scenarios: Sequence[Scenario], path: str | Path = ORACLE_FILE,
-            settings: OracleSettings = OracleSettings()) -> list[Scenario]:
+def pending(
+    scenarios: Sequence[Scenario], path: str | Path = ORACLE_FILE, settings: OracleSettings = OracleSettings()
+) -> list[Scenario]:
     """Scenarios without a current record (what a resumed run still has to do); ``error`` records are retried."""
     done = {n for n, r in latest_results(scenarios, path, settings).items() if r.verdict != "error"}
     return [s for s in scenarios if s.name not in done]
 
 
 def _record(s: Scenario, settings: OracleSettings, verdict: str, success: float | None, **extra: Any) -> OracleResult:
-    return OracleResult(scenario=s.name, key=oracle_key(s, settings), split=s.split, family=s.family, verdict=verdict,
-                        patient_success=success, oracle=None if s.oracle is None else s.oracle.summary(),
-                        checked_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **{"budget_steps": s.budget, **extra})
+    return OracleResult(
+        scenario=s.name,
+        key=oracle_key(s, settings),
+        split=s.split,
+        family=s.family,
+        verdict=verdict,
+        patient_success=success,
+        oracle=None if s.oracle is None else s.oracle.summary(),
+        checked_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        **{"budget_steps": s.budget, **extra},
+    )
 
 
-def check_scenario(s: Scenario, settings: OracleSettings = OracleSettings(), *, cache_dir: str | Path | None = None,
-                   progress: Callable[[str], None] | None = None) -> OracleResult:
+def check_scenario(
+    s: Scenario,
+    settings: OracleSettings = OracleSettings(),
+    *,
+    cache_dir: str | Path | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> OracleResult:
     """Build ``s``'s patient, measure it, and verify its oracle (see the module docstring for verdicts)."""
     from .executors import get_executor
     from .verification import VerifyConfig, verify_patch
@@ -181,19 +201,38 @@ def check_scenario(s: Scenario, settings: OracleSettings = OracleSettings(), *, 
         return _record(s, settings, "no_oracle", success)
     if progress:
         progress(f"verifying the oracle: {s.oracle.summary()}")
-    config = VerifyConfig(seeds=settings.seeds, budget_steps=s.budget,
-                          eval_episodes=settings.eval_episodes or s.eval_episodes, n_envs=s.n_envs)
-    case = verify_patch(built.run, s.oracle, config, executor=get_executor("local", max_workers=settings.workers),
-                        scenario=s)
+    config = VerifyConfig(
+        seeds=settings.seeds,
+        budget_steps=s.budget,
+        eval_episodes=settings.eval_episodes or s.eval_episodes,
+        n_envs=s.n_envs,
+    )
+    case = verify_patch(
+        built.run, s.oracle, config, executor=get_executor("local", max_workers=settings.workers), scenario=s
+    )
     v = case.verification
     if v is None:  # verify_patch always records one
         raise VerificationError(f"the oracle's case {case.case_id} has no verification")
-    eff = None if v.effect is None else {k: getattr(v.effect, k) for k in ("treatment", "control", "diff",
-                                                                          "ci_low", "ci_high")} | {"metric": v.effect.metric}
+    eff = (
+        None
+        if v.effect is None
+        else {k: getattr(v.effect, k) for k in ("treatment", "control", "diff", "ci_low", "ci_high")}
+        | {"metric": v.effect.metric}
+    )
     verdict = "solvable" if v.status.value == "improved" else ("error" if v.status.value == "failed" else "unsolvable")
-    return _record(s, settings, verdict, success, oracle_status=v.status.value, oracle_effect=eff,
-                   oracle_per_seed=dict(v.per_seed) or None, env_steps=v.env_steps, reason=v.reason,
-                   wall_time_s=round(time.perf_counter() - t0, 1), budget_steps=v.budget_steps)
+    return _record(
+        s,
+        settings,
+        verdict,
+        success,
+        oracle_status=v.status.value,
+        oracle_effect=eff,
+        oracle_per_seed=dict(v.per_seed) or None,
+        env_steps=v.env_steps,
+        reason=v.reason,
+        wall_time_s=round(time.perf_counter() - t0, 1),
+        budget_steps=v.budget_steps,
+    )
 
 
 def _append(path: Path, result: OracleResult) -> None:
@@ -202,10 +241,16 @@ def _append(path: Path, result: OracleResult) -> None:
         fh.write(json.dumps(asdict(result), default=str) + "\n")
 
 
-def check_scenarios(scenarios: Sequence[Scenario], settings: OracleSettings = OracleSettings(), *,
-                    results: str | Path = ORACLE_FILE, shard: tuple[int, int] | None = None,
-                    cache_dir: str | Path | None = None, force: bool = False,
-                    progress: Callable[[str, str], None] | None = None) -> list[OracleResult]:
+def check_scenarios(
+    scenarios: Sequence[Scenario],
+    settings: OracleSettings = OracleSettings(),
+    *,
+    results: str | Path = ORACLE_FILE,
+    shard: tuple[int, int] | None = None,
+    cache_dir: str | Path | None = None,
+    force: bool = False,
+    progress: Callable[[str, str], None] | None = None,
+) -> list[OracleResult]:
     """Check this shard's scenarios that have no current record (all of them with ``force``); append each result.
 
     A crash in one scenario is recorded as verdict ``error`` with the reason and the run goes on.
@@ -218,7 +263,7 @@ def check_scenarios(scenarios: Sequence[Scenario], settings: OracleSettings = Or
         say = (lambda msg, name=s.name: progress(name, msg)) if progress else None
         try:
             result = check_scenario(s, settings, cache_dir=cache_dir, progress=say)
-        except Exception as err:  # noqa: BLE001 - one broken scenario is a recorded error, not a stopped suite
+        except Exception as err:
             result = _record(s, settings, "error", None, reason=f"{type(err).__name__}: {err}")
         _append(path, result)
         out.append(result)

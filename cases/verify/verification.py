@@ -33,19 +33,20 @@ import math
 import platform
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from . import stats
 from ..errors import RemedyError, VerificationError
-from .executors import Executor, Job, JobResult, get_executor
 from ..model import Case, Effect, Provenance, Source, Stage, Status, Verification, new_case_id
-from .arms import ARM_JOB, ArmResult, ArmSpec, Scores, preference_check
 from ..patches.spec import Patch, RewardShaping
+from . import stats
+from .arms import ARM_JOB, ArmResult, ArmSpec, Scores, preference_check
+from .executors import Executor, Job, JobResult, get_executor
 
 if TYPE_CHECKING:
     from ..evidence.rundir import RunDir
@@ -108,11 +109,14 @@ class VerifyConfig:
         """Seed of the arms' first evaluation episode."""
         return self.eval_seed if self.arm_eval_seed is None else self.arm_eval_seed
 
-    def confirmation(self, k: int = 0) -> "VerifyConfig":
+    def confirmation(self, k: int = 0) -> VerifyConfig:
         """The config of the ``k``-th confirmation (0-based): the next disjoint block of ``seeds`` training
         seeds after the screen's, and evaluation episodes no screen or other confirmation uses."""
-        return replace(self, seed_base=self.seed_base + self.seeds * (k + 1),
-                       arm_eval_seed=self.arms_eval_seed + CONFIRM_EVAL_STRIDE * (k + 1))
+        return replace(
+            self,
+            seed_base=self.seed_base + self.seeds * (k + 1),
+            arm_eval_seed=self.arms_eval_seed + CONFIRM_EVAL_STRIDE * (k + 1),
+        )
 
     def budget_for(self, train_steps: int | None, declared: int | None = None) -> int:
         """Fine-tuning steps per arm: explicit, else the scenario's declared budget, else a fraction of training."""
@@ -121,8 +125,10 @@ class VerifyConfig:
         if declared:
             return int(declared)
         if not train_steps:
-            raise VerificationError("run.yaml has no train_steps, so the default budget is unknown; pass --budget STEPS")
-        return max(1, int(round(self.budget_fraction * train_steps)))
+            raise VerificationError(
+                "run.yaml has no train_steps, so the default budget is unknown; pass --budget STEPS"
+            )
+        return max(1, round(self.budget_fraction * train_steps))
 
     def check(self) -> None:
         """Refuse settings that cannot produce a measurement."""
@@ -137,8 +143,9 @@ class VerifyConfig:
 # --------------------------------------------------------------------------- status
 
 
-def decide_status(primary: Effect | None, shaped: Effect | None = None, failure: str = "",
-                  too_few_seeds: bool = False) -> Status:
+def decide_status(
+    primary: Effect | None, shaped: Effect | None = None, failure: str = "", too_few_seeds: bool = False
+) -> Status:
     """``failed`` on any failure; ``inconclusive`` with too few seeds; ``improved``/``worse`` when the CI
     excludes zero; ``reward_hacking`` when the shaped return rose clearly (CI above zero) while the task
     metric did not improve. (Verification turns a screen's ``improved`` into ``inconclusive``.)"""
@@ -242,9 +249,15 @@ def _precheck(ctx: _Context) -> str:
     if not any(isinstance(p, RewardShaping) for p in ctx.patch.parts):
         return ""
     try:
-        pref = run_limited(preference_check, str(ctx.run.path), ctx.patch.model_dump_json(), ctx.config.eval_episodes,
-                           ctx.config.eval_seed, limits=_limits(ctx.config, 0, 2 * ctx.config.eval_episodes))
-    except Exception as err:  # noqa: BLE001 - the patch's code broke the check: that is the verdict
+        pref = run_limited(
+            preference_check,
+            str(ctx.run.path),
+            ctx.patch.model_dump_json(),
+            ctx.config.eval_episodes,
+            ctx.config.eval_seed,
+            limits=_limits(ctx.config, 0, 2 * ctx.config.eval_episodes),
+        )
+    except Exception as err:
         return f"trajectory preference check failed to run the reward code: {type(err).__name__}: {err}"
     ctx.notes.append(pref.message)
     ctx.preference = pref.status if pref.ok or not ctx.config.force else "forced"
@@ -274,10 +287,20 @@ def _jobs(ctx: _Context, shifted: tuple[tuple[str, str], ...], workdir: Path) ->
             arms.append(("control", None, c_budget))
         for arm, patch_json, budget in arms:
             seed = cfg.seed_base + i + (cfg.control_seed_offset if arm == "control" else 0)
-            spec = ArmSpec(arm=arm, seed=seed, patch_json=patch_json, budget_steps=budget,
-                           out_dir=str(workdir / f"{arm}-{seed}"), run_dir=run_dir, n_envs=cfg.n_envs,
-                           learning_rate=cfg.learning_rate, eval_episodes=cfg.eval_episodes,
-                           eval_seed=cfg.arms_eval_seed, shifted=shifted, score_patch_json=score_patch_json)
+            spec = ArmSpec(
+                arm=arm,
+                seed=seed,
+                patch_json=patch_json,
+                budget_steps=budget,
+                out_dir=str(workdir / f"{arm}-{seed}"),
+                run_dir=run_dir,
+                n_envs=cfg.n_envs,
+                learning_rate=cfg.learning_rate,
+                eval_episodes=cfg.eval_episodes,
+                eval_seed=cfg.arms_eval_seed,
+                shifted=shifted,
+                score_patch_json=score_patch_json,
+            )
             jobs.append(Job(id=f"{arm} seed {seed}", fn=ARM_JOB, kwargs={"spec": spec}, limits=limits))
     return jobs
 
@@ -314,8 +337,7 @@ def _effects(t: list[ArmResult], c: list[ArmResult], cfg: VerifyConfig) -> tuple
     """Every effect measured, and the name of the primary one."""
 
     def eff(name: str, pick: Callable[[ArmResult], Sequence[float]], agg: Callable) -> Effect:
-        return stats.effect(name, [pick(a) for a in t], [pick(a) for a in c], aggregate=agg,
-                            confidence=cfg.confidence)
+        return stats.effect(name, [pick(a) for a in t], [pick(a) for a in c], aggregate=agg, confidence=cfg.confidence)
 
     out = {
         "return_iqm": eff("return_iqm", lambda a: _nominal(a).returns, stats.iqm),
@@ -324,9 +346,12 @@ def _effects(t: list[ArmResult], c: list[ArmResult], cfg: VerifyConfig) -> tuple
     if any(v for a in t + c for v in _nominal(a).violations):
         out["violations"] = eff("violations", lambda a: _nominal(a).violations, stats.mean)
     for name in t[0].shifted:
-        out[f"shifted:{name}:return_iqm"] = eff(f"shifted:{name}:return_iqm", lambda a: a.shifted[name].returns, stats.iqm)
+        out[f"shifted:{name}:return_iqm"] = eff(
+            f"shifted:{name}:return_iqm", lambda a, name=name: a.shifted[name].returns, stats.iqm
+        )
         out[f"shifted:{name}:success_rate"] = eff(
-            f"shifted:{name}:success_rate", lambda a: a.shifted[name].successes, stats.mean)
+            f"shifted:{name}:success_rate", lambda a, name=name: a.shifted[name].successes, stats.mean
+        )
     if all(a.shaped_returns is not None for a in t + c):
         out["shaped_return"] = eff("shaped_return", lambda a: a.shaped_returns or (), stats.iqm)
     outcomes = {s for a in t + c for s in _nominal(a).successes}
@@ -347,9 +372,17 @@ def _base(ctx: _Context, env_steps: int = 0) -> dict[str, Any]:
     from .training import arm_comparison
 
     cfg = ctx.config
-    return dict(seeds=cfg.seeds, budget_steps=_treatment_steps(ctx), env_steps=env_steps, stage=ctx.stage,
-                seed_base=cfg.seed_base, eval_seed=cfg.arms_eval_seed, confirms=ctx.confirms,
-                comparison=arm_comparison(ctx.patch), preference=ctx.preference)
+    return dict(
+        seeds=cfg.seeds,
+        budget_steps=_treatment_steps(ctx),
+        env_steps=env_steps,
+        stage=ctx.stage,
+        seed_base=cfg.seed_base,
+        eval_seed=cfg.arms_eval_seed,
+        confirms=ctx.confirms,
+        comparison=arm_comparison(ctx.patch),
+        preference=ctx.preference,
+    )
 
 
 def _seed_shortage(ctx: _Context, arms: dict[str, list[ArmResult]]) -> str:
@@ -361,8 +394,10 @@ def _seed_shortage(ctx: _Context, arms: dict[str, list[ArmResult]]) -> str:
     short = [arm for arm, results in arms.items() if len(results) < 2 and (arm == "treatment" or trained_control)]
     if not short:
         return ""
-    return (f"inconclusive: {' and '.join(short)} arm(s) hold fewer than 2 training seeds, so seed-to-seed "
-            "spread is unknown; verify with --seeds 2 or more")
+    return (
+        f"inconclusive: {' and '.join(short)} arm(s) hold fewer than 2 training seeds, so seed-to-seed "
+        "spread is unknown; verify with --seeds 2 or more"
+    )
 
 
 def _verdict(ctx: _Context, primary: Effect, shaped: Effect | None, shortage: str) -> tuple[Status, bool, str]:
@@ -371,8 +406,11 @@ def _verdict(ctx: _Context, primary: Effect, shaped: Effect | None, shortage: st
     if shortage:
         return status, False, shortage
     if status is Status.improved and ctx.stage is Stage.screen:
-        return Status.inconclusive, True, ("cleared the screen; a case is improved only after a confirmation "
-                                           "on fresh seeds")
+        return (
+            Status.inconclusive,
+            True,
+            ("cleared the screen; a case is improved only after a confirmation on fresh seeds"),
+        )
     return status, False, ""
 
 
@@ -380,22 +418,36 @@ def _verification(ctx: _Context, jobs: Sequence[Job], results: Sequence[JobResul
     arms, failures, steps = _collect(jobs, results)
     if failures or not arms["treatment"] or not arms["control"]:
         reason = "; ".join(failures) or "no arm produced a result"
-        return Verification(status=Status.failed, reason=_reason(ctx, reason), wall_time_s=_elapsed(ctx),
-                            **_base(ctx, steps))
+        return Verification(
+            status=Status.failed, reason=_reason(ctx, reason), wall_time_s=_elapsed(ctx), **_base(ctx, steps)
+        )
     primary_name, effects = _effects(arms["treatment"], arms["control"], ctx.config)
     primary = effects[primary_name]
     status, passed, note = _verdict(ctx, primary, effects.get("shaped_return"), _seed_shortage(ctx, arms))
-    summary = (f"{ctx.stage.value} {primary_name}: treatment {primary.treatment:.3g} vs control {primary.control:.3g}, "
-               f"diff {primary.diff:+.3g} [{primary.ci_low:+.3g}, {primary.ci_high:+.3g}]" + (f"; {note}" if note else ""))
-    return Verification(status=status, effect=primary, secondary={k: v for k, v in effects.items() if k != primary_name},
-                        safety_violations=_violations(arms) if ctx.run.config.constraints else {},
-                        per_seed=_per_seed(arms, primary_name), reason=_reason(ctx, summary),
-                        wall_time_s=_elapsed(ctx), passed_screen=passed, **_base(ctx, steps))
+    summary = (
+        f"{ctx.stage.value} {primary_name}: treatment {primary.treatment:.3g} vs control {primary.control:.3g}, "
+        f"diff {primary.diff:+.3g} [{primary.ci_low:+.3g}, {primary.ci_high:+.3g}]" + (f"; {note}" if note else "")
+    )
+    return Verification(
+        status=status,
+        effect=primary,
+        secondary={k: v for k, v in effects.items() if k != primary_name},
+        safety_violations=_violations(arms) if ctx.run.config.constraints else {},
+        per_seed=_per_seed(arms, primary_name),
+        reason=_reason(ctx, summary),
+        wall_time_s=_elapsed(ctx),
+        passed_screen=passed,
+        **_base(ctx, steps),
+    )
 
 
 def _per_seed(arms: dict[str, list[ArmResult]], metric: str) -> dict[str, list[float]]:
     """The primary metric of each run, by arm, in seed order (for tables and later analysis)."""
-    pick = (lambda a: stats.mean(a.nominal.successes)) if metric == "success_rate" else (lambda a: stats.iqm(a.nominal.returns))
+    pick = (
+        (lambda a: stats.mean(a.nominal.successes))
+        if metric == "success_rate"
+        else (lambda a: stats.iqm(a.nominal.returns))
+    )
     return {arm: [pick(a) for a in sorted(results, key=lambda a: a.seed)] for arm, results in arms.items()}
 
 
@@ -419,20 +471,48 @@ def _case(ctx: _Context, verification: Verification) -> Case:
 
     cfg = ctx.config
     key: tuple[object, ...] = (
-        "verified", ctx.subject.checkpoint_sha256, ctx.patch.model_dump(mode="json"), ctx.scenario, cfg.seeds,
-        ctx.budget, cfg.eval_episodes, cfg.n_envs, cfg.learning_rate, cfg.force, cfg.seed_base, cfg.eval_seed)
+        "verified",
+        ctx.subject.checkpoint_sha256,
+        ctx.patch.model_dump(mode="json"),
+        ctx.scenario,
+        cfg.seeds,
+        ctx.budget,
+        cfg.eval_episodes,
+        cfg.n_envs,
+        cfg.learning_rate,
+        cfg.force,
+        cfg.seed_base,
+        cfg.eval_seed,
+    )
     if ctx.stage is not Stage.screen or cfg.arm_eval_seed is not None or cfg.control_seed_offset:
-        key = (*key, ctx.stage.value, cfg.arms_eval_seed, ctx.confirms, cfg.control_seed_offset)  # old screens keep their ids
+        key = (
+            *key,
+            ctx.stage.value,
+            cfg.arms_eval_seed,
+            ctx.confirms,
+            cfg.control_seed_offset,
+        )  # old screens keep their ids
     v = versions()
     return Case(
-        case_id=new_case_id(*key), source=Source.verified, subject=ctx.subject, evidence=to_evidence(ctx.evidence),
-        signature=ctx.signature, patch=ctx.patch, verification=verification,
-        provenance=Provenance(remedy_version=v.get("remedy", ""), versions=v), scenario=ctx.scenario,
+        case_id=new_case_id(*key),
+        source=Source.verified,
+        subject=ctx.subject,
+        evidence=to_evidence(ctx.evidence),
+        signature=ctx.signature,
+        patch=ctx.patch,
+        verification=verification,
+        provenance=Provenance(remedy_version=v.get("remedy", ""), versions=v),
+        scenario=ctx.scenario,
     )
 
 
-def _context(run_dir: str | Path | RunDir, patch: Patch, config: VerifyConfig, scenario: ScenarioLike | None,
-             progress: VerifyProgress | None) -> _Context:
+def _context(
+    run_dir: str | Path | RunDir,
+    patch: Patch,
+    config: VerifyConfig,
+    scenario: ScenarioLike | None,
+    progress: VerifyProgress | None,
+) -> _Context:
     from ..evidence.rollouts import collect_evidence
     from ..evidence.rundir import RunDir
     from ..evidence.signature import compute_signature
@@ -445,8 +525,18 @@ def _context(run_dir: str | Path | RunDir, patch: Patch, config: VerifyConfig, s
         progress("collecting evidence", 0, 0)
     bundle = collect_evidence(run, n_episodes=config.eval_episodes, seed=config.eval_seed)
     name = scenario.name if scenario is not None else None
-    return _Context(run=run, patch=patch, config=config, budget=budget, subject=subject, evidence=bundle,
-                    signature=compute_signature(bundle, subject), scenario=name, started=started, progress=progress)
+    return _Context(
+        run=run,
+        patch=patch,
+        config=config,
+        budget=budget,
+        subject=subject,
+        evidence=bundle,
+        signature=compute_signature(bundle, subject),
+        scenario=name,
+        started=started,
+        progress=progress,
+    )
 
 
 def verify_patch(
@@ -485,7 +575,9 @@ def verify_patch(
         jobs = _jobs(ctx, _shifted(scenario), Path(tmp))
         ctx.say(f"{len(jobs)} jobs", 0, len(jobs))
         try:
-            results = executor.run(jobs, progress=lambda r, d, n: ctx.say(f"{r.id}: {'ok' if r.ok else 'failed'}", d, n))
+            results = executor.run(
+                jobs, progress=lambda r, d, n: ctx.say(f"{r.id}: {'ok' if r.ok else 'failed'}", d, n)
+            )
         finally:
             if owned:
                 executor.shutdown()
@@ -513,8 +605,16 @@ def verify_and_confirm(
         return screen, None
     if progress is not None:
         progress("screen cleared: confirming on fresh seeds", 0, 0)
-    confirmation = verify_patch(run_dir, patch, config.confirmation(0), executor=executor, scenario=scenario,
-                                progress=progress, stage=Stage.confirm, confirms=screen.case_id)
+    confirmation = verify_patch(
+        run_dir,
+        patch,
+        config.confirmation(0),
+        executor=executor,
+        scenario=scenario,
+        progress=progress,
+        stage=Stage.confirm,
+        confirms=screen.case_id,
+    )
     return screen, confirmation
 
 
