@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
-from remedy.cases.evidence.signature import RunSignature, signature_of_run
 from remedy.cases.vocab import COMPONENT_PREFIX, FEATURES, SYMPTOMS
 
 from .common import JsonOption, console, print_json
+
+if TYPE_CHECKING:
+    from remedy.cases.evidence.signature import RunSignature
 
 __all__ = ["signature_command", "render_signature"]
 
@@ -71,6 +73,8 @@ def signature_command(
     as_json: JsonOption = False,
 ) -> None:
     """Roll the agent out (deterministic and stochastic) and print its failure signature."""
+    from remedy.cases.evidence.signature import signature_of_run  # rollouts need gymnasium, SB3, scipy
+
     if as_json:
         rs = signature_of_run(run_dir, n_episodes=episodes, seed=seed)
         print_json(rs.signature.model_dump(mode="json"))

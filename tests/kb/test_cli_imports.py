@@ -18,7 +18,7 @@ import pytest
 
 from remedy.kb.cli import _COMMANDS, app
 
-HEAVY = ("torch", "sentence_transformers", "transformers", "lancedb")
+HEAVY = ("torch", "sentence_transformers", "transformers", "lancedb", "scipy.stats")
 
 #: registered command (group path) -> arguments that run it without embedding; "{kb}", "{out}" filled in
 LIGHT = {
