@@ -112,6 +112,19 @@ def _type_name(annotation: Any) -> str:
     return getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")
 
 
+# The answer fields both diagnosis signatures share (one parser reads them).
+_CANDIDATES_DESC = "plausible root causes"
+_EVIDENCE_DESC = "evidence for and against each candidate cause"
+_ROOT_CAUSES_DESC = (
+    f'JSON list, most likely first: [{{"cause": one of [{_TAXONOMY}], "confidence": 0..1, "rationale": str}}]'
+)
+_PATCHES_DESC = (
+    'JSON list, best first: [{"patch": {"parts": [PART, ...], "description": str}, "rationale": str, '
+    '"expected_effect": str, "side_effects": str, "compute_cost": "low"|"medium"|"high", '
+    '"cites": [case or rule ids]}] where PART is one of: ' + _patch_schema()
+)
+
+
 class DiagnoseFailure(dspy.Signature):
     """You are an experienced reinforcement-learning engineer diagnosing a trained agent that fails.
 
@@ -134,24 +147,20 @@ class DiagnoseFailure(dspy.Signature):
     rules: str = dspy.InputField(desc="matching accepted rules and built-in priors (id: when -> suggests)")
     previous_attempts: str = dspy.InputField(desc="patches already tried on this agent and what happened")
     observations: str = dspy.OutputField(desc="what stands out in the data")
-    candidate_causes: str = dspy.OutputField(desc="plausible root causes")
-    evidence: str = dspy.OutputField(desc="evidence for and against each candidate cause")
-    root_causes: str = dspy.OutputField(
-        desc=f'JSON list, most likely first: [{{"cause": one of [{_TAXONOMY}], "confidence": 0..1, "rationale": str}}]'
-    )
-    patches: str = dspy.OutputField(
-        desc='JSON list, best first: [{"patch": {"parts": [PART, ...], "description": str}, "rationale": str, '
-        '"expected_effect": str, "side_effects": str, "compute_cost": "low"|"medium"|"high", '
-        '"cites": [case or rule ids]}] where PART is one of: ' + _patch_schema()
-    )
+    candidate_causes: str = dspy.OutputField(desc=_CANDIDATES_DESC)
+    evidence: str = dspy.OutputField(desc=_EVIDENCE_DESC)
+    root_causes: str = dspy.OutputField(desc=_ROOT_CAUSES_DESC)
+    patches: str = dspy.OutputField(desc=_PATCHES_DESC)
 
 
 class LLMDiagnoserProgram(dspy.Module):
     """``ChainOfThought(DiagnoseFailure)``; the optimizer compiles and saves this module."""
 
+    signature: type[dspy.Signature] = DiagnoseFailure
+
     def __init__(self) -> None:
         super().__init__()
-        self.diagnose = dspy.ChainOfThought(DiagnoseFailure)
+        self.diagnose = dspy.ChainOfThought(self.signature)
 
     def forward(self, config: dict[str, Any] | None = None, **inputs: str) -> dspy.Prediction:
         """Run the chain of thought on the formatted context (``config``: per-call LM settings)."""
@@ -176,28 +185,16 @@ class DiagnoseFromDescription(dspy.Signature):
     similar_cases: str = dspy.InputField(desc="similar past cases with root causes, patches and verified effects")
     rules: str = dspy.InputField(desc="matching accepted rules and built-in priors (id: when -> suggests)")
     observations: str = dspy.OutputField(desc="what the description says, and what it leaves unknown")
-    candidate_causes: str = dspy.OutputField(desc="plausible root causes")
-    evidence: str = dspy.OutputField(desc="evidence for and against each candidate cause")
-    root_causes: str = dspy.OutputField(
-        desc=f'JSON list, most likely first: [{{"cause": one of [{_TAXONOMY}], "confidence": 0..1, "rationale": str}}]'
-    )
-    patches: str = dspy.OutputField(
-        desc='JSON list, best first: [{"patch": {"parts": [PART, ...], "description": str}, "rationale": str, '
-        '"expected_effect": str, "side_effects": str, "compute_cost": "low"|"medium"|"high", '
-        '"cites": [case or rule ids]}] where PART is one of: ' + _patch_schema()
-    )
+    candidate_causes: str = dspy.OutputField(desc=_CANDIDATES_DESC)
+    evidence: str = dspy.OutputField(desc=_EVIDENCE_DESC)
+    root_causes: str = dspy.OutputField(desc=_ROOT_CAUSES_DESC)
+    patches: str = dspy.OutputField(desc=_PATCHES_DESC)
 
 
-class LLMDescribeProgram(dspy.Module):
+class LLMDescribeProgram(LLMDiagnoserProgram):
     """``ChainOfThought(DiagnoseFromDescription)``: the LLM backend's program for described failures."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.diagnose = dspy.ChainOfThought(DiagnoseFromDescription)
-
-    def forward(self, config: dict[str, Any] | None = None, **inputs: str) -> dspy.Prediction:
-        """Run the chain of thought on the formatted description context."""
-        return self.diagnose(**inputs, config=dict(config or {}))
+    signature = DiagnoseFromDescription
 
 
 # ---- context -> prompt inputs ----------------------------------------------------------------
