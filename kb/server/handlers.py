@@ -78,7 +78,10 @@ def _backend(name: str) -> Any:
 
     backend = get_diagnoser(name)
     if name == "llm":
-        _ = backend.lm  # raises LMError now when the service has no REMEDY_LM
+        from remedy.retrieval.llm import LLMDiagnoser  # already loaded by get_diagnoser("llm")
+
+        if isinstance(backend, LLMDiagnoser):
+            _ = backend.lm  # raises LMError now when the service has no REMEDY_LM
     return backend
 
 
