@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import difflib
 import importlib
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from pydantic import AfterValidator
 
 from .errors import AlgorithmError
+
+if TYPE_CHECKING:
+    from stable_baselines3.common.base_class import BaseAlgorithm
 
 __all__ = ["AlgoName", "ALGOS", "ON_POLICY", "get_algo", "is_on_policy", "canonical_algo", "algo_names"]
 
@@ -55,7 +58,7 @@ def canonical_algo(name: str) -> str:
     raise AlgorithmError(f"unknown algorithm '{name}'{hint}")
 
 
-def get_algo(name: str) -> type:
+def get_algo(name: str) -> type[BaseAlgorithm]:
     """The SB3/sb3-contrib class for ``name`` (case-insensitive)."""
     canon = canonical_algo(name)
     module, attr = ALGOS[canon].split(":")

@@ -260,15 +260,17 @@ def read_cases(
     limits = limits or ImportLimits()
     if not path.is_file():
         raise ImportFileError(f"{path}: no such file", [(0, "no such file")])
-    cases, problems, seen = [], [], {}
+    cases: list[Case] = []
+    problems: list[tuple[int, str]] = []
+    seen: dict[str, int] = {}
     for n, (lineno, text) in enumerate(_READERS[ext](path, limits), start=1):
         if n > limits.max_cases:
             raise _over(path, f"more than {limits.max_cases:,} records", "max_cases", limits.max_cases)
         case, problem = _validate(lineno, text, limits)
         if case is not None and case.case_id in seen:
             problem = (lineno, f"duplicate case_id {case.case_id!r} (first on line {seen[case.case_id]})")
-        if problem is not None:
-            problems.append(problem)
+        if problem is not None or case is None:
+            problems.append(problem or (lineno, "no case"))
             continue
         seen[case.case_id] = lineno
         cases.append(case)

@@ -151,7 +151,7 @@ class Subject(FrozenModel):
     env_kwargs: dict[str, Any] = Field(default_factory=dict)
     algo: str
     hyperparams: dict[str, Any] = Field(default_factory=dict)
-    train_steps: int | None = Field(None, ge=0)
+    train_steps: int | None = Field(default=None, ge=0)
     checkpoint_sha256: str | None = None
     reward_ref: str | None = None
     success: str = ""

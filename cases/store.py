@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import duckdb
 import pyarrow as pa
@@ -40,7 +40,9 @@ _SQLITE_MAGIC = b"SQLite format 3\x00"
 _DUCKDB_MAGIC = b"DUCK"  # at bytes 8-11 of every DuckDB file
 # Never let DuckDB fetch or load an extension on its own: a foreign file (SQLite, ...) would make it
 # try to download a scanner, which hangs without network and reads someone else's data with it.
-_CONFIG = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
+_CONFIG: dict[str, str | bool | int | float | list[str]] = {
+    "autoinstall_known_extensions": False, "autoload_known_extensions": False,
+}
 #: seconds to keep retrying a locked file before giving up
 LOCK_TIMEOUT_S = 2.0
 #: file in the KB directory that `remedy serve` writes while it owns the KB: ``{"url", "pid"}``
@@ -258,9 +260,9 @@ class CaseStore:
 
     @staticmethod
     def _version(con: duckdb.DuckDBPyConnection) -> int:
-        has_meta = con.execute(
+        has_meta = _first(con.execute(
             "SELECT count(*) FROM information_schema.tables WHERE table_name = 'meta'"
-        ).fetchone()[0]
+        ).fetchone())
         if not has_meta:
             return 0
         try:
@@ -310,7 +312,7 @@ class CaseStore:
         if wanted.num_rows == 0:
             return 0
         with self._connect() as con:
-            n = con.execute("SELECT count(*) FROM cases WHERE case_id IN (SELECT id FROM wanted)").fetchone()[0]
+            n = _first(con.execute("SELECT count(*) FROM cases WHERE case_id IN (SELECT id FROM wanted)").fetchone())
             con.execute("DELETE FROM cases WHERE case_id IN (SELECT id FROM wanted)")
         return int(n)
 
@@ -365,7 +367,7 @@ class CaseStore:
     def count(self) -> int:
         """Number of stored cases."""
         with self._connect() as con:
-            return int(con.execute("SELECT count(*) FROM cases").fetchone()[0])
+            return int(_first(con.execute("SELECT count(*) FROM cases").fetchone()))
 
     def iter_cases(self, batch: int = 500) -> Iterator[Case]:
         """Every case in id order, fetched in batches; no connection is held between batches."""
@@ -385,7 +387,7 @@ class CaseStore:
     def stats(self) -> StoreStats:
         """Counts overall and by source, status, env and root cause."""
         with self._connect() as con:
-            total = int(con.execute("SELECT count(*) FROM cases").fetchone()[0])
+            total = int(_first(con.execute("SELECT count(*) FROM cases").fetchone()))
             by = {col: self._counts(con, f"SELECT {col}, count(*) FROM cases GROUP BY 1")
                   for col in ("source", "status", "env_id")}
             causes = self._counts(con, "SELECT rc, count(*) FROM (SELECT unnest(root_causes) AS rc FROM cases) GROUP BY 1")
@@ -415,7 +417,14 @@ def _served_by(marker: Path, pid: int | None) -> str:
     return url
 
 
-def _checked_row(case: Case) -> tuple:
+def _first(row: tuple[Any, ...] | None) -> Any:  # DuckDB rows are untyped tuples
+    """The first column of a row a query always returns (e.g. a ``count(*)``)."""
+    if row is None:
+        raise KBError("the KB returned no row where one was expected")
+    return row[0]
+
+
+def _checked_row(case: Case) -> dict:
     row = _row(case)
     # A body that cannot be read back would be a case lost on the next read: refuse it now.
     try:
@@ -428,6 +437,6 @@ def _checked_row(case: Case) -> tuple:
     return row
 
 
-def _dedupe(rows: list[tuple]) -> list[tuple]:
+def _dedupe(rows: list[dict]) -> list[dict]:
     # Last one wins, as in a sequence of single upserts.
     return list({r["case_id"]: r for r in rows}.values())

@@ -29,7 +29,7 @@ import numpy as np
 
 from remedy.cases.algos import canonical_algo
 from remedy.cases.errors import RemedyError, ValidationError
-from remedy.cases.model import ActionSpaceType, EnvTraits, Signature, Subject
+from remedy.cases.model import ActionSpaceType, EnvTraits, RewardDensity, Signature, Subject
 from remedy.cases.vocab import SYMPTOMS
 
 from .diagnosis import UNSPECIFIED, SymptomReading
@@ -311,7 +311,7 @@ def text_subject(env_id: str | None = None, algo: str | None = None, action_spac
     if traits is None or traits.action_space != space:
         traits = EnvTraits(action_space=space, obs_dim=traits.obs_dim if traits else 0,
                            action_dim=traits.action_dim if traits else 0,
-                           reward_density=traits.reward_density if traits else "dense")
+                           reward_density=traits.reward_density if traits else RewardDensity.dense)
     subject = Subject(env_id=env_id or UNSPECIFIED, algo=canon or algo or UNSPECIFIED, traits=traits)
     return subject, notes
 

@@ -230,8 +230,8 @@ def state_coverage(b: EvidenceBundle, s: Subject) -> float:
 
 def obs_abs_max(b: EvidenceBundle, s: Subject) -> float:
     """Largest absolute observation value seen (unnormalized scale)."""
-    vals = [e.stats.get("obs_abs_max") for e in b.deterministic + b.stochastic]
-    vals = [v for v in vals if v is not None and math.isfinite(v)]
+    raw = [e.stats.get("obs_abs_max") for e in b.deterministic + b.stochastic]
+    vals = [v for v in raw if v is not None and math.isfinite(v)]
     return float(max(vals)) if vals else _NAN
 
 

@@ -385,7 +385,8 @@ def read_training_logs(run_dir_path: str | Path) -> TrainingLog | None:
     monitors = sorted(p for p in root.rglob("*monitor.csv") if p.is_file())
     progress = sorted(p for p in root.rglob("progress.csv") if p.is_file())
     events = sorted(p for p in root.rglob("events.out.tfevents.*") if p.is_file())
-    notes, sources = [], []
+    notes: list[str] = []
+    sources: list[str] = []
     curve = _read_monitor(monitors) if monitors else None
     if curve is not None:
         sources.append("monitor")

@@ -21,7 +21,7 @@ import hashlib
 import json
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import yaml
@@ -35,6 +35,9 @@ from ..model import Subject
 from ..success import SuccessSpec
 from .wrappers import WRAPPERS, WrapperSpec
 from ..yamlfile import load_yaml_model
+
+if TYPE_CHECKING:
+    from stable_baselines3.common.base_class import BaseAlgorithm
 
 __all__ = [
     "RUN_YAML",
@@ -284,7 +287,7 @@ class RunDir:
             return model
         return self._load(algo_cls, env, device, **overrides)
 
-    def _load(self, algo_cls: type, env: Any, device: str, **overrides: Any):
+    def _load(self, algo_cls: type[BaseAlgorithm], env: Any, device: str, **overrides: Any):
         try:
             return algo_cls.load(str(self.model_path), env=env, device=device, **overrides)
         except (ValueError, KeyError, RuntimeError, zipfile.BadZipFile, EOFError, OSError, AttributeError) as ex:

@@ -119,6 +119,7 @@ class _Dumper(yaml.SafeDumper):
 def _str_representer(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
     # PyYAML falls back to quoting when a literal block cannot hold the text (e.g. trailing spaces);
     # line breaks YAML folds on its own (CR, NEL, LS, PS) only survive double quotes
+    style: str | None
     if any(ch in value for ch in _YAML_BREAKS):
         style = '"'
     else:

@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from ..patches.spec import ActionRepeat, Patch, RewardShaping
+from ..patches.spec import ActionRepeat, Patch, PatchPart, RewardShaping
 
 __all__ = [
     "ARM_JOB",
@@ -160,10 +160,11 @@ def run_arm(spec: ArmSpec) -> ArmResult:
 
     ft = finetune(spec.run_dir, spec.patch_json, budget_steps=spec.budget_steps, seed=spec.seed,
                   n_envs=spec.n_envs, out_dir=spec.out_dir, learning_rate=spec.learning_rate)
-    base = dict(arm=spec.arm, seed=spec.seed, env_steps=ft.env_steps, train_wall_s=ft.wall_time_s,
-                shaped_return_train=ft.shaped_return_mean)
     if ft.diverged:
-        return ArmResult(**base, diverged=True, reason=ft.reason or "training diverged")
+        return ArmResult(arm=spec.arm, seed=spec.seed, env_steps=ft.env_steps, train_wall_s=ft.wall_time_s,
+                         shaped_return_train=ft.shaped_return_mean,
+                         diverged=True, reason=ft.reason or "training diverged")
+    assert ft.run_dir is not None  # finetune saves a run dir whenever training did not diverge
     run = RunDir.load(ft.run_dir)
     c = run.config
     model = run.load_model()
@@ -177,7 +178,9 @@ def run_arm(spec: ArmSpec) -> ArmResult:
                                                      for_evaluation=True, max_episode_steps=c.max_episode_steps))
         shifted[name] = _evaluate(model, factory, run, spec, vn)
     shaped = _shaped_returns(model, run, spec, vn) if spec.score_patch_json else None
-    return ArmResult(**base, nominal=nominal, shifted=shifted, shaped_returns=shaped)
+    return ArmResult(arm=spec.arm, seed=spec.seed, env_steps=ft.env_steps, train_wall_s=ft.wall_time_s,
+                     shaped_return_train=ft.shaped_return_mean,
+                     nominal=nominal, shifted=shifted, shaped_returns=shaped)
 
 
 # --------------------------------------------------------------------------- trajectory preference check
@@ -298,7 +301,7 @@ def preference_check(run_dir: str, patch_json: str, n_episodes: int, seed: int) 
 
     run = RunDir.load(run_dir)
     c = run.config
-    shaping = [p for p in Patch.model_validate_json(patch_json).parts if isinstance(p, RewardShaping)]
+    shaping: list[PatchPart] = [p for p in Patch.model_validate_json(patch_json).parts if isinstance(p, RewardShaping)]
     plan = PatchPlan.from_patch(Patch(parts=shaping), env_traits(c.env_id, c.env_kwargs), c.algo)
     factory = make_patched_env_fn(c.env_id, c.env_kwargs, c.wrappers, plan, None, max_episode_steps=c.max_episode_steps)
     model, vn = run.load_model(), _obs_normalizer(run)

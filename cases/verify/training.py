@@ -140,17 +140,19 @@ class _ProgressCallback:
             return None
         from stable_baselines3.common.callbacks import BaseCallback
 
+        report: ProgressFn = progress  # narrowed once, for the closures below
+
         class _CB(BaseCallback):
             def _on_training_start(self) -> None:
                 self._start = self.num_timesteps  # a fine-tune keeps counting from the checkpoint's steps
 
             def _on_step(self) -> bool:
                 if self.n_calls % 64 == 0:
-                    progress(min(self.num_timesteps - self._start, total), total)
+                    report(min(self.num_timesteps - self._start, total), total)
                 return True
 
             def _on_training_end(self) -> None:
-                progress(min(self.num_timesteps - self._start, total), total)
+                report(min(self.num_timesteps - self._start, total), total)
 
         return _CB()
 

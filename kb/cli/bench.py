@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
+from rich.progress import TaskID
 from rich.table import Table
 
 from .common import JsonOption, add_columns, console, print_json, progress_bar
@@ -86,8 +87,11 @@ def bench_build(scenarios: str | None, force: bool, cache: Path | None, quick: b
                 bar.advance(overall)
                 continue
             step = bar.add_task(f"  {s.name}", total=s.train_steps)
-            built = build_scenario(s, cache, force=force,
-                                   progress=lambda done_, total, t=step: bar.update(t, completed=done_, total=total))
+
+            def on_progress(done_: int, total: int, t: TaskID = step) -> None:
+                bar.update(t, completed=done_, total=total)
+
+            built = build_scenario(s, cache, force=force, progress=on_progress)
             bar.update(step, description=f"  {s.name}: oracle", completed=s.train_steps)
             rows.append(_check(s, built, settings, results, force, cache) if oracle else _row(built))
             bar.update(step, visible=False)

@@ -69,6 +69,7 @@ def diagnose(
             report = diagnose_description(store, describe, env_id=env, algo=algo, action_space=action_space,
                                           tags=tags, diagnoser=backend, k=k)
         else:
+            assert run_dir is not None  # _check_source made sure exactly one of the two is given
             report = diagnose_run(store, run_dir, diagnoser=backend, k=k, n_episodes=episodes, seed=seed,
                                   exclude_scenario=exclude_scenario)
     finally:

@@ -97,9 +97,16 @@ def verify(
     for case, was_stored in zip(cases, stored):
         console.print(render_verification(case))
         where = f"stored in {kb}" if was_stored else ("not stored (--no-store)" if no_store else f"already in {kb}")
-        console.print(f"{case.verification.stage.value} case [bold]{case.case_id}[/] {where}", highlight=False)
+        console.print(f"{_stage(case)} case [bold]{case.case_id}[/] {where}", highlight=False)
     console.print(f"[dim]seeds used: {seed_base}..{next_base - 1}; to re-verify on fresh seeds pass --seed-base {next_base}[/]",
                   highlight=False)
+
+
+def _stage(case: "Case") -> str:
+    """The verification stage of a case this command verified (screen or confirm)."""
+    if case.verification is None:
+        raise ValueError(f"case {case.case_id} carries no verification")
+    return case.verification.stage.value
 
 
 def _print_json(cases: list["Case"], stored: list[bool], next_base: int) -> None:
@@ -111,7 +118,7 @@ def _print_json(cases: list["Case"], stored: list[bool], next_base: int) -> None
                 "case": json.loads(case_to_json(case))}
 
     out = one(cases[-1], stored[-1])
-    out["stage"] = cases[-1].verification.stage.value
+    out["stage"] = _stage(cases[-1])
     out["screen"] = one(cases[0], stored[0]) if len(cases) > 1 else None
     out["next_seed_base"] = next_base
     print_json(out)

@@ -17,7 +17,7 @@ from remedy.cases.errors import ImportFileError, ValidationError
 from remedy.cases.io import case_to_json
 
 from .jobs import Handler, JobProgress
-from .models import DiagnoseIn, FixJobIn, Hit, ImportOut, VerifyJobIn
+from .models import DiagnoseIn, FixJobIn, Hit, ImportOut, ImportProblem, VerifyJobIn
 from .uploads import run_path
 
 if TYPE_CHECKING:
@@ -68,7 +68,7 @@ def import_body(service: Service, body: bytes, skip_invalid: bool) -> ImportOut:
         except ImportFileError as err:
             msg = str(err).replace(str(path), "request body").replace("--skip-invalid", "skip_invalid=true")
             raise ImportFileError(msg, err.problems) from None
-    problems = [{"line": n, "message": m} for n, m in report.problems]
+    problems = [ImportProblem(line=n, message=m) for n, m in report.problems]
     return ImportOut(read=report.read, added=report.added, unchanged=report.unchanged,
                      skipped=report.skipped, problems=problems)
 
@@ -78,7 +78,10 @@ def _backend(name: str) -> Any:
 
     backend = get_diagnoser(name)
     if name == "llm":
-        _ = backend.lm  # raises LMError now when the service has no REMEDY_LM
+        from remedy.retrieval.llm import LLMDiagnoser  # already loaded by get_diagnoser("llm")
+
+        if isinstance(backend, LLMDiagnoser):
+            _ = backend.lm  # raises LMError now when the service has no REMEDY_LM
     return backend
 
 
@@ -145,11 +148,13 @@ def _run_verify(service: Service, params: dict[str, Any], progress: JobProgress)
 
 
 def _run_fix(service: Service, params: dict[str, Any], progress: JobProgress) -> dict[str, Any]:
+    from remedy.cases.verify.verification import VerifyConfig
     from remedy.kb.fixloop import fix
 
     req = FixJobIn.model_validate(params)
-    result = fix(service.kb, run_path(service.runs_dir, req.run_id), rounds=req.rounds, candidates=req.candidates,
-                 seeds=req.seeds, budget=req.budget, diagnoser=_backend(req.diagnoser),
+    config = VerifyConfig(seeds=req.seeds, budget_steps=req.budget)
+    result = fix(service.kb, run_path(service.runs_dir, req.run_id), store=service.kb, config=config,
+                 rounds=req.rounds, candidates=req.candidates, diagnoser=_backend(req.diagnoser),
                  out_dir=service.kb.root / "fixes", progress=progress)
     return json.loads(to_json_bytes(result.as_dict()))
 

@@ -10,6 +10,7 @@ steps (a finished fine-tuning job, a stage of the fix loop).
 
 from __future__ import annotations
 
+import builtins
 import json
 import queue
 import secrets
@@ -188,7 +189,7 @@ class JobStore:
             row = con.execute("SELECT cancel FROM jobs WHERE job_id = ?", [job_id]).fetchone()
         return bool(row and row[0])
 
-    def recover(self) -> tuple[list[str], list[str]]:
+    def recover(self) -> tuple[builtins.list[str], builtins.list[str]]:
         """After a (re)start: fail jobs left running, return (interrupted ids, queued ids to run again)."""
         running = [j.job_id for j in self.list(JobState.running, limit=1_000_000)]
         for job_id in running:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable, Iterator
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
@@ -41,7 +41,7 @@ from .uploads import unpack_run
 __all__ = ["router"]
 
 _bearer = HTTPBearer(auto_error=False, description="A token from `remedy tokens create`.")
-_ERRORS = {code: {"model": ErrorOut} for code in (401, 403, 404, 413, 422)}
+_ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorOut} for code in (401, 403, 404, 413, 422)}
 router = APIRouter(responses=_ERRORS)
 
 

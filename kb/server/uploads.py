@@ -48,7 +48,8 @@ def _check_member(m: tarfile.TarInfo) -> None:
 
 
 def _members(tar: tarfile.TarFile, max_bytes: int) -> list[tarfile.TarInfo]:
-    members, total = [], 0
+    members: list[tarfile.TarInfo] = []
+    total = 0
     for m in tar:
         if len(members) >= MAX_MEMBERS:
             raise UploadTooLargeError(f"archive has more than {MAX_MEMBERS} members; upload only the run directory")
