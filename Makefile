@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/remedy demo
 
-test: $(STAMP)
+test: lint typecheck
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests
 
 # ruff: lint rules and the formatter's check (pyproject.toml [tool.ruff]).

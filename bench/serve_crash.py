@@ -29,18 +29,20 @@ import httpx
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from retrieval import synth_cases  # noqa: E402
-from service import start_server  # noqa: E402
+from service import start_server
 
-from remedy.cases.io import case_to_json  # noqa: E402
-from remedy.cases.store import CaseStore  # noqa: E402
-from remedy.kb import KnowledgeBase  # noqa: E402
-from remedy.kb.server.tokens import TokenStore  # noqa: E402
+from remedy.cases.io import case_to_json
+from remedy.cases.store import CaseStore
+from remedy.kb import KnowledgeBase
+from remedy.kb.server.tokens import TokenStore
+from retrieval import synth_cases
 
 OUT = Path(__file__).parent / "out" / "crash.json"
 
 
-def _stream(url: str, token: str, batches: list[list], acked: list[int], sent: list[int], stop: threading.Event) -> None:
+def _stream(
+    url: str, token: str, batches: list[list], acked: list[int], sent: list[int], stop: threading.Event
+) -> None:
     with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=60) as http:
         for i, batch in enumerate(batches):
             if stop.is_set():
@@ -84,8 +86,14 @@ def check(root: Path, batches: list[list], acked: list[int], sent: list[int]) ->
     unacked = [i for i in sent if i not in set(acked)]
     partial = sum(1 for i in unacked if 0 < len({c.case_id for c in batches[i]} & stored) < len(batches[i]))
     landed = sum(1 for i in unacked if {c.case_id for c in batches[i]} <= stored)
-    return {"acked": len(acked), "unacked": len(unacked), "unacked_landed": landed, "lost_acked": lost,
-            "partial": partial, "index_mismatch": int(stored != indexed)}
+    return {
+        "acked": len(acked),
+        "unacked": len(unacked),
+        "unacked_landed": landed,
+        "lost_acked": lost,
+        "partial": partial,
+        "index_mismatch": int(stored != indexed),
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -107,9 +115,11 @@ def main(argv: list[str] | None = None) -> None:
             rows.append(trial(root, token, n, args, rng))
             print(f"trial {n + 1}/{args.trials}: {rows[-1]}", flush=True)
     totals = {k: sum(r[k] for r in rows) for k in rows[0]}
-    print(f"\n{args.trials} trials: {totals['acked']} acknowledged imports, {totals['lost_acked']} lost; "
-          f"{totals['unacked']} unacknowledged ({totals['unacked_landed']} landed whole, "
-          f"{totals['partial']} partial); index out of step after restart in {totals['index_mismatch']} trials")
+    print(
+        f"\n{args.trials} trials: {totals['acked']} acknowledged imports, {totals['lost_acked']} lost; "
+        f"{totals['unacked']} unacknowledged ({totals['unacked_landed']} landed whole, "
+        f"{totals['partial']} partial); index out of step after restart in {totals['index_mismatch']} trials"
+    )
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps({"trials": rows, "totals": totals, "args": vars(args)}, indent=2))
 

@@ -30,11 +30,10 @@ import httpx
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from retrieval import synth_cases, synth_summary  # noqa: E402
-
-from remedy.cases.store import CaseStore  # noqa: E402
-from remedy.kb import KnowledgeBase  # noqa: E402
-from remedy.kb.server.tokens import TokenStore  # noqa: E402
+from remedy.cases.store import CaseStore
+from remedy.kb import KnowledgeBase
+from remedy.kb.server.tokens import TokenStore
+from retrieval import synth_cases, synth_summary
 
 OUT = Path(__file__).parent / "out" / "service.json"
 REMEDY = Path(sys.executable).parent / "remedy"
@@ -59,8 +58,12 @@ def start_server(root: Path) -> tuple[subprocess.Popen, str]:
     """`remedy serve` on a free loopback port, once /health answers (bounded wait)."""
     port = _port()
     url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen([str(REMEDY), "serve", "--kb", str(root), "--port", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [str(REMEDY), "serve", "--kb", str(root), "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     for _ in range(1200):
         if proc.poll() is not None:
             raise SystemExit(f"remedy serve exited: {proc.stderr.read()}")
@@ -94,8 +97,13 @@ def load(url: str, token: str, texts: list[str], clients: int) -> dict[str, floa
         t.join()
     wall = time.perf_counter() - start
     ms = np.array(lat) * 1000
-    return {"clients": clients, "queries": len(lat), "p50_ms": float(np.percentile(ms, 50)),
-            "p95_ms": float(np.percentile(ms, 95)), "qps": len(lat) / wall}
+    return {
+        "clients": clients,
+        "queries": len(lat),
+        "p50_ms": float(np.percentile(ms, 50)),
+        "p95_ms": float(np.percentile(ms, 95)),
+        "qps": len(lat) / wall,
+    }
 
 
 def cold_cli(root: Path, text: str, runs: int) -> float:
@@ -103,8 +111,12 @@ def cold_cli(root: Path, text: str, runs: int) -> float:
     times = []
     for _ in range(runs):
         t0 = time.perf_counter()
-        subprocess.run([str(REMEDY), "query", text, "--kb", str(root), "--json"], check=True,
-                       capture_output=True, env={**os.environ})
+        subprocess.run(
+            [str(REMEDY), "query", text, "--kb", str(root), "--json"],
+            check=True,
+            capture_output=True,
+            env={**os.environ},
+        )
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
 
@@ -143,8 +155,11 @@ def main(argv: list[str] | None = None) -> None:
             print(f"\n{size:,} cases (built in {r['build_s']:.0f} s); cold CLI query {r['cold_cli_s']:.1f} s")
             print(f"{'clients':>8} {'queries':>8} {'p50 ms':>8} {'p95 ms':>8} {'q/s':>8}")
             for row in r["load"]:
-                print(f"{row['clients']:>8} {row['queries']:>8} {row['p50_ms']:>8.1f} {row['p95_ms']:>8.1f} "
-                      f"{row['qps']:>8.1f}", flush=True)
+                print(
+                    f"{row['clients']:>8} {row['queries']:>8} {row['p50_ms']:>8.1f} {row['p95_ms']:>8.1f} "
+                    f"{row['qps']:>8.1f}",
+                    flush=True,
+                )
     print(f"load average at the end: {os.getloadavg()[0]:.1f}")
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps({"results": results, "loadavg": os.getloadavg()}, indent=2))

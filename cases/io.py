@@ -112,9 +112,7 @@ def _clip(text: str) -> str:
 def _check_format(path: Path) -> str:
     ext = path.suffix.lower()
     if ext not in FORMATS:
-        raise ValidationError(
-            f"{path}: unknown file type {ext or '(none)'!r}; use one of {', '.join(FORMATS)}"
-        )
+        raise ValidationError(f"{path}: unknown file type {ext or '(none)'!r}; use one of {', '.join(FORMATS)}")
     return ext
 
 
@@ -148,12 +146,16 @@ def _oversize(data: object, limits: ImportLimits) -> str:
     while stack:
         where, value = stack.pop()
         if isinstance(value, str) and len(value) > limits.max_field_chars:
-            return (f"field '{where}' holds {len(value):,} characters, over the limit of "
-                    f"{limits.max_field_chars:,} (--max-field-chars)")
+            return (
+                f"field '{where}' holds {len(value):,} characters, over the limit of "
+                f"{limits.max_field_chars:,} (--max-field-chars)"
+            )
         if isinstance(value, (list, dict)):
             if len(value) > limits.max_items:
-                return (f"field '{where or 'record'}' holds {len(value):,} items, over the limit of "
-                        f"{limits.max_items:,} (--max-items)")
+                return (
+                    f"field '{where or 'record'}' holds {len(value):,} items, over the limit of "
+                    f"{limits.max_items:,} (--max-items)"
+                )
             items = value.items() if isinstance(value, dict) else enumerate(value)
             stack.extend((f"{where}.{k}" if where else str(k), v) for k, v in items)
     return ""
@@ -182,8 +184,12 @@ def _jsonl_records(path: Path, limits: ImportLimits) -> Iterator[tuple[int, obje
                 return
             lineno += 1
             if too_long:
-                raise _over(path, f"line {lineno} is longer than {limits.max_line_bytes:,} bytes",
-                            "max_line_bytes", limits.max_line_bytes)
+                raise _over(
+                    path,
+                    f"line {lineno} is longer than {limits.max_line_bytes:,} bytes",
+                    "max_line_bytes",
+                    limits.max_line_bytes,
+                )
             if raw.strip():
                 yield lineno, raw
 
@@ -203,12 +209,18 @@ def _json_records(path: Path, limits: ImportLimits) -> Iterator[tuple[int, objec
     if isinstance(data, dict):
         data = [data]  # one case on its own
     if not isinstance(data, list):
-        raise ImportFileError(f"{path}: expected a JSON array of cases (or one case object), got "
-                              f"{type(data).__name__}", [(0, "not an array")])
+        raise ImportFileError(
+            f"{path}: expected a JSON array of cases (or one case object), got {type(data).__name__}",
+            [(0, "not an array")],
+        )
     for item, record in enumerate(data, start=1):
         if len(json.dumps(record)) > limits.max_line_bytes:
-            raise _over(path, f"item {item} is longer than {limits.max_line_bytes:,} bytes",
-                        "max_line_bytes", limits.max_line_bytes)
+            raise _over(
+                path,
+                f"item {item} is longer than {limits.max_line_bytes:,} bytes",
+                "max_line_bytes",
+                limits.max_line_bytes,
+            )
         yield item, record
 
 
@@ -220,24 +232,34 @@ def _parquet_records(path: Path, limits: ImportLimits) -> Iterator[tuple[int, ob
     try:
         schema = pq.read_schema(path)
     except (pa.ArrowException, OSError) as err:
-        raise ImportFileError(_clip(f"{path}: not a Remedy Parquet file ({err}); export one with `remedy kb export FILE.parquet`"),
-                              [(0, _clip(str(err)))]) from None
+        raise ImportFileError(
+            _clip(f"{path}: not a Remedy Parquet file ({err}); export one with `remedy kb export FILE.parquet`"),
+            [(0, _clip(str(err)))],
+        ) from None
     if "case_json" not in schema.names:
-        raise ImportFileError(f"{path}: no 'case_json' column (columns: {', '.join(schema.names) or 'none'}); "
-                              "a Remedy Parquet file holds one case as JSON text per row in 'case_json'",
-                              [(0, "no case_json column")])
+        raise ImportFileError(
+            f"{path}: no 'case_json' column (columns: {', '.join(schema.names) or 'none'}); "
+            "a Remedy Parquet file holds one case as JSON text per row in 'case_json'",
+            [(0, "no case_json column")],
+        )
     kind = schema.field("case_json").type
     if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
-        raise ImportFileError(f"{path}: column 'case_json' has type {kind}, but must hold strings "
-                              "(one case as JSON text per row)", [(0, f"case_json is {kind}")])
+        raise ImportFileError(
+            f"{path}: column 'case_json' has type {kind}, but must hold strings (one case as JSON text per row)",
+            [(0, f"case_json is {kind}")],
+        )
     try:
         table = pq.read_table(path, columns=["case_json"])
     except (pa.ArrowException, OSError) as err:
         raise ImportFileError(_clip(f"{path}: unreadable Parquet data ({err})"), [(0, _clip(str(err)))]) from None
     for row, text in enumerate(table.column("case_json").to_pylist(), start=1):
         if text is not None and len(text) > limits.max_line_bytes:
-            raise _over(path, f"row {row} is longer than {limits.max_line_bytes:,} bytes",
-                        "max_line_bytes", limits.max_line_bytes)
+            raise _over(
+                path,
+                f"row {row} is longer than {limits.max_line_bytes:,} bytes",
+                "max_line_bytes",
+                limits.max_line_bytes,
+            )
         yield row, text if text is not None else "null"
 
 
@@ -342,8 +364,15 @@ def summary_fields() -> list[tuple[str, Any]]:
     """Arrow types of :func:`summary_columns`, in order (pyarrow is imported only when asked)."""
     import pyarrow as pa
 
-    return [("case_id", pa.string()), ("source", pa.string()), ("env_id", pa.string()), ("algo", pa.string()),
-            ("status", pa.string()), ("effect", pa.float64()), ("root_causes", pa.list_(pa.string()))]
+    return [
+        ("case_id", pa.string()),
+        ("source", pa.string()),
+        ("env_id", pa.string()),
+        ("algo", pa.string()),
+        ("status", pa.string()),
+        ("effect", pa.float64()),
+        ("root_causes", pa.list_(pa.string())),
+    ]
 
 
 def _write_parquet(path: Path, cases: Iterable[Case]) -> int:

@@ -30,8 +30,16 @@ from .errors import CaseNotFoundError, KBError, KBLockedError, KBPathError, KBVe
 from .io import case_from_json, case_to_json, summary_columns, summary_fields
 from .model import Case
 
-__all__ = ["CaseStore", "StoreStats", "AddCounts", "MIGRATIONS", "STORE_SCHEMA_VERSION", "LOCK_TIMEOUT_S", "MARKER",
-           "SERVE_MARKER"]
+__all__ = [
+    "CaseStore",
+    "StoreStats",
+    "AddCounts",
+    "MIGRATIONS",
+    "STORE_SCHEMA_VERSION",
+    "LOCK_TIMEOUT_S",
+    "MARKER",
+    "SERVE_MARKER",
+]
 
 _PID = re.compile(r"PID (\d+)")
 #: ``meta`` row that says "this DuckDB file is a Remedy KB"; a file with tables but without it is foreign
@@ -41,7 +49,8 @@ _DUCKDB_MAGIC = b"DUCK"  # at bytes 8-11 of every DuckDB file
 # Never let DuckDB fetch or load an extension on its own: a foreign file (SQLite, ...) would make it
 # try to download a scanner, which hangs without network and reads someone else's data with it.
 _CONFIG: dict[str, str | bool | int | float | list[str]] = {
-    "autoinstall_known_extensions": False, "autoload_known_extensions": False,
+    "autoinstall_known_extensions": False,
+    "autoload_known_extensions": False,
 }
 #: seconds to keep retrying a locked file before giving up
 LOCK_TIMEOUT_S = 2.0
@@ -190,9 +199,7 @@ class CaseStore:
                 f"--server {served} (or REMEDY_SERVER={served}) and REMEDY_TOKEN",
                 pid=pid,
             )
-        return KBLockedError(
-            f"KB at {self._kb} is locked by {who}; stop that process or use `remedy serve`", pid=pid
-        )
+        return KBLockedError(f"KB at {self._kb} is locked by {who}; stop that process or use `remedy serve`", pid=pid)
 
     # -- schema --------------------------------------------------------------------
 
@@ -237,9 +244,7 @@ class CaseStore:
                 con.execute("CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
                 for step in MIGRATIONS[version:]:
                     step(con)
-                con.execute(
-                    "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", [str(STORE_SCHEMA_VERSION)]
-                )
+                con.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", [str(STORE_SCHEMA_VERSION)])
                 con.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", list(MARKER))
                 con.execute("COMMIT")
             except BaseException:
@@ -248,9 +253,9 @@ class CaseStore:
 
     def _refuse_foreign(self, con: duckdb.DuckDBPyConnection) -> None:
         """A DuckDB file with tables but no Remedy schema version belongs to someone else: touch nothing."""
-        tables = [r[0] for r in con.execute(
-            "SELECT table_name FROM information_schema.tables ORDER BY 1 LIMIT 4"
-        ).fetchall()]
+        tables = [
+            r[0] for r in con.execute("SELECT table_name FROM information_schema.tables ORDER BY 1 LIMIT 4").fetchall()
+        ]
         if tables:
             shown = ", ".join(tables[:3]) + (", ..." if len(tables) > 3 else "")
             raise KBPathError(
@@ -260,9 +265,9 @@ class CaseStore:
 
     @staticmethod
     def _version(con: duckdb.DuckDBPyConnection) -> int:
-        has_meta = _first(con.execute(
-            "SELECT count(*) FROM information_schema.tables WHERE table_name = 'meta'"
-        ).fetchone())
+        has_meta = _first(
+            con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'meta'").fetchone()
+        )
         if not has_meta:
             return 0
         try:
@@ -308,7 +313,7 @@ class CaseStore:
 
     def delete(self, case_ids: Iterable[str]) -> int:
         """Delete cases by id; returns how many were stored."""
-        wanted = _id_table(case_ids)  # noqa: F841 (read by SQL)
+        wanted = _id_table(case_ids)
         if wanted.num_rows == 0:
             return 0
         with self._connect() as con:
@@ -388,9 +393,13 @@ class CaseStore:
         """Counts overall and by source, status, env and root cause."""
         with self._connect() as con:
             total = int(_first(con.execute("SELECT count(*) FROM cases").fetchone()))
-            by = {col: self._counts(con, f"SELECT {col}, count(*) FROM cases GROUP BY 1")
-                  for col in ("source", "status", "env_id")}
-            causes = self._counts(con, "SELECT rc, count(*) FROM (SELECT unnest(root_causes) AS rc FROM cases) GROUP BY 1")
+            by = {
+                col: self._counts(con, f"SELECT {col}, count(*) FROM cases GROUP BY 1")
+                for col in ("source", "status", "env_id")
+            }
+            causes = self._counts(
+                con, "SELECT rc, count(*) FROM (SELECT unnest(root_causes) AS rc FROM cases) GROUP BY 1"
+            )
         return StoreStats(total, by["source"], by["status"], by["env_id"], causes)
 
     @staticmethod

@@ -63,69 +63,105 @@ DEFAULT_MARGIN = 0.05
 #: ``cases.vocab`` and common RL vocabulary, not from the bench reports. A phrasing with a
 #: negation ("never", "not") matches only negated clauses; see :func:`is_negated`.
 TAG_PHRASES: dict[str, tuple[str, ...]] = {
-    "hovering": ("the agent hovers in the air and never lands",
-                 "the lander keeps flying above the pad until the time runs out",
-                 "it stays airborne instead of touching down"),
-    "timeouts": ("every episode runs until the time limit",
-                 "episodes are always truncated at the maximum number of steps",
-                 "the episode ends by timeout"),
-    "never_succeeds": ("the agent never reaches the goal",
-                       "it never solves the task and the success rate is zero",
-                       "it does not learn anything, the return stays at its minimum"),
-    "low_success": ("the agent only succeeds some of the time",
-                    "it solves the task in some episodes and fails in others",
-                    "the success rate is low"),
-    "jerky_actions": ("the actions oscillate rapidly between the extremes",
-                      "jittery, shaky control that chatters",
-                      "bang-bang control that switches direction every step"),
-    "saturated_actions": ("the actions are stuck at their limits",
-                          "the control output saturates at the maximum or minimum value",
-                          "actions pinned at the bounds of the action space"),
-    "collapsed_entropy": ("the policy entropy drops to zero",
-                          "the agent always picks the same action",
-                          "the policy became deterministic too early"),
-    "premature_convergence": ("learning plateaued early at a poor return",
-                              "the agent is stuck in a local optimum",
-                              "the reward stops improving at a mediocre level"),
-    "unstable_learning": ("the reward rises and then suddenly collapses",
-                          "training is unstable and the return oscillates",
-                          "performance drops catastrophically during training",
-                          "the loss explodes and training diverges",
-                          "training is not stable"),
-    "reward_hacking_suspected": ("the agent exploits the reward without doing the task",
-                                 "it earns a high reward but does not accomplish the task",
-                                 "it found a loophole in the reward"),
-    "constraint_violations": ("the agent violates safety constraints",
-                              "it keeps colliding and breaking limits",
-                              "the behaviour is unsafe"),
-    "early_termination": ("episodes end early because the agent falls or crashes",
-                          "the agent crashes in every episode",
-                          "it keeps dying early in the episode"),
-    "low_coverage": ("the agent explores only a small part of the environment",
-                     "it keeps doing the same thing in the same place",
-                     "it does not explore"),
-    "unscaled_observations": ("the observations have very large or very small values",
-                              "the inputs are not normalized",
-                              "the observation scale is wrong"),
-    "high_variance": ("the return varies wildly between episodes",
-                      "results differ a lot from run to run",
-                      "performance is inconsistent"),
-    "short_episodes": ("episodes are very short",
-                       "the agent fails within a few steps"),
-    "sparse_signal": ("the reward is almost always zero",
-                      "the reward only arrives at the goal",
-                      "the same constant reward every step gives no signal toward the goal"),
-    "poor_generalization": ("it works in training but fails in a different environment",
-                            "the policy does not transfer to new levels or another simulator",
-                            "it fails under unseen conditions"),
-    "undertrained": ("it improves slowly and needs more training",
-                     "the return was still rising when training stopped",
-                     "not enough training steps"),
-    "numerical_instability": ("NaN values appear in the actions or the loss",
-                              "the network outputs NaN or infinity"),
-    "short_time_limit": ("the time limit is too short to finish the task",
-                         "the episode is cut off before the agent can reach the goal",
-                         "there are not enough steps per episode"),
+    "hovering": (
+        "the agent hovers in the air and never lands",
+        "the lander keeps flying above the pad until the time runs out",
+        "it stays airborne instead of touching down",
+    ),
+    "timeouts": (
+        "every episode runs until the time limit",
+        "episodes are always truncated at the maximum number of steps",
+        "the episode ends by timeout",
+    ),
+    "never_succeeds": (
+        "the agent never reaches the goal",
+        "it never solves the task and the success rate is zero",
+        "it does not learn anything, the return stays at its minimum",
+    ),
+    "low_success": (
+        "the agent only succeeds some of the time",
+        "it solves the task in some episodes and fails in others",
+        "the success rate is low",
+    ),
+    "jerky_actions": (
+        "the actions oscillate rapidly between the extremes",
+        "jittery, shaky control that chatters",
+        "bang-bang control that switches direction every step",
+    ),
+    "saturated_actions": (
+        "the actions are stuck at their limits",
+        "the control output saturates at the maximum or minimum value",
+        "actions pinned at the bounds of the action space",
+    ),
+    "collapsed_entropy": (
+        "the policy entropy drops to zero",
+        "the agent always picks the same action",
+        "the policy became deterministic too early",
+    ),
+    "premature_convergence": (
+        "learning plateaued early at a poor return",
+        "the agent is stuck in a local optimum",
+        "the reward stops improving at a mediocre level",
+    ),
+    "unstable_learning": (
+        "the reward rises and then suddenly collapses",
+        "training is unstable and the return oscillates",
+        "performance drops catastrophically during training",
+        "the loss explodes and training diverges",
+        "training is not stable",
+    ),
+    "reward_hacking_suspected": (
+        "the agent exploits the reward without doing the task",
+        "it earns a high reward but does not accomplish the task",
+        "it found a loophole in the reward",
+    ),
+    "constraint_violations": (
+        "the agent violates safety constraints",
+        "it keeps colliding and breaking limits",
+        "the behaviour is unsafe",
+    ),
+    "early_termination": (
+        "episodes end early because the agent falls or crashes",
+        "the agent crashes in every episode",
+        "it keeps dying early in the episode",
+    ),
+    "low_coverage": (
+        "the agent explores only a small part of the environment",
+        "it keeps doing the same thing in the same place",
+        "it does not explore",
+    ),
+    "unscaled_observations": (
+        "the observations have very large or very small values",
+        "the inputs are not normalized",
+        "the observation scale is wrong",
+    ),
+    "high_variance": (
+        "the return varies wildly between episodes",
+        "results differ a lot from run to run",
+        "performance is inconsistent",
+    ),
+    "short_episodes": ("episodes are very short", "the agent fails within a few steps"),
+    "sparse_signal": (
+        "the reward is almost always zero",
+        "the reward only arrives at the goal",
+        "the same constant reward every step gives no signal toward the goal",
+    ),
+    "poor_generalization": (
+        "it works in training but fails in a different environment",
+        "the policy does not transfer to new levels or another simulator",
+        "it fails under unseen conditions",
+    ),
+    "undertrained": (
+        "it improves slowly and needs more training",
+        "the return was still rising when training stopped",
+        "not enough training steps",
+    ),
+    "numerical_instability": ("NaN values appear in the actions or the loss", "the network outputs NaN or infinity"),
+    "short_time_limit": (
+        "the time limit is too short to finish the task",
+        "the episode is cut off before the agent can reach the goal",
+        "there are not enough steps per episode",
+    ),
 }
 
 #: tag -> phrasings of the opposite. Embeddings place a word near its antonym ("smooth" near "jittery"),
@@ -167,8 +203,13 @@ def split_clauses(text: str) -> list[str]:
 class SymptomReader:
     """Reads symptom tags off a description with a sentence embedder (deterministic)."""
 
-    def __init__(self, embedder: Embedder | None = None, threshold: float = DEFAULT_THRESHOLD,
-                 max_tags: int = DEFAULT_MAX_TAGS, margin: float = DEFAULT_MARGIN) -> None:
+    def __init__(
+        self,
+        embedder: Embedder | None = None,
+        threshold: float = DEFAULT_THRESHOLD,
+        max_tags: int = DEFAULT_MAX_TAGS,
+        margin: float = DEFAULT_MARGIN,
+    ) -> None:
         self.embedder = embedder or default_embedder()
         self.threshold, self.max_tags, self.margin = float(threshold), int(max_tags), float(margin)
         self._lock = threading.Lock()
@@ -224,8 +265,9 @@ class SymptomReader:
                 if s >= self.threshold and s >= top - self.margin and s > best.get(tag, (-2.0, ""))[0]:
                     best[tag] = (s, clause)
         fired = sorted(((s, tag, clause) for tag, (s, clause) in best.items()), key=lambda x: (-x[0], x[1]))
-        return [SymptomReading(tag=tag, similarity=round(s, 4), clause=clause)
-                for s, tag, clause in fired[: self.max_tags]]
+        return [
+            SymptomReading(tag=tag, similarity=round(s, 4), clause=clause) for s, tag, clause in fired[: self.max_tags]
+        ]
 
 
 def parse_tags(tags: str | Sequence[str]) -> list[str]:
@@ -273,16 +315,21 @@ def _env_traits(env_id: str, notes: list[str]) -> EnvTraits | None:
     except RemedyError as ex:
         hint = suggest_env_id(env_id)
         if hint and hint != env_id:
-            notes.append(f"env '{env_id}' is not registered in Gymnasium (did you mean '{hint}'?); "
-                         "its traits come from --action-space and the algorithm")
+            notes.append(
+                f"env '{env_id}' is not registered in Gymnasium (did you mean '{hint}'?); "
+                "its traits come from --action-space and the algorithm"
+            )
         else:
-            notes.append(f"env '{env_id}' could not be made ({str(ex)[:120]}); its traits come from --action-space "
-                         "and the algorithm")
+            notes.append(
+                f"env '{env_id}' could not be made ({str(ex)[:120]}); its traits come from --action-space "
+                "and the algorithm"
+            )
         return None
 
 
-def text_subject(env_id: str | None = None, algo: str | None = None, action_space: str | None = None,
-                 tags: Sequence[str] = ()) -> tuple[Subject, list[str]]:
+def text_subject(
+    env_id: str | None = None, algo: str | None = None, action_space: str | None = None, tags: Sequence[str] = ()
+) -> tuple[Subject, list[str]]:
     """The subject a description talks about, and notes on what had to be assumed.
 
     The action space comes from ``action_space``, else the registered env, else an
@@ -306,12 +353,17 @@ def text_subject(env_id: str | None = None, algo: str | None = None, action_spac
         space = ActionSpaceType.continuous
     if space is None:
         space = ActionSpaceType.continuous
-        notes.append("action space not given: assumed continuous so that no patch kind is ruled out; "
-                     "pass --action-space discrete|continuous")
+        notes.append(
+            "action space not given: assumed continuous so that no patch kind is ruled out; "
+            "pass --action-space discrete|continuous"
+        )
     if traits is None or traits.action_space != space:
-        traits = EnvTraits(action_space=space, obs_dim=traits.obs_dim if traits else 0,
-                           action_dim=traits.action_dim if traits else 0,
-                           reward_density=traits.reward_density if traits else RewardDensity.dense)
+        traits = EnvTraits(
+            action_space=space,
+            obs_dim=traits.obs_dim if traits else 0,
+            action_dim=traits.action_dim if traits else 0,
+            reward_density=traits.reward_density if traits else RewardDensity.dense,
+        )
     subject = Subject(env_id=env_id or UNSPECIFIED, algo=canon or algo or UNSPECIFIED, traits=traits)
     return subject, notes
 
@@ -320,6 +372,8 @@ def text_signature(text: str, tags: Sequence[str]) -> Signature:
     """A signature read from words: no measured features, the tags read, the text as the summary."""
     summary = " ".join((text or "").split())
     if not summary:
-        raise ValidationError("the description is empty; describe what the agent does, e.g. "
-                              "'the lander hovers above the pad and never lands'")
+        raise ValidationError(
+            "the description is empty; describe what the agent does, e.g. "
+            "'the lander hovers above the pad and never lands'"
+        )
     return Signature(features={}, symptoms=list(tags), summary=summary)

@@ -16,11 +16,11 @@ from collections.abc import Callable
 import gymnasium as gym
 import numpy as np
 
-from .envs import registered_time_limit
-from .rollouts import EpisodeRecord, EvidenceBundle, TrainingLog
 from ..model import ActionSpaceType, Subject
 from ..verify.stats import iqm as _stats_iqm
 from ..vocab import COMPONENT_PREFIX, FEATURES
+from .envs import registered_time_limit
+from .rollouts import EpisodeRecord, EvidenceBundle, TrainingLog
 
 __all__ = [
     "Features",
@@ -94,7 +94,7 @@ def _curve(log: TrainingLog | None) -> np.ndarray | None:
     if len(ret) < _MIN_CURVE_POINTS:
         return None
     smooth = smooth_curve(ret)
-    ts = ts[len(ts) - len(smooth):]  # trailing window: each mean sits at its last point
+    ts = ts[len(ts) - len(smooth) :]  # trailing window: each mean sits at its last point
     if ts[-1] <= ts[0]:
         return smooth
     return np.interp(np.linspace(ts[0], ts[-1], CURVE_POINTS), ts, smooth)
@@ -330,7 +330,7 @@ def curve_final_slope(b: EvidenceBundle, s: Subject) -> float:
     c = _curve(b.log)
     if c is None or len(c) < 3:
         return _NAN
-    tail = c[-max(2, len(c) // 3):]
+    tail = c[-max(2, len(c) // 3) :]
     span = float(np.max(c) - np.min(c))
     return float((tail[-1] - tail[0]) / span) if span > 1e-12 else 0.0
 
@@ -426,12 +426,44 @@ def train_steps(b: EvidenceBundle, s: Subject) -> float:
 FEATURE_FUNCS: dict[str, Callable[[EvidenceBundle, Subject], float]] = {
     f.__name__: f
     for f in (
-        return_mean, return_iqm, return_std, success_rate, truncation_rate, early_termination_rate, ep_len_mean,
-        ep_len_frac, action_saturation, action_jerk, action_std, action_entropy, state_coverage, obs_abs_max,
-        obs_scale_ratio, reward_success_corr, reward_per_step, det_stoch_gap, return_spread, curve_plateau,
-        curve_collapse, curve_oscillation, entropy_final, entropy_drop, approx_kl_max, constraint_violation_rate,
-        nan_detected, shifted_gap, train_return_mean, reward_gap, reward_informative_frac, curve_final_slope,
-        train_steps, time_limit_ratio, progress_max, progress_final, reward_excess_t, train_task_gap,
+        return_mean,
+        return_iqm,
+        return_std,
+        success_rate,
+        truncation_rate,
+        early_termination_rate,
+        ep_len_mean,
+        ep_len_frac,
+        action_saturation,
+        action_jerk,
+        action_std,
+        action_entropy,
+        state_coverage,
+        obs_abs_max,
+        obs_scale_ratio,
+        reward_success_corr,
+        reward_per_step,
+        det_stoch_gap,
+        return_spread,
+        curve_plateau,
+        curve_collapse,
+        curve_oscillation,
+        entropy_final,
+        entropy_drop,
+        approx_kl_max,
+        constraint_violation_rate,
+        nan_detected,
+        shifted_gap,
+        train_return_mean,
+        reward_gap,
+        reward_informative_frac,
+        curve_final_slope,
+        train_steps,
+        time_limit_ratio,
+        progress_max,
+        progress_final,
+        reward_excess_t,
+        train_task_gap,
     )
 }
 

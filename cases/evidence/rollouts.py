@@ -21,11 +21,11 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from .constraints import Constraint
-from .progress import progress_measure
-from .envs import env_traits, time_limit_of, traits_of_spaces
 from ..model import EnvTraits, EpisodeSummary, Evidence
 from ..success import EpisodeOutcome, SuccessSpec, is_success, success_margin
+from .constraints import Constraint
+from .envs import env_traits, time_limit_of, traits_of_spaces
+from .progress import progress_measure
 from .tfevents import read_scalars
 from .wrappers import ORIGINAL_REWARD_KEY, REWARD_COMPONENTS_KEY
 
@@ -100,7 +100,7 @@ def _action_stats(actions: np.ndarray, space: gym.Space) -> tuple[dict[str, floa
     a_clip = np.clip(a, low, high)
     stats = {
         "action_jerk": float(np.nanmean(np.abs(np.diff(a_clip, axis=0)) / rng)) if len(a) > 1 else math.nan,
-        "action_saturation": float(np.nanmean((np.minimum(a_clip - low, high - a_clip) <= 0.02 * rng))),
+        "action_saturation": float(np.nanmean(np.minimum(a_clip - low, high - a_clip) <= 0.02 * rng)),
         "action_std": float(np.nanmean(np.std(a_clip, axis=0) / rng)),
     }
     return stats, None
@@ -110,7 +110,7 @@ def _components(infos: list[dict]) -> dict[str, np.ndarray]:
     """Per-step reward terms from ``info["reward_components"]`` and MuJoCo-style ``info["reward_*"]`` scalars."""
     keys: dict[str, None] = {}
     for info in infos:
-        for k, v in info.get(REWARD_COMPONENTS_KEY, {}).items():
+        for k in info.get(REWARD_COMPONENTS_KEY, {}):
             keys.setdefault(k)
         for k, v in info.items():
             if k.startswith("reward_") and k != REWARD_COMPONENTS_KEY and np.isscalar(v):
@@ -126,7 +126,7 @@ def _informative_frac(rewards: np.ndarray) -> float:
     """Fraction of steps whose reward differs from the most common per-step value (0 = constant or silent)."""
     if not len(rewards):
         return math.nan
-    vals, counts = np.unique(np.round(rewards, 8), return_counts=True)
+    _vals, counts = np.unique(np.round(rewards, 8), return_counts=True)
     return float(1.0 - counts.max() / len(rewards))
 
 
@@ -169,33 +169,49 @@ class _Episode:
         orig = np.asarray(self.orig, dtype=float)
         ret, final_reward = float(orig.sum()), float(orig[-1]) if len(orig) else 0.0
         outcome = EpisodeOutcome(
-            ret=ret if math.isfinite(ret) else 0.0, length=len(orig), terminated=self.terminated,
-            truncated=self.truncated, final_reward=final_reward if math.isfinite(final_reward) else 0.0,
-            final_obs=[float(x) for x in obs[-1]], final_info=self.infos[-1] if self.infos else {},
+            ret=ret if math.isfinite(ret) else 0.0,
+            length=len(orig),
+            terminated=self.terminated,
+            truncated=self.truncated,
+            final_reward=final_reward if math.isfinite(final_reward) else 0.0,
+            final_obs=[float(x) for x in obs[-1]],
+            final_info=self.infos[-1] if self.infos else {},
         )
         stats, counts = _action_stats(acts, env.action_space)
         stats["obs_abs_max"] = float(np.nanmax(np.abs(obs[np.isfinite(obs)]))) if np.isfinite(obs).any() else math.nan
         stats["reward_informative_frac"] = _informative_frac(orig)
         stats.update(self._progress_stats(success_spec, outcome))
         return EpisodeRecord(
-            seed=self.seed, ret=ret, train_ret=float(np.sum(self.train)), length=len(orig),
-            terminated=self.terminated, truncated=self.truncated,
-            success=(not self.nan) and is_success(success_spec, outcome), final_reward=final_reward,
-            violations=self.violations, nan=self.nan, actions=acts if keep else None,
-            observations=obs if keep else None, rewards=orig if keep else None,
-            reward_components=_components(self.infos), stats=stats, action_counts=counts,
-            states2d=obs[:, :2].astype(np.float32) if obs.shape[1] >= 1 else None, deterministic=deterministic,
+            seed=self.seed,
+            ret=ret,
+            train_ret=float(np.sum(self.train)),
+            length=len(orig),
+            terminated=self.terminated,
+            truncated=self.truncated,
+            success=(not self.nan) and is_success(success_spec, outcome),
+            final_reward=final_reward,
+            violations=self.violations,
+            nan=self.nan,
+            actions=acts if keep else None,
+            observations=obs if keep else None,
+            rewards=orig if keep else None,
+            reward_components=_components(self.infos),
+            stats=stats,
+            action_counts=counts,
+            states2d=obs[:, :2].astype(np.float32) if obs.shape[1] >= 1 else None,
+            deterministic=deterministic,
             obs_dim_std=np.nanstd(np.where(np.isfinite(obs), obs, np.nan), axis=0) if len(obs) > 1 else None,
         )
-
 
     def _progress_stats(self, spec: SuccessSpec, outcome: EpisodeOutcome) -> dict[str, float]:
         """Progress at the end and at best (NaN where the env defines none), and the success definition's margin."""
         prog = np.asarray(self.progress, dtype=float)
         ok = prog[np.isfinite(prog)]
-        return {"progress_final": float(prog[-1]) if len(prog) and math.isfinite(prog[-1]) else math.nan,
-                "progress_max": float(ok.max()) if len(ok) else math.nan,
-                "success_margin": success_margin(spec, outcome)}
+        return {
+            "progress_final": float(prog[-1]) if len(prog) and math.isfinite(prog[-1]) else math.nan,
+            "progress_max": float(ok.max()) if len(ok) else math.nan,
+            "success_margin": success_margin(spec, outcome),
+        }
 
 
 def _normalize(obs: np.ndarray, vecnormalize: Any) -> np.ndarray:
@@ -253,8 +269,9 @@ def _run_batch(model, envs, n_episodes, seed, deterministic, success, tests, kee
     while any(s is not None for s in slots):
         obs = np.stack([s[1].obs[-1] if s is not None else np.zeros_like(_any_obs(slots)) for s in slots])
         try:
-            actions, state = model.predict(_normalize(obs, vecnormalize), state=state, episode_start=starts.copy(),
-                                           deterministic=deterministic)
+            actions, state = model.predict(
+                _normalize(obs, vecnormalize), state=state, episode_start=starts.copy(), deterministic=deterministic
+            )
         except (ValueError, RuntimeError):
             # a diverged policy (NaN weights) cannot even sample; its episodes end as numerical failures
             for i, slot in enumerate(slots):
@@ -400,7 +417,13 @@ def read_training_logs(run_dir_path: str | Path) -> TrainingLog | None:
         for k, v in tb.items():
             series.setdefault(k, v)  # progress.csv wins where both logged the same tag
     if curve is None:
-        key = "rollout/ep_rew_mean" if "rollout/ep_rew_mean" in series else "ep_return_mean" if "ep_return_mean" in series else None
+        key = (
+            "rollout/ep_rew_mean"
+            if "rollout/ep_rew_mean" in series
+            else "ep_return_mean"
+            if "ep_return_mean" in series
+            else None
+        )
         if key:
             curve = series[key]
     if curve is None and not series:
@@ -430,8 +453,9 @@ class EvidenceBundle:
     nonfinite_weights: bool = False
 
 
-def collect_evidence(run: Any, *, n_episodes: int = 20, seed: int = 0, stochastic: bool = True,
-                     keep_trajectories: int = 3) -> EvidenceBundle:
+def collect_evidence(
+    run: Any, *, n_episodes: int = 20, seed: int = 0, stochastic: bool = True, keep_trajectories: int = 3
+) -> EvidenceBundle:
     """Roll out a :class:`~remedy.cases.evidence.rundir.RunDir`'s agent and read its logs."""
     model = run.load_model()
     vecnorm = _load_obs_normalizer(run)
@@ -441,8 +465,14 @@ def collect_evidence(run: Any, *, n_episodes: int = 20, seed: int = 0, stochasti
     finally:
         probe.close()
     cfg = run.config
-    kw = dict(n_episodes=n_episodes, seed=seed, success=cfg.success, constraints=cfg.constraints,
-              keep_trajectories=keep_trajectories, vecnormalize=vecnorm)
+    kw = dict(
+        n_episodes=n_episodes,
+        seed=seed,
+        success=cfg.success,
+        constraints=cfg.constraints,
+        keep_trajectories=keep_trajectories,
+        vecnormalize=vecnorm,
+    )
     det = rollout(model, run.make_env, deterministic=True, **kw)
     sto = rollout(model, run.make_env, deterministic=False, **kw) if stochastic else []
     log = read_training_logs(run.path)
@@ -481,8 +511,13 @@ def _load_obs_normalizer(run: Any):
 def to_evidence(bundle: EvidenceBundle) -> Evidence:
     """The case model's summary of the evidence: deterministic episodes, log presence, notes."""
     episodes = [
-        EpisodeSummary(seed=r.seed, ret=r.ret if math.isfinite(r.ret) else 0.0, length=r.length,
-                       termination=r.termination, success=r.success)
+        EpisodeSummary(
+            seed=r.seed,
+            ret=r.ret if math.isfinite(r.ret) else 0.0,
+            length=r.length,
+            termination=r.termination,
+            success=r.success,
+        )
         for r in bundle.deterministic
     ]
     notes = list(bundle.notes)

@@ -28,13 +28,13 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..algos import AlgoName, get_algo
-from .constraints import Constraint
-from .envs import check_env_id, check_spaces, env_traits, make_env
 from ..errors import CheckpointError, RunDirError
 from ..model import Subject
 from ..success import SuccessSpec
-from .wrappers import WRAPPERS, WrapperSpec
 from ..yamlfile import load_yaml_model
+from .constraints import Constraint
+from .envs import check_env_id, check_spaces, env_traits, make_env
+from .wrappers import WRAPPERS, WrapperSpec
 
 if TYPE_CHECKING:
     from stable_baselines3.common.base_class import BaseAlgorithm
@@ -80,7 +80,7 @@ class RunConfig(BaseModel):
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
 
     @classmethod
-    def from_yaml_file(cls, path: Path) -> "RunConfig":
+    def from_yaml_file(cls, path: Path) -> RunConfig:
         """Read and validate ``run.yaml``; errors name the field."""
         return load_yaml_model(path, cls, RunDirError, "with env_id, algo and success; see README 'Run directories'")
 
@@ -101,8 +101,9 @@ def reward_setup_text(config: RunConfig) -> str | None:
     """
     if config.reward_ref:
         return config.reward_ref
-    parts = [w.describe() for w in visible_wrappers(config)
-             if w.kind in WRAPPERS and WRAPPERS[w.kind].affects == "reward"]
+    parts = [
+        w.describe() for w in visible_wrappers(config) if w.kind in WRAPPERS and WRAPPERS[w.kind].affects == "reward"
+    ]
     return "env reward with " + " + ".join(parts) if parts else None
 
 
@@ -179,7 +180,7 @@ class RunDir:
 
     # -- loading --------------------------------------------------------
     @classmethod
-    def load(cls, path: str | Path) -> "RunDir":
+    def load(cls, path: str | Path) -> RunDir:
         """Validate ``path`` as a run directory (run.yaml valid, model.zip a readable SB3 zip)."""
         path = Path(path)
         if not path.is_dir():
@@ -199,7 +200,9 @@ class RunDir:
         if not mp.is_file():
             raise CheckpointError(f"{mp} is missing; save the agent with model.save('{mp}')")
         if not zipfile.is_zipfile(mp):
-            raise CheckpointError(f"{mp} is not a zip file (corrupt or not an SB3 checkpoint); save it again with model.save()")
+            raise CheckpointError(
+                f"{mp} is not a zip file (corrupt or not an SB3 checkpoint); save it again with model.save()"
+            )
         try:
             with zipfile.ZipFile(mp) as zf:
                 names = set(zf.namelist())
@@ -266,8 +269,14 @@ class RunDir:
     def make_env(self, *, for_evaluation: bool = False, seed: int | None = None) -> gym.Env:
         """The run's env with its setup wrappers (reward-only ones dropped when ``for_evaluation``)."""
         c = self.config
-        return make_env(c.env_id, c.env_kwargs, wrappers=c.wrappers, for_evaluation=for_evaluation,
-                        max_episode_steps=c.max_episode_steps, seed=seed)
+        return make_env(
+            c.env_id,
+            c.env_kwargs,
+            wrappers=c.wrappers,
+            for_evaluation=for_evaluation,
+            max_episode_steps=c.max_episode_steps,
+            seed=seed,
+        )
 
     def load_model(self, env: Any = None, device: str = "cpu", **overrides: Any):
         """Load the checkpoint with its algorithm class; spaces are checked against the run's env.
@@ -305,7 +314,9 @@ class RunDir:
         try:
             vn = VecNormalize.load(str(self.vecnormalize_path), venv)
         except Exception as ex:  # pickle errors come in many types
-            raise CheckpointError(f"cannot load {self.vecnormalize_path}: {ex}; save it again with vec_env.save()") from ex
+            raise CheckpointError(
+                f"cannot load {self.vecnormalize_path}: {ex}; save it again with vec_env.save()"
+            ) from ex
         vn.training, vn.norm_reward = False, False
         return vn
 
@@ -313,9 +324,15 @@ class RunDir:
         """The case's subject part for this run (checkpoint hash and env traits included)."""
         c = self.config
         return Subject(
-            env_id=c.env_id, env_kwargs=c.env_kwargs, algo=c.algo, hyperparams=c.hyperparams,
-            train_steps=c.train_steps, checkpoint_sha256=self.checkpoint_sha256(), reward_ref=reward_setup_text(c),
-            success=c.success.describe(), traits=env_traits(c.env_id, c.env_kwargs),
+            env_id=c.env_id,
+            env_kwargs=c.env_kwargs,
+            algo=c.algo,
+            hyperparams=c.hyperparams,
+            train_steps=c.train_steps,
+            checkpoint_sha256=self.checkpoint_sha256(),
+            reward_ref=reward_setup_text(c),
+            success=c.success.describe(),
+            traits=env_traits(c.env_id, c.env_kwargs),
         )
 
     def __repr__(self) -> str:

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from ..patches.spec import ActionRepeat, Patch, PatchPart, RewardShaping
 
@@ -115,8 +116,17 @@ def _evaluate(model: Any, factory: Callable[[], Any], run: Any, spec: ArmSpec, v
     from ..evidence.rollouts import rollout
 
     c = run.config
-    records = rollout(model, factory, n_episodes=spec.eval_episodes, seed=spec.eval_seed, deterministic=True,
-                      success=c.success, constraints=c.constraints, keep_trajectories=0, vecnormalize=vecnormalize)
+    records = rollout(
+        model,
+        factory,
+        n_episodes=spec.eval_episodes,
+        seed=spec.eval_seed,
+        deterministic=True,
+        success=c.success,
+        constraints=c.constraints,
+        keep_trajectories=0,
+        vecnormalize=vecnormalize,
+    )
     return _scores(records)
 
 
@@ -130,8 +140,17 @@ def _shaped_returns(model: Any, run: Any, spec: ArmSpec, vecnormalize: Any) -> t
     patch = Patch.model_validate_json(spec.score_patch_json or "")
     plan = PatchPlan.from_patch(patch, env_traits(c.env_id, c.env_kwargs), c.algo)
     factory = make_patched_env_fn(c.env_id, c.env_kwargs, c.wrappers, plan, None, max_episode_steps=c.max_episode_steps)
-    records = rollout(model, factory, n_episodes=spec.eval_episodes, seed=spec.eval_seed, deterministic=True,
-                      success=c.success, constraints=(), keep_trajectories=0, vecnormalize=vecnormalize)
+    records = rollout(
+        model,
+        factory,
+        n_episodes=spec.eval_episodes,
+        seed=spec.eval_seed,
+        deterministic=True,
+        success=c.success,
+        constraints=(),
+        keep_trajectories=0,
+        vecnormalize=vecnormalize,
+    )
     return tuple(float(r.train_ret) for r in records)
 
 
@@ -158,12 +177,25 @@ def run_arm(spec: ArmSpec) -> ArmResult:
     from ..evidence.rundir import RunDir
     from .training import finetune
 
-    ft = finetune(spec.run_dir, spec.patch_json, budget_steps=spec.budget_steps, seed=spec.seed,
-                  n_envs=spec.n_envs, out_dir=spec.out_dir, learning_rate=spec.learning_rate)
+    ft = finetune(
+        spec.run_dir,
+        spec.patch_json,
+        budget_steps=spec.budget_steps,
+        seed=spec.seed,
+        n_envs=spec.n_envs,
+        out_dir=spec.out_dir,
+        learning_rate=spec.learning_rate,
+    )
     if ft.diverged:
-        return ArmResult(arm=spec.arm, seed=spec.seed, env_steps=ft.env_steps, train_wall_s=ft.wall_time_s,
-                         shaped_return_train=ft.shaped_return_mean,
-                         diverged=True, reason=ft.reason or "training diverged")
+        return ArmResult(
+            arm=spec.arm,
+            seed=spec.seed,
+            env_steps=ft.env_steps,
+            train_wall_s=ft.wall_time_s,
+            shaped_return_train=ft.shaped_return_mean,
+            diverged=True,
+            reason=ft.reason or "training diverged",
+        )
     assert ft.run_dir is not None  # finetune saves a run dir whenever training did not diverge
     run = RunDir.load(ft.run_dir)
     c = run.config
@@ -174,13 +206,30 @@ def run_arm(spec: ArmSpec) -> ArmResult:
     shifted = {}
     for name, kwargs_json in spec.shifted:
         kwargs = {**c.env_kwargs, **json.loads(kwargs_json)}
-        factory = lambda kw=kwargs: control(make_env(c.env_id, kw, wrappers=c.wrappers,  # noqa: E731
-                                                     for_evaluation=True, max_episode_steps=c.max_episode_steps))
+
+        def factory(kw=kwargs):
+            return control(
+                make_env(
+                    c.env_id,
+                    kw,
+                    wrappers=c.wrappers,
+                    for_evaluation=True,
+                    max_episode_steps=c.max_episode_steps,
+                )
+            )
+
         shifted[name] = _evaluate(model, factory, run, spec, vn)
     shaped = _shaped_returns(model, run, spec, vn) if spec.score_patch_json else None
-    return ArmResult(arm=spec.arm, seed=spec.seed, env_steps=ft.env_steps, train_wall_s=ft.wall_time_s,
-                     shaped_return_train=ft.shaped_return_mean,
-                     nominal=nominal, shifted=shifted, shaped_returns=shaped)
+    return ArmResult(
+        arm=spec.arm,
+        seed=spec.seed,
+        env_steps=ft.env_steps,
+        train_wall_s=ft.wall_time_s,
+        shaped_return_train=ft.shaped_return_mean,
+        nominal=nominal,
+        shifted=shifted,
+        shaped_returns=shaped,
+    )
 
 
 # --------------------------------------------------------------------------- trajectory preference check
@@ -213,8 +262,13 @@ def task_measures(record: Any) -> tuple[float, ...]:
     """One evidence episode as :data:`TASK_MEASURES`: success, original return, best progress on the env's
     own measure, the success definition's own margin, minus constraint violations (NaN = not defined)."""
     stats = getattr(record, "stats", {}) or {}
-    return (float(bool(record.success)), float(record.ret), float(stats.get("progress_max", math.nan)),
-            float(stats.get("success_margin", math.nan)), -float(record.violations))
+    return (
+        float(bool(record.success)),
+        float(record.ret),
+        float(stats.get("progress_max", math.nan)),
+        float(stats.get("success_margin", math.nan)),
+        -float(record.violations),
+    )
 
 
 def _tolerances(values: Any) -> Any:
@@ -261,8 +315,13 @@ def trajectory_verdict(measures: Sequence[Sequence[float]], shaped: Sequence[flo
         return PreferenceResult(False, None, n_success, n_failed, "shaped return is not finite on evidence episodes")
     pairs = task_ordered_pairs(measures)
     if not pairs:
-        return PreferenceResult(True, None, n_success, n_failed,
-                                "preference check undecidable: the task orders no pair of evidence episodes")
+        return PreferenceResult(
+            True,
+            None,
+            n_success,
+            n_failed,
+            "preference check undecidable: the task orders no pair of evidence episodes",
+        )
     s = np.asarray(shaped, dtype=float)
     tol = float(_tolerances(s[:, None])[0])
     d = np.asarray([s[i] - s[j] for i, j in pairs])
@@ -272,14 +331,22 @@ def trajectory_verdict(measures: Sequence[Sequence[float]], shaped: Sequence[flo
     tie = np.abs(d) <= tol
     counted = success_pair | ~tie
     if not counted.any():
-        return PreferenceResult(True, None, n_success, n_failed,
-                                f"preference check undecidable: the shaped reward does not distinguish the "
-                                f"{len(pairs)} episode pairs the task orders", n_pairs=len(pairs))
+        return PreferenceResult(
+            True,
+            None,
+            n_success,
+            n_failed,
+            f"preference check undecidable: the shaped reward does not distinguish the "
+            f"{len(pairs)} episode pairs the task orders",
+            n_pairs=len(pairs),
+        )
     agree = float((np.sum(d > tol) + 0.5 * np.sum(tie & success_pair)) / np.sum(counted))
     ok = agree > PREFERENCE_MIN
     verdict = "agrees" if ok else "does not agree"
-    msg = (f"shaped reward {verdict} with the task's order of evidence episodes ({agree:.0%} of {len(pairs)} "
-           f"ordered pairs; {n_success} successes, {n_failed} failures)")
+    msg = (
+        f"shaped reward {verdict} with the task's order of evidence episodes ({agree:.0%} of {len(pairs)} "
+        f"ordered pairs; {n_success} successes, {n_failed} failures)"
+    )
     return PreferenceResult(ok, agree, n_success, n_failed, msg, n_pairs=len(pairs))
 
 
@@ -296,8 +363,8 @@ def preference_check(run_dir: str, patch_json: str, n_episodes: int, seed: int) 
     """
     from ..evidence.envs import env_traits
     from ..evidence.rollouts import rollout
-    from ..patches.apply import PatchPlan, make_patched_env_fn
     from ..evidence.rundir import RunDir
+    from ..patches.apply import PatchPlan, make_patched_env_fn
 
     run = RunDir.load(run_dir)
     c = run.config
@@ -305,9 +372,22 @@ def preference_check(run_dir: str, patch_json: str, n_episodes: int, seed: int) 
     plan = PatchPlan.from_patch(Patch(parts=shaping), env_traits(c.env_id, c.env_kwargs), c.algo)
     factory = make_patched_env_fn(c.env_id, c.env_kwargs, c.wrappers, plan, None, max_episode_steps=c.max_episode_steps)
     model, vn = run.load_model(), _obs_normalizer(run)
-    records = [r for det in (True, False) for r in rollout(
-        model, factory, n_episodes=n_episodes, seed=seed, deterministic=det, success=c.success,
-        constraints=c.constraints, keep_trajectories=0, vecnormalize=vn) if not r.nan]
+    records = [
+        r
+        for det in (True, False)
+        for r in rollout(
+            model,
+            factory,
+            n_episodes=n_episodes,
+            seed=seed,
+            deterministic=det,
+            success=c.success,
+            constraints=c.constraints,
+            keep_trajectories=0,
+            vecnormalize=vn,
+        )
+        if not r.nan
+    ]
     return trajectory_verdict([task_measures(r) for r in records], [r.train_ret for r in records])
 
 

@@ -13,7 +13,6 @@ the original task, never the patched reward).
 from __future__ import annotations
 
 import copy
-
 import json
 import math
 import shutil
@@ -21,19 +20,20 @@ import tempfile
 import time
 import zipfile
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
 from ..algos import get_algo, is_on_policy
-from ..evidence.envs import env_traits
 from ..errors import PatchRejectedError, RunDirError
+from ..evidence.envs import env_traits
+from ..evidence.rundir import RunConfig, RunDir, write_run_dir
 from ..patches.apply import PatchPlan, make_patched_env_fn
 from ..patches.spec import Patch
-from ..evidence.rundir import RunConfig, RunDir, write_run_dir
 
 __all__ = [
     "FinetuneResult",
@@ -176,8 +176,9 @@ def train(config: RunConfig, out_dir: str | Path, *, seed: int, progress: Progre
     out.mkdir(parents=True, exist_ok=True)
     (out / "logs").mkdir(exist_ok=True)
     log = EpisodeLog()
-    env_fn = make_patched_env_fn(config.env_id, config.env_kwargs, config.wrappers, None, seed,
-                                 max_episode_steps=config.max_episode_steps)
+    env_fn = make_patched_env_fn(
+        config.env_id, config.env_kwargs, config.wrappers, None, seed, max_episode_steps=config.max_episode_steps
+    )
     venv = make_vec_env(env_fn, config.n_envs, log, monitor_dir=out / "logs")
     # A deep copy: SB3 writes into the dicts it is handed (A2C adds optimizer_class to policy_kwargs),
     # which would change the frozen config and break writing run.yaml.
@@ -276,14 +277,17 @@ def _plan_for(run: RunDir, patch_json: str | None) -> PatchPlan:
     try:
         patch = Patch.from_data(json.loads(patch_json))
     except (ValueError, TypeError) as ex:
-        raise PatchRejectedError(f"patch JSON does not parse: {str(ex).splitlines()[0]}; check the patch file",
-                                 rule="patch_parse") from ex
+        raise PatchRejectedError(
+            f"patch JSON does not parse: {str(ex).splitlines()[0]}; check the patch file", rule="patch_parse"
+        ) from ex
     c = run.config
     plan = PatchPlan.from_patch(patch, env_traits(c.env_id, c.env_kwargs), c.algo)
     if plan.needs_fresh_policy:
         raise PatchRejectedError(
             "frame stack changes the observation space, so it cannot fine-tune the saved policy; "
-            "retrain from scratch with frame stacking instead", rule="frame_stack_needs_fresh_policy")
+            "retrain from scratch with frame stacking instead",
+            rule="frame_stack_needs_fresh_policy",
+        )
     return plan
 
 
@@ -303,8 +307,9 @@ def _wrap_normalization(run: RunDir, venv, plan: PatchPlan, gamma: float):
     return VecNormalize(venv, norm_obs=want.obs, norm_reward=want.reward, gamma=gamma)
 
 
-def _small_budget_overrides(saved: dict[str, Any], overrides: dict[str, Any], n_envs: int, total: int,
-                            notes: list[str]) -> None:
+def _small_budget_overrides(
+    saved: dict[str, Any], overrides: dict[str, Any], n_envs: int, total: int, notes: list[str]
+) -> None:
     """Shrink an on-policy rollout that is longer than the whole budget (both arms alike)."""
     n_steps = int(overrides.get("n_steps", saved.get("n_steps", 0)) or 0)
     if "n_steps" in overrides or n_steps <= 0 or n_steps * n_envs <= total:
@@ -398,17 +403,29 @@ def finetune(
         _small_budget_overrides(saved, control_overrides, n, total, [])
         _small_budget_overrides(saved, overrides, n, total, notes)
     else:
-        overrides.setdefault("learning_starts", int(saved.get("num_timesteps") or 0) + min(_OFF_POLICY_WARMUP, total // 10))
+        overrides.setdefault(
+            "learning_starts", int(saved.get("num_timesteps") or 0) + min(_OFF_POLICY_WARMUP, total // 10)
+        )
         notes.append("off-policy: the replay buffer starts empty (it is not stored in the checkpoint)")
     budget = env_step_budget(total, _rollout_size(saved, control_overrides, n) if on_policy else None)
     log, counter = EpisodeLog(), [0]
     schedule = plan.curriculum_schedule(budget)
-    env_fn = make_patched_env_fn(c.env_id, c.env_kwargs, c.wrappers, plan, None,
-                                 max_episode_steps=c.max_episode_steps, schedule=schedule, step_counter=counter)
+    env_fn = make_patched_env_fn(
+        c.env_id,
+        c.env_kwargs,
+        c.wrappers,
+        plan,
+        None,
+        max_episode_steps=c.max_episode_steps,
+        schedule=schedule,
+        step_counter=counter,
+    )
     venv = _wrap_normalization(run, make_vec_env(env_fn, n, log), plan, float(saved.get("gamma") or 0.99))
     model = _load_for_training(run, venv, overrides)
     model.set_random_seed(int(seed))
-    callbacks = [cb for cb in (_EnvBudget.make(counter, budget, on_policy), _ProgressCallback.make(progress, budget)) if cb]
+    callbacks = [
+        cb for cb in (_EnvBudget.make(counter, budget, on_policy), _ProgressCallback.make(progress, budget)) if cb
+    ]
     reason = _learn(model, budget, callbacks)
     if counter[0] < budget and not reason:
         notes.append(f"took {counter[0]} of {budget} env steps")
@@ -417,9 +434,16 @@ def finetune(
     venv.close()
     shaped, original = log.means()
     return FinetuneResult(
-        model_path=str(written.model_path), env_steps=counter[0], wall_time_s=time.perf_counter() - start,
-        shaped_return_mean=_finite_or_none(shaped), original_return_mean_train=_finite_or_none(original),
-        diverged=bool(reason), run_dir=str(out), episodes=log.count, reason=reason, notes=tuple(notes),
+        model_path=str(written.model_path),
+        env_steps=counter[0],
+        wall_time_s=time.perf_counter() - start,
+        shaped_return_mean=_finite_or_none(shaped),
+        original_return_mean_train=_finite_or_none(original),
+        diverged=bool(reason),
+        run_dir=str(out),
+        episodes=log.count,
+        reason=reason,
+        notes=tuple(notes),
     )
 
 
@@ -439,6 +463,12 @@ def _copy_checkpoint(run: RunDir, out: Path, start: float) -> FinetuneResult:
         src = run.path / name
         if src.is_file():
             shutil.copyfile(src, out / name)
-    return FinetuneResult(model_path=str(out / "model.zip"), env_steps=0, wall_time_s=time.perf_counter() - start,
-                          shaped_return_mean=None, original_return_mean_train=None, run_dir=str(out),
-                          notes=("no training: the arm is the unpatched checkpoint",))
+    return FinetuneResult(
+        model_path=str(out / "model.zip"),
+        env_steps=0,
+        wall_time_s=time.perf_counter() - start,
+        shaped_return_mean=None,
+        original_return_mean_train=None,
+        run_dir=str(out),
+        notes=("no training: the arm is the unpatched checkpoint",),
+    )

@@ -333,6 +333,16 @@ def _nominal(a: ArmResult) -> Scores:
     return a.nominal
 
 
+def _shifted_scores(name: str, kind: str) -> Callable[[ArmResult], Sequence[float]]:
+    """Picks an arm's ``kind`` ("returns" or "successes") on the shifted variant ``name``."""
+
+    def pick(a: ArmResult) -> Sequence[float]:
+        scores = a.shifted[name]
+        return scores.returns if kind == "returns" else scores.successes
+
+    return pick
+
+
 def _effects(t: list[ArmResult], c: list[ArmResult], cfg: VerifyConfig) -> tuple[str, dict[str, Effect]]:
     """Every effect measured, and the name of the primary one."""
 
@@ -347,10 +357,10 @@ def _effects(t: list[ArmResult], c: list[ArmResult], cfg: VerifyConfig) -> tuple
         out["violations"] = eff("violations", lambda a: _nominal(a).violations, stats.mean)
     for name in t[0].shifted:
         out[f"shifted:{name}:return_iqm"] = eff(
-            f"shifted:{name}:return_iqm", lambda a, name=name: a.shifted[name].returns, stats.iqm
+            f"shifted:{name}:return_iqm", _shifted_scores(name, "returns"), stats.iqm
         )
         out[f"shifted:{name}:success_rate"] = eff(
-            f"shifted:{name}:success_rate", lambda a, name=name: a.shifted[name].successes, stats.mean
+            f"shifted:{name}:success_rate", _shifted_scores(name, "successes"), stats.mean
         )
     if all(a.shaped_returns is not None for a in t + c):
         out["shaped_return"] = eff("shaped_return", lambda a: a.shaped_returns or (), stats.iqm)

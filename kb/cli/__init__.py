@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import Any
-
-import typer
-from rich.console import Console
+from typing import Any, Protocol, runtime_checkable
 
 import click
+import typer
+from rich.console import Console
 from typer.exceptions import TyperException
 
 from remedy.cases.errors import RemedyError
@@ -35,7 +34,9 @@ app = typer.Typer(
 kb_app = typer.Typer(help="Create, inspect, import, export and reindex the knowledge base.", no_args_is_help=True)
 case_app = typer.Typer(help="Look at stored cases.", no_args_is_help=True)
 patch_app = typer.Typer(help="Check patch files before they are used.", no_args_is_help=True)
-bench_app = typer.Typer(help="Fault-scenario suite: build the broken agents, run the fix loop on them.", no_args_is_help=True)
+bench_app = typer.Typer(
+    help="Fault-scenario suite: build the broken agents, run the fix loop on them.", no_args_is_help=True
+)
 app.add_typer(kb_app, name="kb")
 app.add_typer(case_app, name="case")
 app.add_typer(patch_app, name="patch")
@@ -82,6 +83,15 @@ _err = Console(stderr=True)
 _USAGE_ERRORS = (TyperException, click.ClickException)
 
 
+@runtime_checkable
+class _ShownError(Protocol):
+    """What both clicks' usage errors offer: ``show()`` prints the usage line and the problem."""
+
+    exit_code: int
+
+    def show(self) -> None: ...
+
+
 def main() -> None:
     """Entry point of the ``remedy`` console script.
 
@@ -103,6 +113,8 @@ def main() -> None:
         sys.exit(130)
     except _USAGE_ERRORS as ex:
         # typer raises its own vendored click's exceptions, not click's, so both are listed.
+        if not isinstance(ex, _ShownError):
+            raise
         ex.show()
         sys.exit(ex.exit_code)
     if isinstance(code, int) and code:

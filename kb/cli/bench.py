@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 from rich.progress import TaskID
@@ -20,17 +20,39 @@ _WIDE = 130
 def _row(b) -> dict:
     s = b.scenario
     return {
-        "scenario": s.name, "env_id": s.env_id, "algo": s.algo, "fault": s.fault, "train_steps": s.train_steps,
-        "wall_time_s": round(b.wall_time_s, 2), "cached": b.cached, "source": b.source,
-        "success_rate": b.success_rate, "run_dir": str(b.run.path), "quick": s.quick, "split": s.split,
+        "scenario": s.name,
+        "env_id": s.env_id,
+        "algo": s.algo,
+        "fault": s.fault,
+        "train_steps": s.train_steps,
+        "wall_time_s": round(b.wall_time_s, 2),
+        "cached": b.cached,
+        "source": b.source,
+        "success_rate": b.success_rate,
+        "run_dir": str(b.run.path),
+        "quick": s.quick,
+        "split": s.split,
     }
 
 
 def _done_row(s, r) -> dict:
     """A scenario whose oracle check is already recorded: not rebuilt (resume)."""
-    return {"scenario": s.name, "env_id": s.env_id, "algo": s.algo, "fault": s.fault, "train_steps": s.train_steps,
-            "wall_time_s": r.wall_time_s, "cached": True, "source": "recorded", "success_rate": r.patient_success,
-            "run_dir": None, "quick": s.quick, "split": s.split, "verdict": r.verdict, "oracle_status": r.oracle_status}
+    return {
+        "scenario": s.name,
+        "env_id": s.env_id,
+        "algo": s.algo,
+        "fault": s.fault,
+        "train_steps": s.train_steps,
+        "wall_time_s": r.wall_time_s,
+        "cached": True,
+        "source": "recorded",
+        "success_rate": r.patient_success,
+        "run_dir": None,
+        "quick": s.quick,
+        "split": s.split,
+        "verdict": r.verdict,
+        "oracle_status": r.oracle_status,
+    }
 
 
 def _table(rows: list[dict]) -> Table:
@@ -38,18 +60,31 @@ def _table(rows: list[dict]) -> Table:
     widest = max((len(r["scenario"]) for r in rows), default=8)
     wide = console.width >= _WIDE  # the fault text only where it fits; --json always has it
     columns: list[tuple[str, dict[str, Any]]] = [
-        ("scenario", {"no_wrap": True, "min_width": widest}), ("env", {"no_wrap": True}),
+        ("scenario", {"no_wrap": True, "min_width": widest}),
+        ("env", {"no_wrap": True}),
         ("fault", {"overflow": "ellipsis", "no_wrap": True, "max_width": console.width - 120}),
         ("split", {"no_wrap": True}),
-        ("steps", {"justify": "right", "no_wrap": True}), ("wall s", {"justify": "right", "no_wrap": True}),
-        ("cached?", {"no_wrap": True}), ("success", {"justify": "right", "no_wrap": True}),
-        ("oracle", {"no_wrap": True})]
+        ("steps", {"justify": "right", "no_wrap": True}),
+        ("wall s", {"justify": "right", "no_wrap": True}),
+        ("cached?", {"no_wrap": True}),
+        ("success", {"justify": "right", "no_wrap": True}),
+        ("oracle", {"no_wrap": True}),
+    ]
     add_columns(t, [c for c in columns if c[0] != "fault" or wide])
     for r in rows:
         success = "-" if r["success_rate"] is None else f"{r['success_rate']:.0%}"
         cached = r["source"] if r["cached"] else "no"
-        cells = [r["scenario"], r["env_id"], r["fault"], r["split"], f"{r['train_steps']:,}", f"{r['wall_time_s']:.1f}",
-                 cached, success, r.get("verdict") or "-"]
+        cells = [
+            r["scenario"],
+            r["env_id"],
+            r["fault"],
+            r["split"],
+            f"{r['train_steps']:,}",
+            f"{r['wall_time_s']:.1f}",
+            cached,
+            success,
+            r.get("verdict") or "-",
+        ]
         t.add_row(*(cells if wide else cells[:2] + cells[3:]))
     return t
 
@@ -65,13 +100,29 @@ def _check(s, built, settings, results, force, cache) -> dict:
     return row
 
 
-def bench_build(scenarios: str | None, force: bool, cache: Path | None, quick: bool, as_json: bool, *,
-                oracle: bool = True, shard: str | None = None, results: Path | None = None, seeds: int = 2,
-                workers: int = 1) -> list[dict]:
+def bench_build(
+    scenarios: str | None,
+    force: bool,
+    cache: Path | None,
+    quick: bool,
+    as_json: bool,
+    *,
+    oracle: bool = True,
+    shard: str | None = None,
+    results: Path | None = None,
+    seeds: int = 2,
+    workers: int = 1,
+) -> list[dict]:
     """Build the selected scenarios (this shard's), check each patient fails and its oracle fixes it; render."""
     from remedy.cases.verify.scenarios import build_scenario, load_scenarios
-    from remedy.cases.verify.solvability import (ORACLE_FILE, OracleSettings, by_cost, latest_results, parse_shard,
-                                                 shard_of)
+    from remedy.cases.verify.solvability import (
+        ORACLE_FILE,
+        OracleSettings,
+        by_cost,
+        latest_results,
+        parse_shard,
+        shard_of,
+    )
 
     selected = [s for s in load_scenarios(scenarios) if s.quick or not quick]
     chosen = shard_of(by_cost(selected, seeds) if oracle else selected, parse_shard(shard))
@@ -104,22 +155,45 @@ def bench_build(scenarios: str | None, force: bool, cache: Path | None, quick: b
 
 
 def build_cmd(
-    scenarios: Annotated[Optional[str], typer.Option(
-        "--scenarios", help="Name glob over the bundled scenarios ('cartpole_*'), or a YAML file/dir/path glob.")] = None,
-    force: Annotated[bool, typer.Option("--force", help="Retrain and re-check even when a build or record exists.")] = False,
-    cache: Annotated[Optional[Path], typer.Option(
-        "--cache", help="Build cache directory (default ~/.cache/remedy/scenarios).")] = None,
+    scenarios: Annotated[
+        str | None,
+        typer.Option(
+            "--scenarios", help="Name glob over the bundled scenarios ('cartpole_*'), or a YAML file/dir/path glob."
+        ),
+    ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Retrain and re-check even when a build or record exists.")
+    ] = False,
+    cache: Annotated[
+        Path | None, typer.Option("--cache", help="Build cache directory (default ~/.cache/remedy/scenarios).")
+    ] = None,
     quick: Annotated[bool, typer.Option("--quick", help="Only the quick default subset.")] = False,
-    oracle: Annotated[bool, typer.Option(
-        "--oracle/--no-oracle", help="Check each patient fails and its oracle patch fixes it (verified).")] = True,
-    shard: Annotated[Optional[str], typer.Option(
-        "--shard", help="Only shard i of n ('1/2'): every n-th scenario; run the shards in parallel.")] = None,
-    results: Annotated[Optional[Path], typer.Option(
-        "--results", help="Oracle results file (JSONL, appended; default bench/data/oracle.jsonl).")] = None,
+    oracle: Annotated[
+        bool,
+        typer.Option("--oracle/--no-oracle", help="Check each patient fails and its oracle patch fixes it (verified)."),
+    ] = True,
+    shard: Annotated[
+        str | None,
+        typer.Option("--shard", help="Only shard i of n ('1/2'): every n-th scenario; run the shards in parallel."),
+    ] = None,
+    results: Annotated[
+        Path | None,
+        typer.Option("--results", help="Oracle results file (JSONL, appended; default bench/data/oracle.jsonl)."),
+    ] = None,
     seeds: Annotated[int, typer.Option("--seeds", min=2, help="Seeds per arm for the oracle verification.")] = 2,
     workers: Annotated[int, typer.Option("--workers", min=1, help="Verification jobs run at once.")] = 1,
     as_json: JsonOption = False,
 ) -> None:
     """Train the fault-scenario patients (cached by hash), check each fails and its oracle fixes it (resumable)."""
-    bench_build(scenarios, force, cache, quick, as_json, oracle=oracle, shard=shard, results=results, seeds=seeds,
-                workers=workers)
+    bench_build(
+        scenarios,
+        force,
+        cache,
+        quick,
+        as_json,
+        oracle=oracle,
+        shard=shard,
+        results=results,
+        seeds=seeds,
+        workers=workers,
+    )

@@ -12,7 +12,18 @@ from rich.table import Table
 from remedy.cases.errors import KBNotFoundError, KBPathError
 from remedy.cases.patches.io import save_patch
 
-from .common import DEFAULT_KB, JsonOption, KbOption, ServerOption, add_columns, console, effect_text, print_json, progress_bar, status_markup
+from .common import (
+    DEFAULT_KB,
+    JsonOption,
+    KbOption,
+    ServerOption,
+    add_columns,
+    console,
+    effect_text,
+    print_json,
+    progress_bar,
+    status_markup,
+)
 
 __all__ = ["diagnose", "fix_cmd", "bench_run", "bench_curve", "demo_cmd", "write_patches"]
 
@@ -21,11 +32,10 @@ DiagnoserOption = Annotated[
 ]
 
 
-
-
 def diagnose(
     run_dir: Annotated[
-        Path | None, typer.Argument(help="Run directory (run.yaml + model.zip); or describe the failure with --describe.")
+        Path | None,
+        typer.Argument(help="Run directory (run.yaml + model.zip); or describe the failure with --describe."),
     ] = None,
     describe: Annotated[
         str | None, typer.Option("--describe", help="Diagnose a failure described in words instead of a run directory.")
@@ -36,8 +46,12 @@ def diagnose(
         str | None, typer.Option("--action-space", help="With --describe: discrete or continuous, if known.")
     ] = None,
     tags: Annotated[
-        str | None, typer.Option("--tags", help="With --describe: symptom tags to use instead of reading them off the "
-                                                "text, comma-separated (hovering,timeouts).")
+        str | None,
+        typer.Option(
+            "--tags",
+            help="With --describe: symptom tags to use instead of reading them off the "
+            "text, comma-separated (hovering,timeouts).",
+        ),
     ] = None,
     diagnoser: DiagnoserOption = "offline",
     k: Annotated[int, typer.Option("--k", min=0, help="Similar cases to retrieve.")] = 10,
@@ -66,12 +80,20 @@ def diagnose(
     store, warnings = _open_kb(kb)
     try:
         if describe is not None:
-            report = diagnose_description(store, describe, env_id=env, algo=algo, action_space=action_space,
-                                          tags=tags, diagnoser=backend, k=k)
+            report = diagnose_description(
+                store, describe, env_id=env, algo=algo, action_space=action_space, tags=tags, diagnoser=backend, k=k
+            )
         else:
             assert run_dir is not None  # _check_source made sure exactly one of the two is given
-            report = diagnose_run(store, run_dir, diagnoser=backend, k=k, n_episodes=episodes, seed=seed,
-                                  exclude_scenario=exclude_scenario)
+            report = diagnose_run(
+                store,
+                run_dir,
+                diagnoser=backend,
+                k=k,
+                n_episodes=episodes,
+                seed=seed,
+                exclude_scenario=exclude_scenario,
+            )
     finally:
         if store is not None:
             store.close()
@@ -90,12 +112,16 @@ def _check_source(run_dir: Path | None, describe: str | None, text_opts: dict) -
     from remedy.cases.errors import ValidationError
 
     if (run_dir is None) == (describe is None):
-        raise ValidationError("give exactly one of RUN_DIR or --describe TEXT "
-                              "(`remedy diagnose runs/lander` or `remedy diagnose --describe 'the lander hovers'`)")
+        raise ValidationError(
+            "give exactly one of RUN_DIR or --describe TEXT "
+            "(`remedy diagnose runs/lander` or `remedy diagnose --describe 'the lander hovers'`)"
+        )
     stray = [name for name, value in text_opts.items() if value is not None]
     if run_dir is not None and stray:
-        raise ValidationError(f"{', '.join(stray)} only apply with --describe; a run directory states its own "
-                              "env, algorithm and action space in run.yaml")
+        raise ValidationError(
+            f"{', '.join(stray)} only apply with --describe; a run directory states its own "
+            "env, algorithm and action space in run.yaml"
+        )
 
 
 def _backend(name: str):
@@ -118,8 +144,10 @@ def _open_kb(path: Path):
     try:
         return KnowledgeBase.open(path, create=False), []
     except KBNotFoundError:
-        return None, [f"no knowledge base at {path}: advice comes from the built-in priors only "
-                      "(create one with `remedy kb init`)"]
+        return None, [
+            f"no knowledge base at {path}: advice comes from the built-in priors only "
+            "(create one with `remedy kb init`)"
+        ]
 
 
 def write_patches(candidates, directory: Path) -> list[Path]:
@@ -137,8 +165,9 @@ def _render(report, written: list[Path]) -> None:
     d, sig = report.diagnosis, report.signature
     if report.reading or not sig.features:  # read from a description: show how the words were read
         console.print(f"[bold]Description[/]: {sig.summary}", highlight=False)
-        console.print("read as: " + (", ".join(_reading_text(r) for r in report.reading) or "no symptom tag"),
-                      highlight=False)
+        console.print(
+            "read as: " + (", ".join(_reading_text(r) for r in report.reading) or "no symptom tag"), highlight=False
+        )
     else:
         console.print(f"[bold]Signature[/]: {sig.summary}")
         console.print("symptoms: " + (", ".join(sig.symptoms) or "none"), highlight=False)
@@ -180,7 +209,7 @@ class _Live:
         self._task: TaskID | None = None
         self.disable = disable
 
-    def __enter__(self) -> "_Live":
+    def __enter__(self) -> _Live:
         self._bar.__enter__()
         self._task = self._bar.add_task("starting", total=None)
         return self
@@ -192,7 +221,9 @@ class _Live:
         """Show ``message`` (and ``done/total`` jobs); keep a line for each attempt's outcome."""
         if self._task is not None:
             self._bar.update(self._task, description=message[:110], completed=done, total=total or None)
-        if not self.disable and message.endswith(("improved", "no_effect", "worse", "reward_hacking", "failed", "inconclusive")):
+        if not self.disable and message.endswith(
+            ("improved", "no_effect", "worse", "reward_hacking", "failed", "inconclusive")
+        ):
             self._bar.console.print(message, highlight=False)
 
     def scenario(self, name: str, message: str, done: int = 0, total: int = 0) -> None:
@@ -202,13 +233,29 @@ class _Live:
 
 def _attempts_table(result, title: str = "What was tried") -> Table:
     t = Table(title=title, title_justify="left")
-    add_columns(t, [("round", {"justify": "right"}), ("family", {"overflow": "fold"}), ("patch", {"overflow": "fold"}),
-                    ("status", {}), ("effect [95% CI]", {}), ("env steps", {"justify": "right"}),
-                    ("case", {"overflow": "fold"})])
+    add_columns(
+        t,
+        [
+            ("round", {"justify": "right"}),
+            ("family", {"overflow": "fold"}),
+            ("patch", {"overflow": "fold"}),
+            ("status", {}),
+            ("effect [95% CI]", {}),
+            ("env steps", {"justify": "right"}),
+            ("case", {"overflow": "fold"}),
+        ],
+    )
     for a in result.attempts:
         stage = f"{a.stage}{' cleared' if a.passed_screen else ''}: "
-        t.add_row(str(a.round), a.family, a.patch.summary(), stage + status_markup(a.status), effect_text(a.effect),
-                  f"{a.env_steps:,}", a.case_id)
+        t.add_row(
+            str(a.round),
+            a.family,
+            a.patch.summary(),
+            stage + status_markup(a.status),
+            effect_text(a.effect),
+            f"{a.env_steps:,}",
+            a.case_id,
+        )
     return t
 
 
@@ -224,14 +271,24 @@ def _render_fix(result) -> None:
     console.print(f"{result.rounds_used} round(s); stopped: {result.stop_reason}", highlight=False)
     if result.winner is not None:
         w = result.winner
-        console.print(f"[bold green]fixed[/] by {w.patch.summary()} ({effect_text(w.effect)}) after "
-                      f"{result.attempts_to_fix} attempt(s), {result.env_steps_to_fix:,} env steps, "
-                      f"{result.wall_time_to_fix_s:.0f} s", highlight=False)
-        console.print(f"winning patch: [bold]{result.patch_path}[/] (apply or re-check it with "
-                      f"`remedy verify {result.run_dir} --patch {result.patch_path}`)", highlight=False, soft_wrap=True)
+        console.print(
+            f"[bold green]fixed[/] by {w.patch.summary()} ({effect_text(w.effect)}) after "
+            f"{result.attempts_to_fix} attempt(s), {result.env_steps_to_fix:,} env steps, "
+            f"{result.wall_time_to_fix_s:.0f} s",
+            highlight=False,
+        )
+        console.print(
+            f"winning patch: [bold]{result.patch_path}[/] (apply or re-check it with "
+            f"`remedy verify {result.run_dir} --patch {result.patch_path}`)",
+            highlight=False,
+            soft_wrap=True,
+        )
     else:
-        console.print("[yellow]no confirmed fix[/]: every attempt is stored in the KB; try more --rounds, "
-                      "--candidates or a larger --budget", highlight=False)
+        console.print(
+            "[yellow]no confirmed fix[/]: every attempt is stored in the KB; try more --rounds, "
+            "--candidates or a larger --budget",
+            highlight=False,
+        )
     for w in result.warnings:
         console.print(f"[yellow]warning:[/] {w}", highlight=False)
 
@@ -241,8 +298,11 @@ RoundsOption = Annotated[int, typer.Option("--rounds", min=1, help="Diagnose-ver
 CandidatesOption = Annotated[int, typer.Option("--candidates", min=1, help="Candidates verified per round.")]
 SeedsOption = Annotated[int, typer.Option("--seeds", min=1, help="Training seeds per arm.")]
 BudgetOption = Annotated[
-    int | None, typer.Option("--budget", min=1, help="Fine-tuning env steps per arm (default: 20% of train_steps, "
-                                                     "or each scenario's own).")]
+    int | None,
+    typer.Option(
+        "--budget", min=1, help="Fine-tuning env steps per arm (default: 20% of train_steps, or each scenario's own)."
+    ),
+]
 
 
 def fix_cmd(
@@ -254,12 +314,20 @@ def fix_cmd(
     executor: ExecutorOption = "local",
     diagnoser: DiagnoserOption = "offline",
     exhaustive: Annotated[
-        bool, typer.Option("--exhaustive", help="Verify every round's candidates even after a fix.")] = False,
-    confirmations: Annotated[int, typer.Option(
-        "--confirmations", min=1, help="Confirmations on fresh seeds the loop may run (each false-passes with "
-                                       "probability <= 2.5%; the default 2 keeps a false fix <= 5%).")] = 2,
+        bool, typer.Option("--exhaustive", help="Verify every round's candidates even after a fix.")
+    ] = False,
+    confirmations: Annotated[
+        int,
+        typer.Option(
+            "--confirmations",
+            min=1,
+            help="Confirmations on fresh seeds the loop may run (each false-passes with "
+            "probability <= 2.5%; the default 2 keeps a false fix <= 5%).",
+        ),
+    ] = 2,
     out: Annotated[
-        Path | None, typer.Option("--out", help="Where to write the winning patch (default <kb>/fixes).")] = None,
+        Path | None, typer.Option("--out", help="Where to write the winning patch (default <kb>/fixes).")
+    ] = None,
     kb: KbOption = Path(DEFAULT_KB),
     as_json: JsonOption = False,
     server: ServerOption = None,
@@ -268,11 +336,20 @@ def fix_cmd(
     if server:
         from . import remote
 
-        return remote.fix(server, run_dir, as_json, True, rounds=rounds, candidates=candidates, seeds=seeds,
-                          budget=budget, diagnoser=diagnoser)
-    from remedy.kb.facade import KnowledgeBase
+        return remote.fix(
+            server,
+            run_dir,
+            as_json,
+            True,
+            rounds=rounds,
+            candidates=candidates,
+            seeds=seeds,
+            budget=budget,
+            diagnoser=diagnoser,
+        )
     from remedy.cases.evidence.rundir import RunDir
     from remedy.cases.verify.verification import VerifyConfig
+    from remedy.kb.facade import KnowledgeBase
     from remedy.kb.fixloop import fix, one_torch_thread
 
     one_torch_thread()
@@ -280,9 +357,19 @@ def fix_cmd(
     backend = _backend(diagnoser)
     config = VerifyConfig(seeds=seeds, budget_steps=budget, executor=executor)
     with KnowledgeBase.open(kb, create=True) as base, _Live(disable=as_json) as live:
-        result = fix(base, run, store=base, config=config, rounds=rounds, candidates=candidates, diagnoser=backend,
-                     exhaustive=exhaustive, out_dir=out or base.root / "fixes", progress=live.update,
-                     confirmations=confirmations)
+        result = fix(
+            base,
+            run,
+            store=base,
+            config=config,
+            rounds=rounds,
+            candidates=candidates,
+            diagnoser=backend,
+            exhaustive=exhaustive,
+            out_dir=out or base.root / "fixes",
+            progress=live.update,
+            confirmations=confirmations,
+        )
     if as_json:
         print_json(result.as_dict())
         return
@@ -292,23 +379,49 @@ def fix_cmd(
 def _bench_settings(diagnoser, rounds, candidates, seeds, budget, executor, baselines=False, oracle_results=None):
     from remedy.kb.bench import BenchSettings
 
-    return BenchSettings(diagnoser=diagnoser, rounds=rounds, candidates=candidates, seeds=seeds, budget=budget,
-                         executor=executor, baselines=baselines,
-                         oracle_results=None if oracle_results is None else str(oracle_results))
+    return BenchSettings(
+        diagnoser=diagnoser,
+        rounds=rounds,
+        candidates=candidates,
+        seeds=seeds,
+        budget=budget,
+        executor=executor,
+        baselines=baselines,
+        oracle_results=None if oracle_results is None else str(oracle_results),
+    )
 
 
 def _split_table(reports) -> Table:
     """Per split: Remedy's accuracy and fix rate next to the baselines'."""
     t = Table(title="Per split, with baselines", title_justify="left")
-    for col in ("split", "pass", "n", "top-1", "top-3", "fix rate (solvable)", "budget-only / other",
-                "baseline top-1 / top-3", "baseline fix rates", "unsolvable"):
+    for col in (
+        "split",
+        "pass",
+        "n",
+        "top-1",
+        "top-3",
+        "fix rate (solvable)",
+        "budget-only / other",
+        "baseline top-1 / top-3",
+        "baseline fix rates",
+        "unsolvable",
+    ):
         t.add_column(col, overflow="fold")
     for r in reports:
         for x in r.splits:
             arms = ", ".join(f"{a} {v:.0%}" for a, v in sorted(x.baseline_fix_rates.items())) or "not run"
-            t.add_row(x.split, r.label, str(x.n), f"{x.top1_accuracy:.0%}", f"{x.top3_accuracy:.0%}",
-                      f"{x.fix_rate:.0%} of {x.fix_denominator}", f"{x.budget_only_fix_rate:.0%} / {x.other_fix_rate:.0%}",
-                      f"{x.baseline_top1:.0%} / {x.baseline_top3:.0%}", arms, ", ".join(x.unsolvable) or "-")
+            t.add_row(
+                x.split,
+                r.label,
+                str(x.n),
+                f"{x.top1_accuracy:.0%}",
+                f"{x.top3_accuracy:.0%}",
+                f"{x.fix_rate:.0%} of {x.fix_denominator}",
+                f"{x.budget_only_fix_rate:.0%} / {x.other_fix_rate:.0%}",
+                f"{x.baseline_top1:.0%} / {x.baseline_top3:.0%}",
+                arms,
+                ", ".join(x.unsolvable) or "-",
+            )
     return t
 
 
@@ -318,46 +431,86 @@ def _bench_table(reports) -> Table:
     t.add_column("figure")
     for r in reports:
         t.add_column(r.label, justify="right")
-    pct = (lambda x: f"{x:.0%}")
-    num = (lambda spec: (lambda x: "-" if x is None else format(x, spec)))
-    for name, attr, fmt in (("scenarios", "n", str), ("top-1 accuracy", "top1_accuracy", pct),
-                            ("top-3 accuracy", "top3_accuracy", pct), ("verified-fix rate", "fix_rate", pct),
-                            ("attempts to fix (mean)", "mean_attempts_to_fix", num(".2f")),
-                            ("env steps to fix (mean)", "mean_env_steps_to_fix", num(",.0f")),
-                            ("wall s to fix (mean)", "mean_wall_time_to_fix_s", num(".0f")),
-                            ("total env steps", "total_env_steps", num(",")),
-                            ("total wall s", "total_wall_time_s", num(".0f"))):
+
+    def pct(x):
+        return f"{x:.0%}"
+
+    def num(spec):
+        return lambda x: "-" if x is None else format(x, spec)
+
+    for name, attr, fmt in (
+        ("scenarios", "n", str),
+        ("top-1 accuracy", "top1_accuracy", pct),
+        ("top-3 accuracy", "top3_accuracy", pct),
+        ("verified-fix rate", "fix_rate", pct),
+        ("attempts to fix (mean)", "mean_attempts_to_fix", num(".2f")),
+        ("env steps to fix (mean)", "mean_env_steps_to_fix", num(",.0f")),
+        ("wall s to fix (mean)", "mean_wall_time_to_fix_s", num(".0f")),
+        ("total env steps", "total_env_steps", num(",")),
+        ("total wall s", "total_wall_time_s", num(".0f")),
+    ):
         t.add_row(name, *[fmt(getattr(r.summary, attr)) for r in reports])
     return t
 
 
 def _scenario_table(report) -> Table:
     t = Table(title=f"Scenarios ({report.label})", title_justify="left")
-    for col in ("scenario", "ground truth", "first diagnosis", "top-1", "top-3", "fixed", "attempts",
-                "env steps to fix", "wall s to fix", "winning patch"):
+    for col in (
+        "scenario",
+        "ground truth",
+        "first diagnosis",
+        "top-1",
+        "top-3",
+        "fixed",
+        "attempts",
+        "env steps to fix",
+        "wall s to fix",
+        "winning patch",
+    ):
         t.add_column(col, overflow="fold")
-    yes = (lambda b: "[green]yes[/]" if b else "[red]no[/]")
+
+    def yes(b):
+        return "[green]yes[/]" if b else "[red]no[/]"
+
     for r in report.scenarios:
         diag = ", ".join(r.first_causes[:3]) or (f"[red]{r.error}[/]" if r.error else "-")
-        t.add_row(r.scenario, ", ".join(r.ground_truth), diag, yes(r.top1), yes(r.top3), yes(r.fixed),
-                  f"{r.attempts_to_fix or '-'}/{r.attempts}",
-                  "-" if r.env_steps_to_fix is None else f"{r.env_steps_to_fix:,}",
-                  "-" if r.wall_time_to_fix_s is None else f"{r.wall_time_to_fix_s:.0f}", r.winning_patch or "-")
+        t.add_row(
+            r.scenario,
+            ", ".join(r.ground_truth),
+            diag,
+            yes(r.top1),
+            yes(r.top3),
+            yes(r.fixed),
+            f"{r.attempts_to_fix or '-'}/{r.attempts}",
+            "-" if r.env_steps_to_fix is None else f"{r.env_steps_to_fix:,}",
+            "-" if r.wall_time_to_fix_s is None else f"{r.wall_time_to_fix_s:.0f}",
+            r.winning_patch or "-",
+        )
     return t
 
 
 ScenariosOption = Annotated[
     str | None,
-    typer.Option("--scenarios", help="Name glob over the bundled scenarios ('cartpole_*'), or YAML path/dir/glob.")]
+    typer.Option("--scenarios", help="Name glob over the bundled scenarios ('cartpole_*'), or YAML path/dir/glob."),
+]
 QuickOption = Annotated[bool, typer.Option("--quick", help="Only the quick default subset (shipped checkpoints).")]
 ReportsOption = Annotated[Path, typer.Option("--reports", help="Where the JSON and Markdown reports go.")]
 CacheOption = Annotated[
-    Path | None, typer.Option("--cache", help="Scenario build cache (default ~/.cache/remedy/scenarios).")]
+    Path | None, typer.Option("--cache", help="Scenario build cache (default ~/.cache/remedy/scenarios).")
+]
 SplitOption = Annotated[str, typer.Option("--split", help="dev, holdout or all (each reported separately).")]
-BaselinesOption = Annotated[bool, typer.Option(
-    "--baselines/--no-baselines", help="Also run the no-diagnosis fixing arms (RL Zoo defaults, random search).")]
-OracleOption = Annotated[Path | None, typer.Option(
-    "--oracle-results", help="Oracle solvability records (default bench/data/oracle.jsonl, from `bench build`).")]
+BaselinesOption = Annotated[
+    bool,
+    typer.Option(
+        "--baselines/--no-baselines", help="Also run the no-diagnosis fixing arms (RL Zoo defaults, random search)."
+    ),
+]
+OracleOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--oracle-results", help="Oracle solvability records (default bench/data/oracle.jsonl, from `bench build`)."
+    ),
+]
 
 
 def bench_run(
@@ -368,8 +521,7 @@ def bench_run(
     seeds: SeedsOption = 3,
     budget: BudgetOption = None,
     executor: ExecutorOption = "local",
-    cold: Annotated[
-        bool, typer.Option("--cold", help="Diagnose against an empty KB (built-in priors only).")] = False,
+    cold: Annotated[bool, typer.Option("--cold", help="Diagnose against an empty KB (built-in priors only).")] = False,
     quick: QuickOption = False,
     split: SplitOption = "all",
     baselines: BaselinesOption = True,
@@ -387,8 +539,15 @@ def bench_run(
     settings = _bench_settings(diagnoser, rounds, candidates, seeds, budget, executor, baselines, oracle_results)
     _backend(diagnoser)
     with KnowledgeBase.open(kb, create=True) as base, _Live(disable=as_json) as live:
-        report = run_bench(None if cold else base, chosen, settings, store=base, label="cold" if cold else "kb",
-                           cache_dir=cache, progress=live.scenario)
+        report = run_bench(
+            None if cold else base,
+            chosen,
+            settings,
+            store=base,
+            label="cold" if cold else "kb",
+            cache_dir=cache,
+            progress=live.scenario,
+        )
     paths = write_report(report, reports)
     if as_json:
         print_json({**report.as_dict(), "written": [str(p) for p in paths]})
@@ -397,6 +556,7 @@ def bench_run(
     console.print(_split_table([report]))
     console.print(_bench_table([report]))
     console.print("wrote " + ", ".join(str(p) for p in paths), highlight=False, soft_wrap=True)
+
 
 def bench_curve(
     scenarios: ScenariosOption = None,
@@ -412,8 +572,10 @@ def bench_curve(
     oracle_results: OracleOption = None,
     reports: ReportsOption = Path("reports/bench"),
     cache: CacheOption = None,
-    keep: Annotated[Path | None, typer.Option("--keep-kb", help="Keep the curve's KB (cold and warm cases) here "
-                                                                "instead of a temporary folder.")] = None,
+    keep: Annotated[
+        Path | None,
+        typer.Option("--keep-kb", help="Keep the curve's KB (cold and warm cases) here instead of a temporary folder."),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """The meta-learning curve: the suite cold (empty KB), then warm (KB of the other scenarios' cold cases)."""
@@ -445,7 +607,8 @@ def bench_curve(
 def demo_cmd(
     kb: KbOption = Path(DEFAULT_KB),
     fresh: Annotated[
-        bool, typer.Option("--fresh/--keep", help="Start from a fresh KB (default) or keep its cases.")] = True,
+        bool, typer.Option("--fresh/--keep", help="Start from a fresh KB (default) or keep its cases.")
+    ] = True,
     scenarios: ScenariosOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -469,15 +632,25 @@ def _render_demo(result) -> None:
     for row in result.rows:
         res = row.result
         shown = res.winner or (res.attempts[-1] if res.attempts else None)
-        t.add_row(row.scenario, ", ".join(row.diagnosis[:2]) or "-", ", ".join(row.ground_truth),
-                  shown.patch.summary() if shown else "-", effect_text(shown.effect) if shown else "-",
-                  status_markup(shown.status) if shown else "-", str(len(res.attempts)))
+        t.add_row(
+            row.scenario,
+            ", ".join(row.diagnosis[:2]) or "-",
+            ", ".join(row.ground_truth),
+            shown.patch.summary() if shown else "-",
+            effect_text(shown.effect) if shown else "-",
+            status_markup(shown.status) if shown else "-",
+            str(len(res.attempts)),
+        )
     console.print(t)
     if result.query_scenario:
-        console.print(render_similar(result.similar, title=f"remedy query: cases similar to {result.query_scenario}'s "
-                                                           "signature"))
-    console.print(f"KB {result.kb_path}: {result.cases_stored} cases ({result.examples_loaded} examples); "
-                  f"demo took {result.wall_time_s:.0f} s", highlight=False)
+        console.print(
+            render_similar(result.similar, title=f"remedy query: cases similar to {result.query_scenario}'s signature")
+        )
+    console.print(
+        f"KB {result.kb_path}: {result.cases_stored} cases ({result.examples_loaded} examples); "
+        f"demo took {result.wall_time_s:.0f} s",
+        highlight=False,
+    )
     for p in result.written:
         console.print(f"wrote {p}", highlight=False)
     if not result.any_improved:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Group
@@ -28,13 +28,9 @@ if TYPE_CHECKING:
 __all__ = ["verify", "render_verification"]
 
 
-
-
 class _Executor(StrEnum):
     local = "local"
     ray = "ray"
-
-
 
 
 @contextmanager
@@ -53,32 +49,61 @@ def verify(
     run_dir: Annotated[Path, typer.Argument(help="Run directory: run.yaml + model.zip.")],
     patch: Annotated[Path, typer.Option("--patch", help="Patch file (YAML or JSON).")],
     seeds: Annotated[int, typer.Option("--seeds", min=1, help="Training seeds per arm.")] = 3,
-    budget: Annotated[Optional[int], typer.Option("--budget", min=1, help="Fine-tuning env steps per arm (default: the scenario's declared budget, else 20% of train_steps).")] = None,
-    seed_base: Annotated[int, typer.Option("--seed-base", min=0, help="First training seed (seeds BASE..BASE+seeds-1; a confirmation uses the next block). Use a fresh base to re-verify.")] = 0,
-    no_confirm: Annotated[bool, typer.Option("--no-confirm", help="Screen only: a screen that clears stays inconclusive.")] = False,
+    budget: Annotated[
+        int | None,
+        typer.Option(
+            "--budget",
+            min=1,
+            help="Fine-tuning env steps per arm (default: the scenario's declared budget, else 20% of train_steps).",
+        ),
+    ] = None,
+    seed_base: Annotated[
+        int,
+        typer.Option(
+            "--seed-base",
+            min=0,
+            help="First training seed (seeds BASE..BASE+seeds-1; a confirmation uses the next block). Use a fresh base to re-verify.",
+        ),
+    ] = 0,
+    no_confirm: Annotated[
+        bool, typer.Option("--no-confirm", help="Screen only: a screen that clears stays inconclusive.")
+    ] = False,
     episodes: Annotated[int, typer.Option("--episodes", min=1, help="Evaluation episodes per agent.")] = 20,
     executor: Annotated[_Executor, typer.Option("--executor", help="Where jobs run.")] = _Executor.local,
-    ray_address: Annotated[Optional[str], typer.Option("--ray-address", help="Ray cluster address (default: a local Ray).")] = None,
-    force: Annotated[bool, typer.Option("--force", help="Train even if the trajectory preference check fails.")] = False,
+    ray_address: Annotated[
+        str | None, typer.Option("--ray-address", help="Ray cluster address (default: a local Ray).")
+    ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Train even if the trajectory preference check fails.")
+    ] = False,
     no_store: Annotated[bool, typer.Option("--no-store", help="Do not store the case in the KB.")] = False,
     json_out: JsonOption = False,
     kb: KbOption = Path(DEFAULT_KB),
     server: ServerOption = None,
-    wait: Annotated[bool, typer.Option("--wait/--no-wait", help="With --server: follow the job, or print its id.")] = True,
+    wait: Annotated[
+        bool, typer.Option("--wait/--no-wait", help="With --server: follow the job, or print its id.")
+    ] = True,
 ) -> None:
     """Fine-tune with the patch (treatment) and without (control), compare on the original task, store the case."""
     if server:
         from . import remote
 
-        return remote.verify(server, run_dir, patch, json_out, wait, seeds=seeds, budget=budget, episodes=episodes,
-                             force=force)
-    from remedy.cases.verify.executors import get_executor
+        return remote.verify(
+            server, run_dir, patch, json_out, wait, seeds=seeds, budget=budget, episodes=episodes, force=force
+        )
     from remedy.cases.patches.io import load_patch
+    from remedy.cases.verify.executors import get_executor
     from remedy.cases.verify.verification import VerifyConfig, verify_and_confirm, verify_patch
 
     the_patch = load_patch(patch)
-    config = VerifyConfig(seeds=seeds, budget_steps=budget, eval_episodes=episodes, executor=executor.value, force=force,
-                          seed_base=seed_base)
+    config = VerifyConfig(
+        seeds=seeds,
+        budget_steps=budget,
+        eval_episodes=episodes,
+        executor=executor.value,
+        force=force,
+        seed_base=seed_base,
+    )
     runner = get_executor("ray", address=ray_address) if executor is _Executor.ray else get_executor("local")
     try:
         with _progress() as update:
@@ -98,24 +123,30 @@ def verify(
         console.print(render_verification(case))
         where = f"stored in {kb}" if was_stored else ("not stored (--no-store)" if no_store else f"already in {kb}")
         console.print(f"{_stage(case)} case [bold]{case.case_id}[/] {where}", highlight=False)
-    console.print(f"[dim]seeds used: {seed_base}..{next_base - 1}; to re-verify on fresh seeds pass --seed-base {next_base}[/]",
-                  highlight=False)
+    console.print(
+        f"[dim]seeds used: {seed_base}..{next_base - 1}; to re-verify on fresh seeds pass --seed-base {next_base}[/]",
+        highlight=False,
+    )
 
 
-def _stage(case: "Case") -> str:
+def _stage(case: Case) -> str:
     """The verification stage of a case this command verified (screen or confirm)."""
     if case.verification is None:
         raise ValueError(f"case {case.case_id} carries no verification")
     return case.verification.stage.value
 
 
-def _print_json(cases: list["Case"], stored: list[bool], next_base: int) -> None:
+def _print_json(cases: list[Case], stored: list[bool], next_base: int) -> None:
     """The final case (the confirmation when there is one) at the top level, the screen under ``screen``."""
     from remedy.cases.io import case_to_json
 
-    def one(case: "Case", was_stored: bool) -> dict:
-        return {"case_id": case.case_id, "status": case.status, "stored": was_stored,
-                "case": json.loads(case_to_json(case))}
+    def one(case: Case, was_stored: bool) -> dict:
+        return {
+            "case_id": case.case_id,
+            "status": case.status,
+            "stored": was_stored,
+            "case": json.loads(case_to_json(case)),
+        }
 
     out = one(cases[-1], stored[-1])
     out["stage"] = _stage(cases[-1])
@@ -124,7 +155,7 @@ def _print_json(cases: list["Case"], stored: list[bool], next_base: int) -> None
     print_json(out)
 
 
-def _store(case: "Case", kb: Path) -> bool:
+def _store(case: Case, kb: Path) -> bool:
     from remedy.kb.facade import KnowledgeBase
 
     with KnowledgeBase.open(kb, create=True) as handle:
@@ -139,14 +170,16 @@ def _spread(values: list[float]) -> str:
     return f"{mean:.3g} ± {sd:.2g}"
 
 
-def render_verification(case: "Case") -> Group:
+def render_verification(case: Case) -> Group:
     """The effect table (arm, seeds, metric mean ± spread, per-seed values), secondary effects, and a status line."""
     v = case.verification
     if v is None:
         return Group("[dim]not verified[/]")
     if v.effect is None:
-        return Group(f"[bold red]{v.status.value}[/]: {v.reason}",
-                     f"[dim]env steps {v.env_steps:,} · wall {v.wall_time_s:.1f}s · budget {v.budget_steps:,}[/]")
+        return Group(
+            f"[bold red]{v.status.value}[/]: {v.reason}",
+            f"[dim]env steps {v.env_steps:,} · wall {v.wall_time_s:.1f}s · budget {v.budget_steps:,}[/]",
+        )
     e = v.effect
     arms = Table(title=f"{case.subject.env_id} · {case.patch.summary()}", title_justify="left")
     for col in ("arm", "seeds", f"{e.metric} mean ± sd", "per seed"):
@@ -160,11 +193,19 @@ def render_verification(case: "Case") -> Group:
     for eff in [e, *v.secondary.values()]:
         pi = f"{eff.prob_improvement:.2f}" if eff.prob_improvement is not None else "-"
         name = f"[bold]{eff.metric}[/]" if eff is e else eff.metric
-        effects.add_row(name, f"{eff.treatment:.3g}", f"{eff.control:.3g}", f"{eff.diff:+.3g}",
-                        f"[{eff.ci_low:+.3g}, {eff.ci_high:+.3g}]", pi)
+        effects.add_row(
+            name,
+            f"{eff.treatment:.3g}",
+            f"{eff.control:.3g}",
+            f"{eff.diff:+.3g}",
+            f"[{eff.ci_low:+.3g}, {eff.ci_high:+.3g}]",
+            pi,
+        )
     seeds = f"seeds {v.seed_base}..{v.seed_base + v.seeds - 1}"
-    status = (f"{v.stage.value} status {status_markup(v.status.value, bold=True)} · {seeds} · env steps {v.env_steps:,}"
-              f" · wall {v.wall_time_s:.1f}s · budget {v.budget_steps:,}/arm")
+    status = (
+        f"{v.stage.value} status {status_markup(v.status.value, bold=True)} · {seeds} · env steps {v.env_steps:,}"
+        f" · wall {v.wall_time_s:.1f}s · budget {v.budget_steps:,}/arm"
+    )
     if v.comparison == "budget_vs_none":
         status += " · more training vs none (the control is the unpatched checkpoint)"
     return Group(arms, effects, status, f"[dim]{v.reason}[/]")

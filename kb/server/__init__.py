@@ -8,5 +8,14 @@ from .app import create_app, remedy_version
 from .jobs import JobRecord, JobRunner, JobState, JobStore
 from .tokens import Role, TokenRecord, TokenStore
 
-__all__ = ["create_app", "remedy_version", "Role", "TokenRecord", "TokenStore", "JobRecord", "JobRunner", "JobState",
-           "JobStore"]
+__all__ = [
+    "create_app",
+    "remedy_version",
+    "Role",
+    "TokenRecord",
+    "TokenStore",
+    "JobRecord",
+    "JobRunner",
+    "JobState",
+    "JobStore",
+]

@@ -36,8 +36,15 @@ from .uploads import UploadTooLargeError
 if TYPE_CHECKING:
     from remedy.retrieval import Embedder
 
-__all__ = ["create_app", "Service", "ServiceSettings", "remedy_version", "write_marker", "MAX_BODY_BYTES",
-           "MAX_UPLOAD_BYTES"]
+__all__ = [
+    "create_app",
+    "Service",
+    "ServiceSettings",
+    "remedy_version",
+    "write_marker",
+    "MAX_BODY_BYTES",
+    "MAX_UPLOAD_BYTES",
+]
 
 #: largest JSON or JSONL request body (imports included)
 MAX_BODY_BYTES = 32 * 1024 * 1024
@@ -139,9 +146,13 @@ def create_app(
             hold.close()
             service.kb.close()
 
-    app = FastAPI(title="Remedy", version=remedy_version(), lifespan=lifespan,
-                  description="Knowledge base of diagnose-fix-verify cases for trained RL agents. "
-                              "Send `Authorization: Bearer <token>` (see `remedy tokens create`).")
+    app = FastAPI(
+        title="Remedy",
+        version=remedy_version(),
+        lifespan=lifespan,
+        description="Knowledge base of diagnose-fix-verify cases for trained RL agents. "
+        "Send `Authorization: Bearer <token>` (see `remedy tokens create`).",
+    )
     app.add_middleware(BodyLimit, max_body=max_body_bytes, max_upload=max_upload_bytes)
     _install_error_handlers(app)
     from .routes import router
@@ -248,9 +259,19 @@ class BodyLimit:
 
 
 async def _send_413(send: Any, limit: int) -> None:
-    body = json.dumps({"detail": f"request body over the limit of {limit:,} bytes; send less (split an import, "
-                                 "leave large logs out of a run archive)", "error": "PayloadTooLarge",
-                       "problems": []}).encode()
-    await send({"type": "http.response.start", "status": 413,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    body = json.dumps(
+        {
+            "detail": f"request body over the limit of {limit:,} bytes; send less (split an import, "
+            "leave large logs out of a run archive)",
+            "error": "PayloadTooLarge",
+            "problems": [],
+        }
+    ).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 413,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        }
+    )
     await send({"type": "http.response.body", "body": body})

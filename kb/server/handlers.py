@@ -50,8 +50,10 @@ def _as_jsonl(body: bytes) -> bytes:
     try:
         records = json.loads(body)
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ImportFileError(f"the body starts like a JSON array but is not valid JSON ({err}); "
-                              "send a JSON array of cases or JSONL", [(0, str(err)[:240])]) from None
+        raise ImportFileError(
+            f"the body starts like a JSON array but is not valid JSON ({err}); send a JSON array of cases or JSONL",
+            [(0, str(err)[:240])],
+        ) from None
     return b"\n".join(json.dumps(r, allow_nan=True).encode() for r in records) + b"\n"
 
 
@@ -69,8 +71,9 @@ def import_body(service: Service, body: bytes, skip_invalid: bool) -> ImportOut:
             msg = str(err).replace(str(path), "request body").replace("--skip-invalid", "skip_invalid=true")
             raise ImportFileError(msg, err.problems) from None
     problems = [ImportProblem(line=n, message=m) for n, m in report.problems]
-    return ImportOut(read=report.read, added=report.added, unchanged=report.unchanged,
-                     skipped=report.skipped, problems=problems)
+    return ImportOut(
+        read=report.read, added=report.added, unchanged=report.unchanged, skipped=report.skipped, problems=problems
+    )
 
 
 def _backend(name: str) -> Any:
@@ -90,8 +93,14 @@ def diagnose(service: Service, req: DiagnoseIn) -> bytes:
     from remedy.kb.diagnose import diagnose_run, diagnose_signature
 
     if req.run_id is not None:
-        report = diagnose_run(service.kb, run_path(service.runs_dir, req.run_id), diagnoser=_backend(req.diagnoser),
-                              k=req.k, n_episodes=req.episodes, seed=req.seed)
+        report = diagnose_run(
+            service.kb,
+            run_path(service.runs_dir, req.run_id),
+            diagnoser=_backend(req.diagnoser),
+            k=req.k,
+            n_episodes=req.episodes,
+            seed=req.seed,
+        )
     elif req.subject is not None and req.signature is not None:
         report = diagnose_signature(service.kb, req.subject, req.signature, diagnoser=_backend(req.diagnoser), k=req.k)
     else:
@@ -127,8 +136,9 @@ def check_fix(service: Service, req: FixJobIn) -> dict[str, Any]:
 def _verify_config(req: VerifyJobIn) -> Any:
     from remedy.cases.verify.verification import VerifyConfig
 
-    config = VerifyConfig(seeds=req.seeds, budget_steps=req.budget, eval_episodes=req.episodes, n_envs=req.n_envs,
-                          force=req.force)
+    config = VerifyConfig(
+        seeds=req.seeds, budget_steps=req.budget, eval_episodes=req.episodes, n_envs=req.n_envs, force=req.force
+    )
     config.check()
     return config
 
@@ -138,13 +148,13 @@ def _run_verify(service: Service, params: dict[str, Any], progress: JobProgress)
     from remedy.cases.verify.verification import verify_patch
 
     req = VerifyJobIn.model_validate(params)
-    case = verify_patch(run_path(service.runs_dir, req.run_id), Patch.from_data(req.patch), _verify_config(req),
-                        progress=progress)
+    case = verify_patch(
+        run_path(service.runs_dir, req.run_id), Patch.from_data(req.patch), _verify_config(req), progress=progress
+    )
     progress("storing the case", 0, 0)
     with service.write_lock:
         stored = service.kb.add(case)
-    return {"case_id": case.case_id, "status": case.status, "stored": stored,
-            "case": json.loads(case_to_json(case))}
+    return {"case_id": case.case_id, "status": case.status, "stored": stored, "case": json.loads(case_to_json(case))}
 
 
 def _run_fix(service: Service, params: dict[str, Any], progress: JobProgress) -> dict[str, Any]:
@@ -153,9 +163,17 @@ def _run_fix(service: Service, params: dict[str, Any], progress: JobProgress) ->
 
     req = FixJobIn.model_validate(params)
     config = VerifyConfig(seeds=req.seeds, budget_steps=req.budget)
-    result = fix(service.kb, run_path(service.runs_dir, req.run_id), store=service.kb, config=config,
-                 rounds=req.rounds, candidates=req.candidates, diagnoser=_backend(req.diagnoser),
-                 out_dir=service.kb.root / "fixes", progress=progress)
+    result = fix(
+        service.kb,
+        run_path(service.runs_dir, req.run_id),
+        store=service.kb,
+        config=config,
+        rounds=req.rounds,
+        candidates=req.candidates,
+        diagnoser=_backend(req.diagnoser),
+        out_dir=service.kb.root / "fixes",
+        progress=progress,
+    )
     return json.loads(to_json_bytes(result.as_dict()))
 
 

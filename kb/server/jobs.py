@@ -17,14 +17,23 @@ import secrets
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
 from remedy.cases.errors import KBError, RemedyError, ValidationError
 from remedy.cases.store import CaseStore
 
-__all__ = ["JobState", "JobRecord", "JobStore", "JobRunner", "JobCancelled", "JobNotFoundError", "JobProgress", "INTERRUPTED"]
+__all__ = [
+    "JobState",
+    "JobRecord",
+    "JobStore",
+    "JobRunner",
+    "JobCancelled",
+    "JobNotFoundError",
+    "JobProgress",
+    "INTERRUPTED",
+]
 
 #: the error of a job that was running when the service stopped
 INTERRUPTED = "interrupted: the service stopped while this job ran; submit it again"
@@ -98,25 +107,61 @@ class JobRecord:
     finished_at: datetime | None
 
     @classmethod
-    def from_row(cls, row: tuple) -> "JobRecord":
+    def from_row(cls, row: tuple) -> JobRecord:
         """A record from a row of ``SELECT {_COLS}``."""
-        (job_id, kind, state, params, owner, message, done, total, result, error, cancel,
-         created, started, finished) = row
-        return cls(job_id, kind, JobState(state), json.loads(params), owner, message or "", done or 0, total or 0,
-                   None if result is None else json.loads(result), error, bool(cancel), created, started, finished)
+        (
+            job_id,
+            kind,
+            state,
+            params,
+            owner,
+            message,
+            done,
+            total,
+            result,
+            error,
+            cancel,
+            created,
+            started,
+            finished,
+        ) = row
+        return cls(
+            job_id,
+            kind,
+            JobState(state),
+            json.loads(params),
+            owner,
+            message or "",
+            done or 0,
+            total or 0,
+            None if result is None else json.loads(result),
+            error,
+            bool(cancel),
+            created,
+            started,
+            finished,
+        )
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready: what the HTTP API returns for a job."""
         return {
-            "job_id": self.job_id, "kind": self.kind, "state": self.state.value, "params": self.params,
-            "owner": self.owner, "progress": {"message": self.message, "done": self.done, "total": self.total},
-            "result": self.result, "error": self.error, "cancel_requested": self.cancel_requested,
-            "created_at": self.created_at, "started_at": self.started_at, "finished_at": self.finished_at,
+            "job_id": self.job_id,
+            "kind": self.kind,
+            "state": self.state.value,
+            "params": self.params,
+            "owner": self.owner,
+            "progress": {"message": self.message, "done": self.done, "total": self.total},
+            "result": self.result,
+            "error": self.error,
+            "cancel_requested": self.cancel_requested,
+            "created_at": self.created_at,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
         }
 
 
 def _now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 class JobStore:
@@ -135,8 +180,10 @@ class JobStore:
     def submit(self, kind: str, params: dict[str, Any], owner: str | None = None) -> JobRecord:
         """Record a new queued job."""
         job_id = f"job-{_now():%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
-        self._write("INSERT INTO jobs (job_id, kind, state, params, owner, created_at) VALUES (?, ?, ?, ?, ?, ?)",
-                    [job_id, kind, JobState.queued.value, json.dumps(params, default=str), owner, _now()])
+        self._write(
+            "INSERT INTO jobs (job_id, kind, state, params, owner, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+            [job_id, kind, JobState.queued.value, json.dumps(params, default=str), owner, _now()],
+        )
         return self.get(job_id)
 
     def get(self, job_id: str) -> JobRecord:
@@ -151,25 +198,30 @@ class JobStore:
         """The newest jobs first, optionally only those in ``state``."""
         where, args = ("WHERE state = ?", [state.value]) if state else ("", [])
         with self.store.connection() as con:
-            rows = con.execute(f"SELECT {_COLS} FROM jobs {where} ORDER BY created_at DESC, job_id LIMIT ?",
-                               [*args, limit]).fetchall()
+            rows = con.execute(
+                f"SELECT {_COLS} FROM jobs {where} ORDER BY created_at DESC, job_id LIMIT ?", [*args, limit]
+            ).fetchall()
         return [JobRecord.from_row(r) for r in rows]
 
     def start(self, job_id: str) -> None:
         """Mark a job running."""
-        self._write("UPDATE jobs SET state = ?, started_at = ? WHERE job_id = ?",
-                    [JobState.running.value, _now(), job_id])
+        self._write(
+            "UPDATE jobs SET state = ?, started_at = ? WHERE job_id = ?", [JobState.running.value, _now(), job_id]
+        )
 
     def progress(self, job_id: str, message: str, done: int, total: int) -> None:
         """Record how far a running job is."""
-        self._write("UPDATE jobs SET message = ?, done = ?, total = ? WHERE job_id = ?",
-                    [message[:500], done, total, job_id])
+        self._write(
+            "UPDATE jobs SET message = ?, done = ?, total = ? WHERE job_id = ?", [message[:500], done, total, job_id]
+        )
 
     def finish(self, job_id: str, state: JobState, result: Any = None, error: str | None = None) -> None:
         """Mark a job done, failed or cancelled, with its result or error."""
         body = None if result is None else json.dumps(result, default=str)
-        self._write("UPDATE jobs SET state = ?, result = ?, error = ?, finished_at = ? WHERE job_id = ?",
-                    [state.value, body, error, _now(), job_id])
+        self._write(
+            "UPDATE jobs SET state = ?, result = ?, error = ?, finished_at = ? WHERE job_id = ?",
+            [state.value, body, error, _now(), job_id],
+        )
 
     def request_cancel(self, job_id: str) -> JobRecord:
         """Ask a job to stop: a queued one is cancelled at once, a running one at its next step."""
@@ -177,8 +229,10 @@ class JobStore:
         if job.state.final:
             raise ValidationError(f"job {job_id} is already {job.state.value}; nothing to cancel")
         if job.state is JobState.queued:
-            self._write("UPDATE jobs SET state = ?, cancel = true, finished_at = ? WHERE job_id = ? AND state = ?",
-                        [JobState.cancelled.value, _now(), job_id, JobState.queued.value])
+            self._write(
+                "UPDATE jobs SET state = ?, cancel = true, finished_at = ? WHERE job_id = ? AND state = ?",
+                [JobState.cancelled.value, _now(), job_id, JobState.queued.value],
+            )
         else:
             self._write("UPDATE jobs SET cancel = true WHERE job_id = ?", [job_id])
         return self.get(job_id)
@@ -257,7 +311,7 @@ class JobRunner:
             self.jobs.finish(job_id, JobState.cancelled, error=f"cancelled after: {stop}")
         except RemedyError as err:
             self.jobs.finish(job_id, JobState.failed, error=str(err))
-        except Exception as err:  # noqa: BLE001 - a broken job fails alone; the service keeps serving
+        except Exception as err:
             self.jobs.finish(job_id, JobState.failed, error=f"{type(err).__name__}: {err}")
         else:
             if self.jobs.cancel_requested(job_id):

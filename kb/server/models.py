@@ -15,8 +15,21 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from remedy.cases.model import Signature, Subject
 
 __all__ = [
-    "Health", "QueryIn", "SimilarIn", "Hit", "ImportOut", "ImportProblem", "StatsOut", "StoreStatsOut",
-    "RunOut", "DiagnoseIn", "VerifyJobIn", "FixJobIn", "JobOut", "JobProgressOut", "ErrorOut",
+    "Health",
+    "QueryIn",
+    "SimilarIn",
+    "Hit",
+    "ImportOut",
+    "ImportProblem",
+    "StatsOut",
+    "StoreStatsOut",
+    "RunOut",
+    "DiagnoseIn",
+    "VerifyJobIn",
+    "FixJobIn",
+    "JobOut",
+    "JobProgressOut",
+    "ErrorOut",
 ]
 
 Mode = Literal["hybrid", "vector", "text"]
@@ -62,8 +75,15 @@ class _Filters(_In):
 
     def search_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of ``KnowledgeBase.similar``."""
-        return {"k": self.k, "env_id": self.env, "action_space": self.action_space, "algo": self.algo,
-                "only_improved": self.only_improved, "min_effect": self.min_effect, "mode": self.mode}
+        return {
+            "k": self.k,
+            "env_id": self.env,
+            "action_space": self.action_space,
+            "algo": self.algo,
+            "only_improved": self.only_improved,
+            "min_effect": self.min_effect,
+            "mode": self.mode,
+        }
 
 
 class QueryIn(_Filters):

@@ -50,18 +50,25 @@ def _service(request: Request) -> Service:
 
 
 def _require(role: Role) -> Callable[..., TokenRecord | None]:
-    def check(request: Request,
-              creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> TokenRecord | None:
+    def check(
+        request: Request, creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+    ) -> TokenRecord | None:
         service = _service(request)
         if creds is None:
             if role is Role.reader and service.settings.public_read:
                 return None
-            raise HTTPException(401, "missing token: send `Authorization: Bearer <token>` (set REMEDY_TOKEN)",
-                                headers={"WWW-Authenticate": "Bearer"})
+            raise HTTPException(
+                401,
+                "missing token: send `Authorization: Bearer <token>` (set REMEDY_TOKEN)",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
         token = service.tokens.authenticate(creds.credentials)
         if token is None:
-            raise HTTPException(401, "unknown or revoked token; ask for one made with `remedy tokens create`",
-                                headers={"WWW-Authenticate": "Bearer"})
+            raise HTTPException(
+                401,
+                "unknown or revoked token; ask for one made with `remedy tokens create`",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
         if not token.role.allows(role):
             raise HTTPException(403, f"token {token.name!r} is a {token.role.value}; this needs a {role.value} token")
         return token
@@ -98,16 +105,24 @@ def get_case(case_id: str, service: Svc, _: Reader) -> Response:
     return Response(case_to_json(service.kb.get(case_id)), media_type="application/json")
 
 
-_IMPORT_BODY = {"requestBody": {"required": True, "content": {
-    "application/x-ndjson": {"schema": {"type": "string"}},
-    "application/json": {"schema": {"type": "array", "items": {"type": "object"}}},
-}}}
+_IMPORT_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/x-ndjson": {"schema": {"type": "string"}},
+            "application/json": {"schema": {"type": "array", "items": {"type": "object"}}},
+        },
+    }
+}
 
 
 @router.post("/v1/cases/import", response_model=ImportOut, tags=["cases"], openapi_extra=_IMPORT_BODY)
-async def import_cases(request: Request, service: Svc, _: Writer,
-                       skip_invalid: Annotated[bool, Query(description="Import the valid records, skip the others.")]
-                       = False) -> ImportOut:
+async def import_cases(
+    request: Request,
+    service: Svc,
+    _: Writer,
+    skip_invalid: Annotated[bool, Query(description="Import the valid records, skip the others.")] = False,
+) -> ImportOut:
     """Import cases sent as JSONL or a JSON array; a body with an invalid record imports nothing (422)."""
     body = await request.body()
     return await run_in_threadpool(handlers.import_body, service, body, skip_invalid)
@@ -116,6 +131,7 @@ async def import_cases(request: Request, service: Svc, _: Writer,
 @router.get("/v1/cases", tags=["cases"], responses={200: {"content": {"application/x-ndjson": {}}}})
 def export_cases(service: Svc, _: Reader) -> StreamingResponse:
     """Every case as JSONL (what `remedy kb export` writes), streamed."""
+
     def lines() -> Iterator[str]:
         for case in service.kb.cases():
             yield case_to_json(case) + "\n"
@@ -127,12 +143,22 @@ def export_cases(service: Svc, _: Reader) -> StreamingResponse:
 def stats(service: Svc, _: Reader) -> StatsOut:
     """Case counts by source, status, env and root cause; schema version and index size."""
     s = service.kb.stats()
-    return StatsOut(path=str(s.path), store=s.store.__dict__, schema_version=s.schema_version,
-                    index_rows=s.index_rows, embedder=s.embedder, index_problem=s.index_problem)
+    return StatsOut(
+        path=str(s.path),
+        store=s.store.__dict__,
+        schema_version=s.schema_version,
+        index_rows=s.index_rows,
+        embedder=s.embedder,
+        index_problem=s.index_problem,
+    )
 
 
-_UPLOAD_BODY = {"requestBody": {"required": True, "content": {
-    "application/gzip": {"schema": {"type": "string", "format": "binary"}}}}}
+_UPLOAD_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/gzip": {"schema": {"type": "string", "format": "binary"}}},
+    }
+}
 
 
 @router.post("/v1/runs", response_model=RunOut, status_code=201, tags=["runs"], openapi_extra=_UPLOAD_BODY)
@@ -175,8 +201,9 @@ def submit_fix(req: FixJobIn, service: Svc, token: Writer) -> JobOut:
 
 
 @router.get("/v1/jobs", response_model=list[JobOut], tags=["jobs"])
-def list_jobs(service: Svc, _: Reader, state: JobState | None = None,
-              limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> list[JobOut]:
+def list_jobs(
+    service: Svc, _: Reader, state: JobState | None = None, limit: Annotated[int, Query(ge=1, le=1000)] = 100
+) -> list[JobOut]:
     """Jobs, newest first."""
     return [JobOut(**j.as_dict()) for j in service.jobs.list(state, limit)]
 

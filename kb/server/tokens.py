@@ -11,7 +11,7 @@ import hashlib
 import hmac
 import secrets
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from enum import StrEnum
 
 from remedy.cases.errors import ValidationError
@@ -41,7 +41,7 @@ class Role(StrEnum):
     writer = "writer"
     reviewer = "reviewer"
 
-    def allows(self, needed: "Role") -> bool:
+    def allows(self, needed: Role) -> bool:
         """True when this role is at least ``needed``."""
         order = list(Role)
         return order.index(self) >= order.index(needed)
@@ -80,10 +80,12 @@ class TokenStore:
         role = _role(role)
         token_id = secrets.token_hex(4)
         secret = f"{TOKEN_PREFIX}{secrets.token_urlsafe(32)}"
-        record = TokenRecord(token_id, (name or f"{role.value}-{token_id}").strip(), role, datetime.now(timezone.utc))
+        record = TokenRecord(token_id, (name or f"{role.value}-{token_id}").strip(), role, datetime.now(UTC))
         with self.store.connection() as con:
-            con.execute("INSERT INTO api_tokens VALUES (?, ?, ?, ?, ?, NULL)",
-                        [record.token_id, record.name, role.value, _hash(secret), record.created_at])
+            con.execute(
+                "INSERT INTO api_tokens VALUES (?, ?, ?, ?, ?, NULL)",
+                [record.token_id, record.name, role.value, _hash(secret), record.created_at],
+            )
         return record, secret
 
     def list(self) -> list[TokenRecord]:
@@ -101,8 +103,9 @@ class TokenStore:
             what = "no active token" if not matches else f"{len(matches)} active tokens"
             raise ValidationError(f"{what} with id or name {id_or_name!r}; see `remedy tokens list` and pass its id")
         with self.store.connection() as con:
-            con.execute("UPDATE api_tokens SET revoked_at = ? WHERE token_id = ?",
-                        [datetime.now(timezone.utc), matches[0].token_id])
+            con.execute(
+                "UPDATE api_tokens SET revoked_at = ? WHERE token_id = ?", [datetime.now(UTC), matches[0].token_id]
+            )
         return matches[0]
 
     def authenticate(self, token: str) -> TokenRecord | None:

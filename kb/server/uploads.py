@@ -41,8 +41,10 @@ def _check_member(m: tarfile.TarInfo) -> None:
     if ".." in name.parts:
         raise UploadError(f"archive member {m.name!r} climbs out with '..'; tar the run directory itself")
     if m.issym() or m.islnk():
-        raise UploadError(f"archive member {m.name!r} is a link ({m.linkname!r}); a run directory needs none, "
-                          "copy the file instead (tar --dereference)")
+        raise UploadError(
+            f"archive member {m.name!r} is a link ({m.linkname!r}); a run directory needs none, "
+            "copy the file instead (tar --dereference)"
+        )
     if not (m.isfile() or m.isdir()):
         raise UploadError(f"archive member {m.name!r} is a device, FIFO or other special file; remove it")
 
@@ -68,8 +70,10 @@ def _run_root(dest: Path) -> Path:
     subdirs = [p for p in dest.iterdir() if p.is_dir()]
     if len(subdirs) == 1 and (subdirs[0] / "run.yaml").is_file():
         return subdirs[0]
-    raise RunDirError("the archive holds no run.yaml at its top or in its single top folder; "
-                      "upload `tar czf run.tgz -C PARENT RUN_DIR`")
+    raise RunDirError(
+        "the archive holds no run.yaml at its top or in its single top folder; "
+        "upload `tar czf run.tgz -C PARENT RUN_DIR`"
+    )
 
 
 def unpack_run(data: bytes, runs_dir: Path, max_bytes: int) -> tuple[str, Path]:

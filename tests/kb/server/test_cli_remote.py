@@ -29,8 +29,9 @@ def remote(kb_path, embedder, monkeypatch):
     for s in serve(kb_path, embedder):
         from remedy.kb.cli import remote as remote_cli
 
-        monkeypatch.setattr(remote_cli, "_client",
-                            lambda server: RemedyClient(server, s.tokens["writer"], http=s.client))
+        monkeypatch.setattr(
+            remote_cli, "_client", lambda server, s=s: RemedyClient(server, s.tokens["writer"], http=s.client)
+        )
         yield s
 
 
@@ -44,8 +45,21 @@ def _ok(*args):
 def test_verify_through_the_service_runs_a_job_and_stores_the_case(remote, tmp_path):
     patch = tmp_path / "lr.yaml"
     patch.write_text(yaml.safe_dump({"kind": "hyperparameters", "changes": {"learning_rate": 0.001}}))
-    out = _ok("verify", QUICK, "--patch", patch, "--seeds", "1", "--budget", "256", "--episodes", "3",
-              "--server", "http://testserver", "--json")
+    out = _ok(
+        "verify",
+        QUICK,
+        "--patch",
+        patch,
+        "--seeds",
+        "1",
+        "--budget",
+        "256",
+        "--episodes",
+        "3",
+        "--server",
+        "http://testserver",
+        "--json",
+    )
     result = json.loads(out)
     assert remote.service.kb.get(result["case_id"]).status == result["status"]
     jobs = json.loads(_ok("jobs", "list", "--server", "http://testserver", "--json"))

@@ -14,8 +14,13 @@ from remedy.kb.server.jobs import INTERRUPTED
 from .conftest import serve
 
 QUICK = Path(str(resources.files("remedy.cases") / "scenarios" / "checkpoints" / "cartpole_undertrained"))
-TINY = {"patch": {"kind": "hyperparameters", "changes": {"learning_rate": 0.001}}, "seeds": 1, "budget": 256,
-        "episodes": 3, "n_envs": 2}
+TINY = {
+    "patch": {"kind": "hyperparameters", "changes": {"learning_rate": 0.001}},
+    "seeds": 1,
+    "budget": 256,
+    "episodes": 3,
+    "n_envs": 2,
+}
 
 
 def _upload(s) -> str:
@@ -56,14 +61,20 @@ def test_verify_job_runs_to_done_and_stores_the_case(kb_path, embedder):
 
 def test_bad_job_input_is_refused_before_queueing(served):
     run_id = _upload(served)
-    bad = [({**TINY, "run_id": "run-000000000000"}, "no uploaded run"),
-           ({**TINY, "run_id": run_id, "patch": {"kind": "teleport"}}, "kind"),
-           ({**TINY, "run_id": run_id, "seeds": 0}, "seeds")]
+    bad = [
+        ({**TINY, "run_id": "run-000000000000"}, "no uploaded run"),
+        ({**TINY, "run_id": run_id, "patch": {"kind": "teleport"}}, "kind"),
+        ({**TINY, "run_id": run_id, "seeds": 0}, "seeds"),
+    ]
     for body, fragment in bad:
         r = served.client.post("/v1/jobs/verify", json=body, headers=served.auth("writer"))
         assert r.status_code == 422 and fragment in r.json()["detail"], r.text
-    assert served.client.post("/v1/jobs/verify", json={**TINY, "run_id": run_id},
-                              headers=served.auth("reader")).status_code == 403
+    assert (
+        served.client.post(
+            "/v1/jobs/verify", json={**TINY, "run_id": run_id}, headers=served.auth("reader")
+        ).status_code
+        == 403
+    )
     assert served.service.jobs.list() == []
     assert served.client.get("/v1/jobs/job-nope", headers=served.auth("reader")).status_code == 404
 

@@ -31,19 +31,24 @@ def test_health_needs_no_token_and_names_the_version(served):
 
 
 def test_query_ranks_the_matching_case_first_with_the_cli_json_shape(filled):
-    r = filled.client.post("/v1/query", json={"text": "the lander hovers and never lands", "k": 3},
-                           headers=filled.auth("reader"))
+    r = filled.client.post(
+        "/v1/query", json={"text": "the lander hovers and never lands", "k": 3}, headers=filled.auth("reader")
+    )
     assert r.status_code == 200, r.text
     hits = r.json()
     assert hits[0]["case_id"] == "c-lander-hover" and hits[0]["rank"] == 1
     local = filled.service.kb.similar("the lander hovers and never lands", k=3)
-    assert [{k: v for k, v in h.items() if k != "case"} for h in hits] == [json.loads(json.dumps(h.as_dict()))
-                                                                          for h in local]
+    assert [{k: v for k, v in h.items() if k != "case"} for h in hits] == [
+        json.loads(json.dumps(h.as_dict())) for h in local
+    ]
 
 
 def test_query_filters_and_full_cases(filled):
-    r = filled.client.post("/v1/query", json={"text": "falls over", "action_space": "continuous", "full": True},
-                           headers=filled.auth("reader"))
+    r = filled.client.post(
+        "/v1/query",
+        json={"text": "falls over", "action_space": "continuous", "full": True},
+        headers=filled.auth("reader"),
+    )
     hits = r.json()
     assert hits and all(h["action_space"] == "continuous" for h in hits)
     assert all(h["case"]["case_id"] == h["case_id"] for h in hits)
@@ -99,8 +104,9 @@ def test_invalid_case_imports_nothing_and_names_the_field(served):
 
 @pytest.mark.parametrize("body", [b"{not json", b"[]", b"", b"   "])
 def test_malformed_bodies_are_422(served, body):
-    r = served.client.post("/v1/query", content=body, headers={**served.auth("reader"),
-                                                                "Content-Type": "application/json"})
+    r = served.client.post(
+        "/v1/query", content=body, headers={**served.auth("reader"), "Content-Type": "application/json"}
+    )
     assert r.status_code == 422, r.text
     r = served.client.post("/v1/cases/import", content=body, headers=served.auth("writer"))
     assert r.status_code in (200, 422) and r.status_code != 500
@@ -108,8 +114,9 @@ def test_malformed_bodies_are_422(served, body):
 
 
 def test_bad_query_fields_are_named(served):
-    r = served.client.post("/v1/query", json={"text": "x", "k": 0, "mode": "fuzzy", "envv": "a"},
-                           headers=served.auth("reader"))
+    r = served.client.post(
+        "/v1/query", json={"text": "x", "k": 0, "mode": "fuzzy", "envv": "a"}, headers=served.auth("reader")
+    )
     detail = r.json()["detail"]
     assert r.status_code == 422 and "k:" in detail and "mode:" in detail and "envv:" in detail
 
@@ -124,8 +131,13 @@ def test_oversized_body_is_413_and_writes_nothing(kb_path, embedder):
 # -- tokens and roles -------------------------------------------------------------------------
 
 
-READS = [("post", "/v1/query", {"json": {"text": "hovering"}}), ("get", "/v1/stats", {}),
-         ("get", "/v1/cases/c-lander-hover", {}), ("get", "/v1/cases", {}), ("get", "/v1/jobs", {})]
+READS = [
+    ("post", "/v1/query", {"json": {"text": "hovering"}}),
+    ("get", "/v1/stats", {}),
+    ("get", "/v1/cases/c-lander-hover", {}),
+    ("get", "/v1/cases", {}),
+    ("get", "/v1/jobs", {}),
+]
 
 
 @pytest.mark.parametrize("method,path,kw", READS)

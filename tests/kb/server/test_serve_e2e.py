@@ -43,8 +43,12 @@ def server(tmp_path_factory, embedder):
     _, token = TokenStore(CaseStore(kb / "remedy.duckdb")).create("writer", "e2e")
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen([str(REMEDY), "serve", "--kb", str(kb), "--host", "127.0.0.1", "--port", str(port)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [str(REMEDY), "serve", "--kb", str(kb), "--host", "127.0.0.1", "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         for _ in range(600):  # bounded: model loading on a busy machine can take a while
             if proc.poll() is not None:
@@ -83,7 +87,7 @@ def test_cli_goes_through_the_running_service(server):
 
 @pytest.mark.slow
 def test_direct_access_to_a_served_kb_names_the_service_and_bad_tokens_fail(server):
-    url, token, kb, tmp = server
+    url, token, kb, _tmp = server
     direct = _cli("kb", "stats", "--kb", kb)
     assert direct.returncode == 1 and f"served by `remedy serve` at {url}" in direct.stderr, direct.stderr
     denied = _cli("kb", "stats", "--server", url, token="rmd_not-a-token")

@@ -35,6 +35,7 @@ def _special(name: str, kind: bytes, linkname: str = "") -> Callable[[tarfile.Ta
         info = tarfile.TarInfo(name)
         info.type, info.linkname = kind, linkname
         tar.addfile(info)
+
     return add
 
 
@@ -102,8 +103,9 @@ def test_archive_without_run_yaml_is_refused(served):
 
 def test_diagnose_an_uploaded_run(served):
     run_id = served.client.post("/v1/runs", content=tar_run(QUICK), headers=served.auth("writer")).json()["run_id"]
-    r = served.client.post("/v1/diagnose", json={"run_id": run_id, "episodes": 3, "k": 3},
-                           headers=served.auth("reader"))
+    r = served.client.post(
+        "/v1/diagnose", json={"run_id": run_id, "episodes": 3, "k": 3}, headers=served.auth("reader")
+    )
     assert r.status_code == 200, r.text
     report = r.json()
     assert report["diagnosis"]["causes"] and report["candidates"]
