@@ -143,6 +143,13 @@ class CaseStore:
         """A short-lived connection (retrying while locked), for tables other modules own (tokens, jobs)."""
         return self._connect()
 
+    def hold_open(self) -> duckdb.DuckDBPyConnection:
+        """A connection with the store's settings that the caller closes (``remedy serve`` holds one while it runs).
+
+        DuckDB refuses a second connection to the file with other settings, so the holder must use these.
+        """
+        return self._open_with_retry()
+
     @contextmanager
     def _connect(self) -> Iterator[duckdb.DuckDBPyConnection]:
         con = self._open_with_retry()

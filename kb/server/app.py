@@ -19,7 +19,6 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import duckdb
 import pydantic
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -126,7 +125,7 @@ def create_app(
         service = _open_service(kb_path, settings, embedder)
         # Holding one connection for the whole run makes this process the file's owner: other
         # processes get a lock error (naming us via serve.json) instead of racing our writes.
-        hold = duckdb.connect(str(service.kb.store.path))
+        hold = service.kb.store.hold_open()
         marker = write_marker(service.kb.root, url) if url else None
         service.kb.embedder.encode(["warm up"])  # load the model now, not on the first query
         service.interrupted = service.runner.start() if run_jobs else service.jobs.recover()[0]
