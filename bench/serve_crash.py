@@ -96,25 +96,35 @@ def check(root: Path, batches: list[list], acked: list[int], sent: list[int]) ->
     }
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Run the trials and print totals (JSON in bench/out/crash.json)."""
+def run(trials: int, args: argparse.Namespace, workdir: Path) -> tuple[list[dict], dict]:
+    """``trials`` kill-and-check trials on one KB under ``workdir``; returns each trial's counts and the totals."""
+    rng = np.random.default_rng(args.seed)
+    root = workdir / "kb"
+    KnowledgeBase.open(root).close()
+    _, token = TokenStore(CaseStore(root / "remedy.duckdb")).create("writer", "crash")
+    rows = []
+    for n in range(trials):
+        rows.append(trial(root, token, n, args, rng))
+        print(f"trial {n + 1}/{trials}: {rows[-1]}", flush=True)
+    return rows, {k: sum(r[k] for r in rows) for k in rows[0]}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (also the defaults a test starts from: ``parse_args([])``)."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--trials", type=int, default=30)
     p.add_argument("--batch", type=int, default=3, help="cases per import request")
     p.add_argument("--max-batches", type=int, default=400)
     p.add_argument("--max-delay", type=float, default=3.0, help="kill up to this many seconds after the first ack")
     p.add_argument("--seed", type=int, default=0)
-    args = p.parse_args(argv)
-    rng = np.random.default_rng(args.seed)
-    rows = []
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the trials and print totals (JSON in bench/out/crash.json)."""
+    args = parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="remedy-bench-crash-") as tmp:
-        root = Path(tmp) / "kb"
-        KnowledgeBase.open(root).close()
-        _, token = TokenStore(CaseStore(root / "remedy.duckdb")).create("writer", "crash")
-        for n in range(args.trials):
-            rows.append(trial(root, token, n, args, rng))
-            print(f"trial {n + 1}/{args.trials}: {rows[-1]}", flush=True)
-    totals = {k: sum(r[k] for r in rows) for k in rows[0]}
+        rows, totals = run(args.trials, args, Path(tmp))
     print(
         f"\n{args.trials} trials: {totals['acked']} acknowledged imports, {totals['lost_acked']} lost; "
         f"{totals['unacked']} unacknowledged ({totals['unacked_landed']} landed whole, "
