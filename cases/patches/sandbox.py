@@ -541,7 +541,7 @@ def _bound_names(tree: ast.AST) -> set[str]:
             names.add(node.id)
         elif isinstance(node, ast.arg):
             names.add(node.arg)
-        elif isinstance(node, ast.FunctionDef) or (isinstance(node, ast.ExceptHandler) and node.name):
+        elif isinstance(node, (ast.FunctionDef, ast.ExceptHandler)) and node.name:
             names.add(node.name)
     return names
 
