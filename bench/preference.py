@@ -83,34 +83,9 @@ def _candidates(run) -> list[tuple[str, object]]:
 
 
 def _verdicts(run, patch, episodes: int, seed: int) -> tuple[str, str, float | None]:
-    from remedy.cases.evidence.envs import env_traits
-    from remedy.cases.evidence.rollouts import rollout
-    from remedy.cases.patches import Patch
-    from remedy.cases.patches.apply import PatchPlan, make_patched_env_fn
-    from remedy.cases.patches.spec import RewardShaping
-    from remedy.cases.verify.arms import _obs_normalizer, preference_verdict, task_measures, trajectory_verdict
+    from remedy.cases.verify.arms import preference_verdict, replay_under_reward, task_measures, trajectory_verdict
 
-    c = run.config
-    shaping = Patch(parts=[p for p in patch.parts if isinstance(p, RewardShaping)])
-    plan = PatchPlan.from_patch(shaping, env_traits(c.env_id, c.env_kwargs), c.algo)
-    factory = make_patched_env_fn(c.env_id, c.env_kwargs, c.wrappers, plan, None, max_episode_steps=c.max_episode_steps)
-    model, vn = run.load_model(), _obs_normalizer(run)
-    recs = [
-        r
-        for det in (True, False)
-        for r in rollout(
-            model,
-            factory,
-            n_episodes=episodes,
-            seed=seed,
-            deterministic=det,
-            success=c.success,
-            constraints=c.constraints,
-            keep_trajectories=0,
-            vecnormalize=vn,
-        )
-        if not r.nan
-    ]
+    recs = replay_under_reward(run, patch, episodes, seed)
     old = preference_verdict([r.train_ret for r in recs if r.success], [r.train_ret for r in recs if not r.success])
     new = trajectory_verdict([task_measures(r) for r in recs], [r.train_ret for r in recs])
     return old.status, new.status, new.prob

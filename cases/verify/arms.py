@@ -14,9 +14,13 @@ import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..patches.spec import ActionRepeat, Patch, PatchPart, RewardShaping
+
+if TYPE_CHECKING:
+    from ..evidence.rollouts import EpisodeRecord
+    from ..evidence.rundir import RunDir
 
 __all__ = [
     "ARM_JOB",
@@ -361,18 +365,25 @@ def preference_check(run_dir: str, patch_json: str, n_episodes: int, seed: int) 
     task return, progress, the success definition's margin and violations.
     Undecidable only when the task orders no pair (all tied).
     """
+    from ..evidence.rundir import RunDir
+
+    records = replay_under_reward(RunDir.load(run_dir), Patch.model_validate_json(patch_json), n_episodes, seed)
+    return trajectory_verdict([task_measures(r) for r in records], [r.train_ret for r in records])
+
+
+def replay_under_reward(run: RunDir, patch: Patch, n_episodes: int, seed: int) -> list[EpisodeRecord]:
+    """The evidence episodes (deterministic and stochastic, same seeds) with only ``patch``'s reward-shaping
+    parts applied, so only their training rewards change; episodes that diverged to NaN are dropped."""
     from ..evidence.envs import env_traits
     from ..evidence.rollouts import rollout
-    from ..evidence.rundir import RunDir
     from ..patches.apply import PatchPlan, make_patched_env_fn
 
-    run = RunDir.load(run_dir)
     c = run.config
-    shaping: list[PatchPart] = [p for p in Patch.model_validate_json(patch_json).parts if isinstance(p, RewardShaping)]
+    shaping: list[PatchPart] = [p for p in patch.parts if isinstance(p, RewardShaping)]
     plan = PatchPlan.from_patch(Patch(parts=shaping), env_traits(c.env_id, c.env_kwargs), c.algo)
     factory = make_patched_env_fn(c.env_id, c.env_kwargs, c.wrappers, plan, None, max_episode_steps=c.max_episode_steps)
     model, vn = run.load_model(), _obs_normalizer(run)
-    records = [
+    return [
         r
         for det in (True, False)
         for r in rollout(
@@ -388,7 +399,6 @@ def preference_check(run_dir: str, patch_json: str, n_episodes: int, seed: int) 
         )
         if not r.nan
     ]
-    return trajectory_verdict([task_measures(r) for r in records], [r.train_ret for r in records])
 
 
 def preference_verdict(good: list[float], bad: list[float]) -> PreferenceResult:
