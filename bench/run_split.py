@@ -8,6 +8,14 @@ oracle solvability) to ``<out>/<split>-report.md`` / ``.json`` from whatever is 
 
     .venv/bin/python bench/run_split.py --split holdout --rounds 1 --candidates 1 --seeds 2
     .venv/bin/python bench/run_split.py --split dev --report-only
+
+With ``--kb`` the attempts are stored as ``bench`` cases in that KB (diagnoses stay cold:
+retrieval sees nothing) and, with ``--export``, the whole KB is written to a JSONL file after
+each scenario, the data that `remedy mine`, `remedy optimize` and their tests are built from.
+On a fresh machine an empty ``--kb`` is first refilled from ``--export``, so a run resumes:
+
+    .venv/bin/python bench/run_split.py --split dev --candidates 2 --no-baselines \
+        --kb bench/out/dev_kb --export reports/kb/dev-cases.jsonl --out reports/kb/runs
 """
 
 from __future__ import annotations
@@ -57,6 +65,8 @@ def main() -> None:
     ap.add_argument("--no-baselines", action="store_true")
     ap.add_argument("--out", type=Path, default=Path("bench/data/runs"))
     ap.add_argument("--oracle-results", type=Path, default=ORACLE_FILE)
+    ap.add_argument("--kb", type=Path, default=None, help="store the attempts as cases in this KB")
+    ap.add_argument("--export", type=Path, default=None, help="JSONL export of --kb after each scenario")
     ap.add_argument("--report-only", action="store_true", help="only render the report from what is done")
     args = ap.parse_args()
     settings = BenchSettings(
@@ -69,13 +79,25 @@ def main() -> None:
     folder = args.out / args.split
     folder.mkdir(parents=True, exist_ok=True)
     chosen = _order(select_scenarios(args.scenarios, split=args.split), args.oracle_results)
+    kb = None
+    if args.kb is not None and not args.report_only:
+        from remedy.kb.facade import KnowledgeBase
+
+        kb = KnowledgeBase.open(args.kb, create=True)
+        if kb.count() == 0 and args.export is not None and args.export.exists():
+            print(f"refilled {args.kb} from {args.export}: {kb.import_file(args.export).added} cases", flush=True)
     for s in [] if args.report_only else chosen:
         target = folder / f"{s.name}.json"
         record = latest_results([s], args.oracle_results).get(s.name)  # re-read: `bench build` may run alongside
         if target.exists() or (record is not None and record.verdict == "not_failing"):
             continue  # done, or no fault scenario at this budget (the patient already succeeds)
-        report = run_bench(None, [s], settings, store=None, label="cold")
+        report = run_bench(None, [s], settings, store=kb, label="cold")
         target.write_text(json.dumps(asdict(report.scenarios[0]), indent=2, default=str) + "\n")
+        if kb is not None and args.export is not None:
+            args.export.parent.mkdir(parents=True, exist_ok=True)
+            tmp = args.export.with_suffix(".tmp.jsonl")
+            kb.export(tmp)
+            tmp.replace(args.export)  # whole or not at all
         print(f"{s.name}: top1={report.scenarios[0].top1} fixed={report.scenarios[0].fixed}", flush=True)
     done = [_load(p) for p in sorted(folder.glob("*.json"))]
     records = latest_results(chosen, args.oracle_results)  # solvability may have been recorded since
