@@ -279,6 +279,10 @@ class Verification(FrozenModel):
     #: the pre-training trajectory check of a reward-changing patch: "passed", "refused",
     #: "forced" (refused, trained anyway), "undecidable" (nothing to order); None when not run
     preference: Literal["passed", "refused", "forced", "undecidable"] | None = None
+    #: keys of the shared control arms this measurement used (cases.verify.controls); empty: its own controls
+    controls: list[str] = Field(default_factory=list)
+    #: how many of them an earlier verification had trained (reused here at no training cost)
+    controls_reused: int = Field(default=0, ge=0)
 
 
 class LiteratureEffect(FrozenModel):

@@ -32,6 +32,9 @@ from remedy.retrieval.diagnosis import Attempt, CandidatePatch, Diagnoser, Diagn
 
 from .diagnose import diagnose_run
 
+#: shared control arms live in this folder of the KB (cases.verify.controls)
+CONTROLS_DIR = "controls"
+
 if TYPE_CHECKING:
     from .facade import KnowledgeBase
 
@@ -333,6 +336,18 @@ def _fresh(report: DiagnosisReport, loop: _Loop, k: int) -> list[CandidatePatch]
     return [c for c in report.candidates if c.patch.model_dump_json() not in seen][:k]
 
 
+def with_control_cache(config: VerifyConfig, *bases: object) -> VerifyConfig:
+    """``config`` sharing control arms under ``<KB>/controls`` of the first KB in ``bases`` (unless it names a cache)."""
+    from dataclasses import replace
+
+    from .facade import KnowledgeBase
+
+    if config.control_cache is not None:
+        return config
+    root = next((b.root for b in bases if isinstance(b, KnowledgeBase)), None)
+    return config if root is None else replace(config, control_cache=str(root / CONTROLS_DIR))
+
+
 def fix(
     kb: KnowledgeBase | None,
     run_dir: str | Path | RunDir,
@@ -366,10 +381,12 @@ def fix(
     retrieval never sees the scenario's own cases (and ``exclude_ids``, e.g. example cases that
     mirror it). A screen that clears is confirmed on fresh
     seeds, at most ``confirmations`` times per loop; only a confirmed candidate wins. The
-    winning patch is written under ``out_dir`` (default ``./remedy-fixes``).
+    winning patch is written under ``out_dir`` (default ``./remedy-fixes``). Control arms are
+    shared through ``config.control_cache``, by default ``controls/`` beside the KB that stores
+    the attempts (or, with no store, the one retrieval reads).
     """
     run = run_dir if isinstance(run_dir, RunDir) else RunDir.load(run_dir)
-    config = config or VerifyConfig()
+    config = with_control_cache(config or VerifyConfig(), store, kb)
     config.check()
     config.budget_for(run.config.train_steps)  # no budget at all is the user's to fix, not every candidate's failure
     runner = executor or get_executor(config.executor)

@@ -24,11 +24,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ARM_JOB",
+    "EVAL_JOB",
     "ArmSpec",
     "Scores",
     "ArmResult",
     "PreferenceResult",
     "run_arm",
+    "evaluate_trained",
     "preference_check",
     "preference_verdict",
     "trajectory_verdict",
@@ -40,6 +42,8 @@ __all__ = [
 
 #: import path of the job function each arm runs in a worker.
 ARM_JOB = "remedy.cases.verify.arms:run_arm"
+#: import path of the job that only evaluates an arm trained earlier (a cached control).
+EVAL_JOB = "remedy.cases.verify.arms:evaluate_trained"
 #: on the episode pairs the task orders, the shaped return must agree more often than this (ties count
 #: half): 0.5 is a reward that is blind to the task's order (Kendall's tau 0); below it, one that reverses it.
 PREFERENCE_MIN = 0.5
@@ -177,8 +181,6 @@ def _control_wrapper(patch_json: str | None) -> Callable[[Any], Any]:
 
 def run_arm(spec: ArmSpec) -> ArmResult:
     """Fine-tune one arm (see :func:`remedy.cases.verify.training.finetune`) and evaluate it; a worker job."""
-    from ..evidence.envs import make_env
-    from ..evidence.rundir import RunDir
     from .training import finetune
 
     ft = finetune(
@@ -201,7 +203,25 @@ def run_arm(spec: ArmSpec) -> ArmResult:
             reason=ft.reason or "training diverged",
         )
     assert ft.run_dir is not None  # finetune saves a run dir whenever training did not diverge
-    run = RunDir.load(ft.run_dir)
+    return evaluate_trained(
+        spec, ft.run_dir, env_steps=ft.env_steps, train_wall_s=ft.wall_time_s, shaped_train=ft.shaped_return_mean
+    )
+
+
+def evaluate_trained(
+    spec: ArmSpec,
+    trained_dir: str,
+    *,
+    env_steps: int = 0,
+    train_wall_s: float = 0.0,
+    shaped_train: float | None = None,
+) -> ArmResult:
+    """Evaluate an arm already trained into ``trained_dir`` (also a worker job: a cached control
+    re-evaluated under a candidate's shaped reward costs episodes, no training)."""
+    from ..evidence.envs import make_env
+    from ..evidence.rundir import RunDir
+
+    run = RunDir.load(trained_dir)
     c = run.config
     model = run.load_model()
     vn = _obs_normalizer(run)
@@ -227,9 +247,9 @@ def run_arm(spec: ArmSpec) -> ArmResult:
     return ArmResult(
         arm=spec.arm,
         seed=spec.seed,
-        env_steps=ft.env_steps,
-        train_wall_s=ft.wall_time_s,
-        shaped_return_train=ft.shaped_return_mean,
+        env_steps=env_steps,
+        train_wall_s=train_wall_s,
+        shaped_return_train=shaped_train,
         nominal=nominal,
         shifted=shifted,
         shaped_returns=shaped,

@@ -45,7 +45,8 @@ from ..errors import RemedyError, VerificationError
 from ..model import Case, Effect, Provenance, Source, Stage, Status, Verification, new_case_id
 from ..patches.spec import Patch, RewardShaping
 from . import stats
-from .arms import ARM_JOB, ArmResult, ArmSpec, Scores, preference_check
+from .arms import ARM_JOB, EVAL_JOB, ArmResult, ArmSpec, Scores, preference_check
+from .controls import ControlCache, control_key
 from .executors import Executor, Job, JobResult, get_executor
 
 if TYPE_CHECKING:
@@ -103,6 +104,9 @@ class VerifyConfig:
     #: (common random numbers: a patch that changes nothing gives bit-identical arms); an A/A
     #: calibration sets it so that the two arms are independent draws of the same procedure
     control_seed_offset: int = 0
+    #: folder of shared control arms (:mod:`remedy.cases.verify.controls`); None: every
+    #: verification trains its own controls. The fix loop and the CLI put it beside the KB.
+    control_cache: str | None = None
 
     @property
     def arms_eval_seed(self) -> int:
@@ -269,18 +273,31 @@ def _precheck(ctx: _Context) -> str:
     return f"trajectory preference check failed: {pref.message}; pass --force to train it anyway"
 
 
-def _jobs(ctx: _Context, shifted: tuple[tuple[str, str], ...], workdir: Path) -> list[Job]:
+@dataclass
+class _Plan:
+    """The jobs of one verification, and the shared controls it rests on."""
+
+    jobs: list[Job] = field(default_factory=list)
+    reused: list[ArmResult] = field(default_factory=list)  # cached controls taken as they are (no job)
+    train_keys: dict[str, str] = field(default_factory=dict)  # job id -> key of a control it trains for the cache
+    controls: list[str] = field(default_factory=list)  # every shared-control key used
+    n_reused: int = 0  # controls not trained here (taken as they are, or only re-evaluated)
+
+
+def _jobs(ctx: _Context, shifted: tuple[tuple[str, str], ...], workdir: Path) -> _Plan:
     from .training import arm_budgets
 
     cfg = ctx.config
+    cache = ControlCache(cfg.control_cache) if cfg.control_cache else None
     t_budget, c_budget = arm_budgets(ctx.patch, ctx.budget)
     control_is_checkpoint = c_budget == 0 and t_budget == 0
     reward_patch = any(isinstance(p, RewardShaping) for p in ctx.patch.parts)
     extra = sum(getattr(p, "extra_steps", 0) for p in ctx.patch.parts)
     limits = _limits(cfg, max(t_budget, c_budget) + extra, cfg.eval_episodes * (2 + len(shifted)))
     run_dir = str(Path(ctx.run.path).resolve())
+    run_yaml = (Path(run_dir) / "run.yaml").read_text()
     score_patch_json = ctx.patch.model_dump_json() if reward_patch else None
-    jobs = []
+    plan = _Plan()
     for i in range(cfg.seeds):
         arms: list[tuple[str, str | None, int]] = [("treatment", ctx.patch.model_dump_json(), t_budget)]
         if not control_is_checkpoint or i == 0:  # the checkpoint control is the same agent for every seed
@@ -301,8 +318,41 @@ def _jobs(ctx: _Context, shifted: tuple[tuple[str, str], ...], workdir: Path) ->
                 shifted=shifted,
                 score_patch_json=score_patch_json,
             )
-            jobs.append(Job(id=f"{arm} seed {seed}", fn=ARM_JOB, kwargs={"spec": spec}, limits=limits))
-    return jobs
+            job: Job | None = Job(id=f"{arm} seed {seed}", fn=ARM_JOB, kwargs={"spec": spec}, limits=limits)
+            if job is not None and cache is not None and arm == "control":
+                job = _shared_control(plan, cache, job, spec, ctx.subject.checkpoint_sha256 or "", run_yaml)
+            if job is not None:
+                plan.jobs.append(job)
+    return plan
+
+
+def _shared_control(
+    plan: _Plan, cache: ControlCache, job: Job, spec: ArmSpec, checkpoint: str, run_yaml: str
+) -> Job | None:
+    """The job a control needs given the cache: none (reused), an evaluation only, or training for the cache."""
+    key = control_key(replace(spec, score_patch_json=None, out_dir=""), checkpoint, run_yaml)
+    plan.controls.append(key)
+    hit = cache.get(key)
+    if hit is None:  # train it where the cache keeps it once it succeeds
+        plan.train_keys[job.id] = key
+        return replace(job, kwargs={"spec": replace(spec, out_dir=str(cache.scratch(key)))})
+    plan.n_reused += 1
+    if spec.score_patch_json is None:
+        plan.reused.append(hit)
+        return None
+    # a reward patch: the control's return under the candidate's reward needs its episodes replayed
+    return replace(job, fn=EVAL_JOB, kwargs={"spec": spec, "trained_dir": str(cache.run_dir(key))})
+
+
+def _keep_controls(plan: _Plan, cache_root: str | None, results: Sequence[JobResult]) -> None:
+    """Put the controls this verification trained into the shared cache."""
+    if not cache_root:
+        return
+    cache = ControlCache(cache_root)
+    for job, res in zip(plan.jobs, results):
+        key = plan.train_keys.get(job.id)
+        if key is not None and res.ok:
+            cache.put(key, res.value, Path(job.kwargs["spec"].out_dir))
 
 
 def _collect(jobs: Sequence[Job], results: Sequence[JobResult]) -> tuple[dict[str, list[ArmResult]], list[str], int]:
@@ -424,12 +474,18 @@ def _verdict(ctx: _Context, primary: Effect, shaped: Effect | None, shortage: st
     return status, False, ""
 
 
-def _verification(ctx: _Context, jobs: Sequence[Job], results: Sequence[JobResult]) -> Verification:
-    arms, failures, steps = _collect(jobs, results)
+def _verification(ctx: _Context, plan: _Plan, results: Sequence[JobResult]) -> Verification:
+    arms, failures, steps = _collect(plan.jobs, results)
+    arms["control"] = sorted(arms["control"] + plan.reused, key=lambda a: a.seed)
+    shared = dict(controls=plan.controls, controls_reused=plan.n_reused)
     if failures or not arms["treatment"] or not arms["control"]:
         reason = "; ".join(failures) or "no arm produced a result"
         return Verification(
-            status=Status.failed, reason=_reason(ctx, reason), wall_time_s=_elapsed(ctx), **_base(ctx, steps)
+            status=Status.failed,
+            reason=_reason(ctx, reason),
+            wall_time_s=_elapsed(ctx),
+            **_base(ctx, steps),
+            **shared,
         )
     primary_name, effects = _effects(arms["treatment"], arms["control"], ctx.config)
     primary = effects[primary_name]
@@ -448,6 +504,7 @@ def _verification(ctx: _Context, jobs: Sequence[Job], results: Sequence[JobResul
         wall_time_s=_elapsed(ctx),
         passed_screen=passed,
         **_base(ctx, steps),
+        **shared,
     )
 
 
@@ -582,16 +639,18 @@ def verify_patch(
     owned = executor is None
     executor = executor or get_executor(config.executor)
     with tempfile.TemporaryDirectory(prefix="remedy-verify-") as tmp:
-        jobs = _jobs(ctx, _shifted(scenario), Path(tmp))
-        ctx.say(f"{len(jobs)} jobs", 0, len(jobs))
+        plan = _jobs(ctx, _shifted(scenario), Path(tmp))
+        reuse = f" ({plan.n_reused} shared control(s) reused)" if plan.n_reused else ""
+        ctx.say(f"{len(plan.jobs)} jobs{reuse}", 0, len(plan.jobs))
         try:
             results = executor.run(
-                jobs, progress=lambda r, d, n: ctx.say(f"{r.id}: {'ok' if r.ok else 'failed'}", d, n)
+                plan.jobs, progress=lambda r, d, n: ctx.say(f"{r.id}: {'ok' if r.ok else 'failed'}", d, n)
             )
         finally:
             if owned:
                 executor.shutdown()
-    return _case(ctx, _verification(ctx, jobs, results))
+        _keep_controls(plan, config.control_cache, results)
+    return _case(ctx, _verification(ctx, plan, results))
 
 
 def verify_and_confirm(

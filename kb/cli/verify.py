@@ -103,6 +103,7 @@ def verify(
         executor=executor.value,
         force=force,
         seed_base=seed_base,
+        control_cache=None if no_store else str(Path(kb) / "controls"),
     )
     runner = get_executor("ray", address=ray_address) if executor is _Executor.ray else get_executor("local")
     try:
