@@ -158,7 +158,7 @@ def mine(
     stamp = now or max(a.case.provenance.created_at for a in attempts)
     candidates = _candidates(attempts, min_support, max_conditions)
     tested = _score(candidates, attempts, seed, stamp)
-    kept = _prune([r for r, c in zip(tested, candidates) if r.evidence.q_value <= fdr], tested, candidates)
+    kept = _prune([r for r in tested if r.evidence.q_value <= fdr], tested, candidates, attempts)
     order = sorted(tested, key=_rank)
     return MiningResult(
         rules=sorted(kept, key=_rank),
@@ -309,8 +309,13 @@ def _params(wins: list[Attempt]) -> dict[str, Any]:
 # ---- pruning ---------------------------------------------------------------------------------
 
 
-def _prune(kept: list[Rule], tested: list[Rule], candidates: list[_Candidate]) -> list[Rule]:
-    """Drop refinements no better than a kept parent; collapse rules that matched the same attempts."""
+def _prune(kept: list[Rule], tested: list[Rule], candidates: list[_Candidate], attempts: list[Attempt]) -> list[Rule]:
+    """Drop refinements no better than a kept parent; collapse rules that matched the same attempts.
+
+    Of rules that matched the same attempts, the one named is the one with the fewest
+    conditions, then the most specific (its condition holds for the fewest attempts of any
+    family), then a symptom or root cause before an env trait, then alphabetical.
+    """
     members = {r.id: c.members for r, c in zip(tested, candidates)}
     sharper = [r for r in kept if not _refines_no_better(r, kept)]
     groups: dict[tuple[RemedyFamily, tuple[int, ...]], list[Rule]] = defaultdict(list)
@@ -318,10 +323,26 @@ def _prune(kept: list[Rule], tested: list[Rule], candidates: list[_Candidate]) -
         groups[(r.family, members[r.id])].append(r)
     merged = []
     for group in groups.values():
-        group.sort(key=lambda r: (len(r.conditions), r.condition_text))
+        group.sort(key=lambda r: _naming_order(r, attempts))
         head, rest = group[0], group[1:]
         merged.append(head.model_copy(update={"equivalent": [r.condition_text for r in rest]}))
     return merged
+
+
+_FIELD_ORDER = [
+    ConditionField.symptom,
+    ConditionField.root_cause,
+    ConditionField.action_space,
+    ConditionField.reward_density,
+    ConditionField.obs_size,
+    ConditionField.algo_family,
+]
+
+
+def _naming_order(rule: Rule, attempts: list[Attempt]) -> tuple[Any, ...]:
+    prevalence = sum(all(c in a.facts for c in rule.conditions) for a in attempts)
+    fields = sorted(_FIELD_ORDER.index(c.field) for c in rule.conditions)
+    return (len(rule.conditions), prevalence, fields, rule.condition_text)
 
 
 def _refines_no_better(rule: Rule, kept: list[Rule]) -> bool:

@@ -49,13 +49,13 @@ def measured(
     case_id: str | None = None,
 ) -> Case:
     """A bench case numbered ``n`` with a measured verdict: effect ``diff`` ± ``half``."""
-    effect = Effect(metric="success_rate", treatment=diff, control=0.0, diff=diff, ci_low=diff - half, ci_high=diff + half)
+    effect = Effect(
+        metric="success_rate", treatment=diff, control=0.0, diff=diff, ci_low=diff - half, ci_high=diff + half
+    )
     return Case(
         case_id=case_id or f"c-{n:04d}",
         source="bench",
-        subject=Subject(
-            env_id=env_id, algo=algo, traits=EnvTraits(action_space=action_space, obs_dim=4, action_dim=2)
-        ),
+        subject=Subject(env_id=env_id, algo=algo, traits=EnvTraits(action_space=action_space, obs_dim=4, action_dim=2)),
         signature=Signature(features={}, symptoms=list(symptoms), summary=f"case {n}"),
         diagnosis=Diagnosis(causes=[Cause(cause=cause, confidence=0.7)]),
         patch=Patch.from_data(patch or _PATCHES[family]),

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from remedy.cases.errors import TooFewCasesError, ValidationError
 from remedy.miners import ConditionField, final_attempts, mine
 from remedy.miners.mine import EFFECT_CLIP, bootstrap_mean_ci, standardized_effect
-
-import numpy as np
 
 
 def _find(result, family, *conds):
@@ -61,7 +60,10 @@ def test_benjamini_hochberg_drops_a_weak_rule_at_a_strict_fdr(make_measured):
         make_measured(i, family="normalization", status="improved" if i < 2 else "no_effect", symptoms=("noisy_obs",))
         for i in range(6)
     ]
-    cases += [make_measured(10 + i, family="training_budget", status="no_effect", symptoms=("undertrained",)) for i in range(6)]
+    cases += [
+        make_measured(10 + i, family="training_budget", status="no_effect", symptoms=("undertrained",))
+        for i in range(6)
+    ]
     loose = mine(cases, min_support=3, fdr=1.0)
     weak = [r for r in loose.rules if r.family.value == "normalization"]
     assert weak and weak[0].evidence.p_value < 0.05
