@@ -24,10 +24,10 @@ from datetime import UTC, datetime
 from remedy.cases.errors import RuleNotFoundError, ValidationError
 from remedy.cases.store import CaseStore
 
-from .mine import MiningResult
+from .mine import MiningResult, mine
 from .model import Review, Rule, RuleEvidence, RuleStatus
 
-__all__ = ["RuleStore", "UpsertReport", "default_reviewer", "evidence_turned"]
+__all__ = ["RuleStore", "UpsertReport", "default_reviewer", "evidence_turned", "mine_into"]
 
 _TABLE = """
 CREATE TABLE IF NOT EXISTS rules (
@@ -174,3 +174,11 @@ class RuleStore:
         updated = rule.model_copy(update={"status": decision, "reviews": [*rule.reviews, review], "flag": ""})
         self._put([updated])
         return updated
+
+
+def mine_into(
+    rules: RuleStore, *, min_support: int = 3, fdr: float = 0.1, max_conditions: int = 2, seed: int = 0
+) -> tuple[MiningResult, UpsertReport]:
+    """Mine the cases of ``rules``' KB and store the result; nothing is written when mining fails."""
+    result = mine(rules.store.iter_cases(), min_support=min_support, fdr=fdr, max_conditions=max_conditions, seed=seed)
+    return result, rules.upsert_mined(result)
