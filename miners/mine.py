@@ -20,7 +20,7 @@ scores each candidate:
   noisy case (wide interval) counts for less. The rule's effect is the mean over its attempts,
   with a seeded percentile-bootstrap interval (:func:`bootstrap_mean_ci`).
 
-Candidates with ``q ≤ fdr`` are kept, then redundant ones pruned: candidates that matched the
+Candidates with ``q ≤ fdr`` and at least one win are kept, then redundant ones pruned: candidates that matched the
 very same attempts collapse into the one with the fewest (then alphabetically first)
 conditions, and a multi-condition rule goes when a kept rule on a subset of its conditions wins
 at least as often. Same cases and seed → the same rules in the same order.
@@ -158,7 +158,8 @@ def mine(
     stamp = now or max(a.case.provenance.created_at for a in attempts)
     candidates = _candidates(attempts, min_support, max_conditions)
     tested = _score(candidates, attempts, seed, stamp)
-    kept = _prune([r for r in tested if r.evidence.q_value <= fdr], tested, candidates, attempts)
+    # a rule with no win recommends nothing, whatever the fdr (at fdr 1 every q would pass)
+    kept = _prune([r for r in tested if r.evidence.q_value <= fdr and r.evidence.wins], tested, candidates, attempts)
     order = sorted(tested, key=_rank)
     return MiningResult(
         rules=sorted(kept, key=_rank),

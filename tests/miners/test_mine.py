@@ -47,6 +47,8 @@ def test_a_family_without_wins_is_not_proposed(planted):
     assert not [r for r in result.rules if r.family.value == "training_budget"]
     tested = [r for r in result.tested if r.family.value == "training_budget"]
     assert tested and all(r.evidence.wins == 0 and r.evidence.p_value == 1.0 for r in tested)
+    anything = mine(planted, min_support=3, fdr=1.0)  # every q passes at fdr 1: still no rule without a win
+    assert anything.rules and all(r.evidence.wins > 0 for r in anything.rules)
 
 
 def test_a_single_win_in_five_is_not_a_rule(planted):
