@@ -133,7 +133,8 @@ def matching_rules(kb: KnowledgeBase | None, subject: Subject, signature: Signat
     from remedy.miners import RuleStore, rule_holds, subject_facts
 
     facts = subject_facts(subject, signature)
-    return [r for r in RuleStore(kb.store).accepted() if rule_holds(r.conditions, facts)]
+    accepted = RuleStore(kb.store, create=False).accepted()  # a diagnosis never writes to the KB
+    return [r for r in accepted if rule_holds(r.conditions, facts)]
 
 
 def _resolve(diagnoser: str | Diagnoser, params: dict[str, Any]) -> Diagnoser:

@@ -20,12 +20,16 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from remedy.cases.errors import RuleNotFoundError, ValidationError
 from remedy.cases.store import CaseStore
 
 from .mine import MiningResult, mine
 from .model import Review, Rule, RuleEvidence, RuleStatus
+
+if TYPE_CHECKING:
+    import duckdb
 
 __all__ = ["RuleStore", "UpsertReport", "default_reviewer", "evidence_turned", "mine_into"]
 
@@ -77,11 +81,20 @@ def evidence_turned(old: RuleEvidence, new: RuleEvidence, fdr: float) -> str:
 class RuleStore:
     """Rules in the KB's DuckDB file; short-lived connections through the case store."""
 
-    def __init__(self, store: CaseStore) -> None:
-        """Rules kept in ``store``'s file (the table is created if missing)."""
+    def __init__(self, store: CaseStore, create: bool = True) -> None:
+        """Rules kept in ``store``'s file; the table is created if missing unless ``create`` is False
+        (a reader such as a diagnosis then finds no rules and writes nothing)."""
         self.store = store
-        with store.connection() as con:
-            con.execute(_TABLE)
+        self._create = create
+        if create:
+            with store.connection() as con:
+                con.execute(_TABLE)
+
+    def _exists(self, con: duckdb.DuckDBPyConnection) -> bool:
+        if self._create:
+            return True
+        row = con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'rules'").fetchone()
+        return bool(row and row[0])
 
     # -- reads ---------------------------------------------------------------------
 
@@ -91,7 +104,7 @@ class RuleStore:
         if status is not None:
             sql, args = sql + " WHERE status = ?", [RuleStatus(status).value]
         with self.store.connection() as con:
-            rows = con.execute(sql + " ORDER BY rule_id", args).fetchall()
+            rows = con.execute(sql + " ORDER BY rule_id", args).fetchall() if self._exists(con) else []
         return [Rule.model_validate_json(r[0]) for r in rows]
 
     def accepted(self) -> list[Rule]:

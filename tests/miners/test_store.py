@@ -135,3 +135,12 @@ def test_unknown_rule_id_names_close_ids(rules, planted):
         rules.review(rid[:6], "accepted")  # a prefix, like a short git hash
     with pytest.raises(RuleNotFoundError, match="remedy rules list"):
         RuleStore(rules.store).get("zzz-nothing-like-it")
+
+
+def test_a_reader_of_a_kb_without_rules_writes_nothing(tmp_path):
+    store = CaseStore(tmp_path / "remedy.duckdb")
+    assert RuleStore(store, create=False).accepted() == []
+    with store.connection() as con:
+        tables = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+    assert "rules" not in tables
+    assert RuleStore(store).all() == []  # a writer makes the table on first use
