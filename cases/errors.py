@@ -15,6 +15,9 @@ __all__ = [
     "KBLockedError",
     "KBVersionError",
     "CaseNotFoundError",
+    "RuleNotFoundError",
+    "MiningError",
+    "TooFewCasesError",
     "ValidationError",
     "ImportFileError",
     "IndexMismatchError",
@@ -62,6 +65,22 @@ class KBVersionError(KBError):
 
 class CaseNotFoundError(KBError):
     """No case with the given id is stored."""
+
+
+class RuleNotFoundError(KBError):
+    """No mined rule with the given id is stored (the message names close ids)."""
+
+
+class MiningError(RemedyError):
+    """Rules cannot be mined from what the KB holds."""
+
+
+class TooFewCasesError(MiningError):
+    """Too few measured cases to mine; ``have`` and ``need`` say how many."""
+
+    def __init__(self, message: str, have: int = 0, need: int = 0) -> None:
+        super().__init__(message)
+        self.have, self.need = have, need
 
 
 class ValidationError(RemedyError):

@@ -42,6 +42,7 @@ __all__ = [
     "Provenance",
     "Case",
     "new_case_id",
+    "patch_family",
 ]
 
 #: Version of the case model's JSON shape; bump with a migration in the store.
@@ -358,3 +359,8 @@ def new_case_id(*parts: Any) -> str:
     """A short, deterministic id from the given parts (same inputs, same id)."""
     blob = json.dumps(parts, sort_keys=True, default=str).encode()
     return "c-" + hashlib.sha256(blob).hexdigest()[:16]
+
+
+def patch_family(patch: Patch) -> RemedyFamily:
+    """The family of a patch: that of its first part (families are named after part kinds)."""
+    return RemedyFamily(patch.parts[0].kind)

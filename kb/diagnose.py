@@ -44,6 +44,7 @@ __all__ = [
     "diagnose_description",
     "failure_episodes",
     "reward_text",
+    "matching_rules",
 ]
 
 #: most failure episodes shown to a backend (structured context, not raw logs).
@@ -121,6 +122,21 @@ def _resolve_reward_ref(root: Path, ref: str) -> str:
     return f"reward reference: {ref} (source not available)"
 
 
+def matching_rules(kb: KnowledgeBase | None, subject: Subject, signature: Signature) -> list[RuleLike]:
+    """The KB's ACCEPTED rules whose conditions hold for this subject and signature (none without a KB).
+
+    Root-cause conditions are not tested (a cause is what the diagnosis looks for): the
+    rule's ``cause`` votes instead (``remedy.miners.facts.rule_holds``).
+    """
+    if kb is None:
+        return []
+    from remedy.miners import RuleStore, rule_holds, subject_facts
+
+    facts = subject_facts(subject, signature)
+    accepted = RuleStore(kb.store, create=False).accepted()  # a diagnosis never writes to the KB
+    return [r for r in accepted if rule_holds(r.conditions, facts)]
+
+
 def _resolve(diagnoser: str | Diagnoser, params: dict[str, Any]) -> Diagnoser:
     return get_diagnoser(diagnoser, **params) if isinstance(diagnoser, str) else diagnoser
 
@@ -137,12 +153,17 @@ def diagnose_signature(
     tried: Sequence[Attempt] = (),
     episodes: Sequence[EpisodeSummary] = (),
     reward_code: str = "",
-    rules: Sequence[RuleLike] = (),
+    rules: Sequence[RuleLike] | None = None,
     notes: Sequence[str] = (),
     constraints: Sequence[str] = (),
     **diagnoser_params: Any,
 ) -> DiagnosisReport:
-    """Diagnose a signature already computed: retrieve from ``kb`` (None: cold, priors only), then run the backend."""
+    """Diagnose a signature already computed: retrieve from ``kb`` (None: cold, priors only), then run the backend.
+
+    ``rules`` None: the KB's accepted rules that match (:func:`matching_rules`); pass ``()`` for none.
+    """
+    if rules is None:
+        rules = matching_rules(kb, subject, signature)
     cases: list[RetrievedCase] = []
     notes = list(notes)
     if kb is not None and k > 0:
@@ -179,9 +200,13 @@ def diagnose_run(
     exclude_scenario: str | None = None,
     exclude_ids: Iterable[str] = (),
     tried: Sequence[Attempt] = (),
+    rules: Sequence[RuleLike] | None = None,
     **diagnoser_params: Any,
 ) -> DiagnosisReport:
-    """Roll out the run's agent, compute its signature, and diagnose it against ``kb``."""
+    """Roll out the run's agent, compute its signature, and diagnose it against ``kb``.
+
+    ``rules`` None: the KB's accepted rules that match; ``()``: none.
+    """
     run = run_dir if isinstance(run_dir, RunDir) else RunDir.load(run_dir)
     subject = run.subject()
     bundle = collect_evidence(run, n_episodes=n_episodes, seed=seed)
@@ -195,6 +220,7 @@ def diagnose_run(
         exclude_scenario=exclude_scenario,
         exclude_ids=exclude_ids,
         tried=tried,
+        rules=rules,
         episodes=failure_episodes(bundle),
         reward_code=reward_text(run),
         notes=tuple(bundle.notes),
@@ -215,7 +241,7 @@ def diagnose_description(
     k: int = 10,
     reader: SymptomReader | None = None,
     exclude_ids: Iterable[str] = (),
-    rules: Sequence[RuleLike] = (),
+    rules: Sequence[RuleLike] | None = None,
     **diagnoser_params: Any,
 ) -> DiagnosisReport:
     """Diagnose a failure described in words (no run directory): the same report as :func:`diagnose_run`.
@@ -235,6 +261,8 @@ def diagnose_description(
     names = [r.tag for r in reading]
     subject, notes = text_subject(env_id, algo, action_space, names)
     signature = text_signature(text, names)
+    if rules is None:
+        rules = matching_rules(kb, subject, signature)
     if not names:
         notes.append(
             "no symptom tag was read off the description (pass --tags to set them); "

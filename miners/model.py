@@ -124,6 +124,8 @@ class Rule(FrozenModel):
     reviews: list[Review] = Field(default_factory=list)
     #: set when re-mining finds the evidence of an ACCEPTED rule turned against it (says how)
     flag: str = ""
+    #: other conditions that matched exactly the same cases in the mining run (folded into this rule)
+    equivalent: list[str] = Field(default_factory=list)
 
     @property
     def condition_text(self) -> str:

@@ -31,6 +31,7 @@ from remedy.cases.model import (
     Signature,
     Status,
     Subject,
+    patch_family,
 )
 from remedy.cases.patches.spec import Patch
 
@@ -190,11 +191,6 @@ class CaseRetriever(Protocol):
         exclude_scenario: str | None = None,
         exclude_ids: Iterable[str] = (),
     ) -> list[RetrievedCase]: ...
-
-
-def patch_family(patch: Patch) -> RemedyFamily:
-    """The family of a patch: that of its first part (families are named after part kinds)."""
-    return RemedyFamily(patch.parts[0].kind)
 
 
 def fits_subject(patch: Patch, subject: Subject) -> tuple[bool, str]:

@@ -278,13 +278,27 @@ def _rules_text(ctx: DiagnosisContext) -> tuple[str, list[str]]:
     for r in ctx.rules:
         rid = str(getattr(r, "id", "rule"))
         ids.append(rid)
-        rows.append(f"- {rid}: when {list(getattr(r, 'conditions', []))} -> {getattr(r, 'recommendation', '')}")
+        rows.append(f"- {rid} [accepted rule]: when {_when(r)} -> {getattr(r, 'recommendation', '')}{_measured(r)}")
     for m in match_priors(ctx.subject, ctx.signature, constraints=ctx.constraints):
         ids.append(m.rule.id)
         causes = ", ".join(f"{c.value} ({conf:.2f})" for c, conf in m.rule.causes)
         fams = ", ".join(p.summary() for _, p in m.patches) or "no template"
         rows.append(f"- {m.rule.id} [prior; {m.rule.source}]: {'; '.join(m.evidence)} -> {causes}; try {fams}")
     return "\n".join(rows) or "(none matched)", ids
+
+
+def _when(rule: object) -> str:
+    """A rule's condition, readable (``Condition.text`` when the conditions have it)."""
+    conds = list(getattr(rule, "conditions", []))
+    return " and ".join(str(getattr(c, "text", c)) for c in conds) or "always"
+
+
+def _measured(rule: object) -> str:
+    """A mined rule's evidence in a few words (wins of support, effect with CI), when it has some."""
+    e = getattr(rule, "evidence", None)
+    if e is None:
+        return ""
+    return f"; improved in {e.wins} of {e.support} verified cases, effect {e.effect:+.2f} [{e.ci_low:+.2f}, {e.ci_high:+.2f}]"
 
 
 def build_inputs(ctx: DiagnosisContext) -> dict[str, str]:

@@ -20,7 +20,7 @@ from typer.exceptions import TyperException
 from remedy.cases.errors import RemedyError
 from remedy.retrieval.offline_env import offline_defaults
 
-from . import bench, diagnose, doctor, jobs, kb, patch, serve, signature, tokens, verify
+from . import bench, diagnose, doctor, jobs, kb, patch, rules, serve, signature, tokens, verify
 
 __all__ = ["app", "main"]
 
@@ -45,6 +45,8 @@ tokens_app = typer.Typer(help="API tokens for `remedy serve` (create one per per
 app.add_typer(tokens_app, name="tokens")
 jobs_app = typer.Typer(help="Verify and fix jobs on a running `remedy serve` (--server URL).", no_args_is_help=True)
 app.add_typer(jobs_app, name="jobs")
+rules_app = typer.Typer(help="Review mined rules: list, show, accept, reject.", no_args_is_help=True)
+app.add_typer(rules_app, name="rules")
 
 # Every command is registered here, in one place and one style: (group, name, function).
 _COMMANDS: list[tuple[typer.Typer, str, Callable[..., Any]]] = [
@@ -74,6 +76,11 @@ _COMMANDS: list[tuple[typer.Typer, str, Callable[..., Any]]] = [
     (jobs_app, "list", jobs.jobs_list),
     (jobs_app, "show", jobs.jobs_show),
     (jobs_app, "cancel", jobs.jobs_cancel),
+    (app, "mine", rules.mine_cmd),
+    (rules_app, "list", rules.rules_list),
+    (rules_app, "show", rules.rules_show),
+    (rules_app, "accept", rules.rules_accept),
+    (rules_app, "reject", rules.rules_reject),
 ]
 for _group, _name, _func in _COMMANDS:
     _group.command(_name)(_func)

@@ -288,3 +288,32 @@ def test_bad_lm_settings_are_one_clear_error():
         lm_from_env({"REMEDY_LM": "openai/x", "REMEDY_LM_TEMPERATURE": "warm"})
     lm = lm_from_env({"REMEDY_LM": "openai/x", "REMEDY_LM_API_BASE": "http://127.0.0.1:1/v1"})
     assert lm.model == "openai/x" and lm.kwargs["api_base"] == "http://127.0.0.1:1/v1" and lm.kwargs["api_key"]
+
+
+def test_accepted_rules_reach_the_prompt_with_their_evidence_and_can_be_cited():
+    from remedy.miners import Condition, Rule, RuleEvidence, rule_id
+
+    conds = [Condition(field="symptom", value="hovering")]
+    evidence = RuleEvidence(
+        support=6,
+        wins=5,
+        win_rate=5 / 6,
+        effect_scale="s",
+        effect=1.2,
+        ci_low=0.4,
+        ci_high=2.0,
+        p_value=0.001,
+        q_value=0.01,
+    )
+    rule = Rule(
+        id=rule_id(conds, RemedyFamily.reward_shaping), conditions=conds, family="reward_shaping", evidence=evidence
+    )
+    text = build_inputs(_ctx(rules=(rule,)))["rules"]
+    assert f"- {rule.id} [accepted rule]: when symptom=hovering" in text
+    assert "improved in 5 of 6 verified cases" in text
+    citing = _answer(
+        [{"cause": "reward_misspecification", "confidence": 0.7, "rationale": "survival is paid"}],
+        [{"patch": {"kind": "training_budget", "extra_steps": 30000}, "cites": [rule.id]}],
+    )
+    report = LLMDiagnoser(lm=DummyLM([citing])).diagnose(_ctx(rules=(rule,)))
+    assert report.diagnosis.cited_rules == [rule.id] and report.candidates[0].cites == [rule.id]

@@ -1,0 +1,205 @@
+"""`remedy mine` and `remedy rules list|show|accept|reject` (the meta-rule issue).
+
+Each command opens the KB's store, calls one function of ``remedy.miners`` and renders the
+result. The miner and the store are imported inside the commands so `remedy --help` stays fast.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.table import Table
+
+from .common import DEFAULT_KB, JsonOption, KbOption, add_columns, console, print_json, status_markup
+
+if TYPE_CHECKING:
+    from remedy.miners import Rule, RuleStore
+    from remedy.miners.model import CaseRef
+
+__all__ = ["mine_cmd", "rules_list", "rules_show", "rules_accept", "rules_reject"]
+
+
+class _Status(StrEnum):
+    proposed = "proposed"
+    accepted = "accepted"
+    rejected = "rejected"
+
+
+IdArgument = Annotated[str, typer.Argument(help="Rule id, as `remedy rules list` shows it.")]
+ReviewerOption = Annotated[
+    str | None, typer.Option("--reviewer", help="Who reviews (default: $USER, or the login name).")
+]
+
+
+def _rules(kb: Path) -> RuleStore:
+    from remedy.kb.facade import KnowledgeBase
+    from remedy.miners import RuleStore
+
+    return RuleStore(KnowledgeBase.open(kb, create=False, reconcile=False).store)
+
+
+def mine_cmd(
+    min_support: Annotated[int, typer.Option("--min-support", min=1, help="Fewest matching attempts per rule.")] = 3,
+    fdr: Annotated[
+        float, typer.Option("--fdr", min=0.0, max=1.0, help="False-discovery rate (Benjamini–Hochberg) to keep a rule.")
+    ] = 0.1,
+    max_conditions: Annotated[
+        int, typer.Option("--max-conditions", min=1, max=3, help="Most conditions in one rule.")
+    ] = 2,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the bootstrap intervals.")] = 0,
+    kb: KbOption = Path(DEFAULT_KB),
+    as_json: JsonOption = False,
+) -> None:
+    """Mine rules from the KB's measured cases and store them as proposed (re-mining updates their evidence)."""
+    from remedy.miners.store import mine_into
+
+    rules = _rules(kb)
+    result, report = mine_into(rules, min_support=min_support, fdr=fdr, max_conditions=max_conditions, seed=seed)
+    if as_json:
+        print_json(
+            {
+                "attempts": result.n_attempts,
+                "tested": result.n_tested,
+                "rules": [r.model_dump(mode="json") for r in result.rules],
+                "new": report.new,
+                "updated": report.updated,
+                "flagged": report.flagged,
+            }
+        )
+        return
+    head = (
+        f"{result.n_attempts} measured attempts, {result.n_tested} candidate rules tested, "
+        f"{len(result.rules)} kept at q ≤ {fdr:g}"
+    )
+    if not result.rules:
+        console.print(f"nothing to mine: {head}; no rule beats the 5% false-improved rate often enough", soft_wrap=True)
+    else:
+        console.print(head, soft_wrap=True)
+        console.print(_rule_table(result.rules, title="mined rules"))
+    console.print(
+        f"new {len(report.new)} / updated {len(report.updated)} / flagged {len(report.flagged)}", highlight=False
+    )
+    for rid, flag in report.flagged.items():
+        console.print(f"[yellow]flagged[/] {rid}: {flag}", highlight=False, soft_wrap=True)
+
+
+def _effect(rule: Rule) -> str:
+    e = rule.evidence
+    return f"{e.effect:+.2f} [{e.ci_low:+.2f}, {e.ci_high:+.2f}]"
+
+
+def _rule_table(rules: list[Rule], title: str, status: bool = False) -> Table:
+    table = add_columns(
+        Table(title=title, title_justify="left"),
+        [
+            ("id", {"no_wrap": True}),
+            ("condition", {}),
+            ("→ family", {}),
+            ("support", {"justify": "right"}),
+            ("wins/support", {"justify": "right"}),
+            ("effect [95% CI]", {"no_wrap": True}),
+            ("q", {"justify": "right"}),
+            *([("status", {}), ("flag", {})] if status else []),
+        ],
+    )
+    for r in rules:
+        e = r.evidence
+        row = [
+            r.id,
+            r.condition_text,
+            r.family.value,
+            str(e.support),
+            f"{e.wins}/{e.support}",
+            _effect(r),
+            f"{e.q_value:.3g}",
+        ]
+        if status:
+            row += [r.status.value, f"[yellow]{r.flag}[/]" if r.flag else ""]
+        table.add_row(*row)
+    return table
+
+
+def rules_list(
+    status: Annotated[_Status | None, typer.Option("--status", help="Only rules in this review state.")] = None,
+    kb: KbOption = Path(DEFAULT_KB),
+    as_json: JsonOption = False,
+) -> None:
+    """Stored rules with their evidence and review state."""
+    rules = _rules(kb).all(status.value if status else None)
+    if as_json:
+        print_json([r.model_dump(mode="json") for r in rules])
+        return
+    if not rules:
+        console.print("no rules" + (f" {status.value}" if status else "") + "; run `remedy mine`", highlight=False)
+        return
+    console.print(_rule_table(rules, title=f"{len(rules)} rules", status=True))
+
+
+def rules_show(rule_id: IdArgument, kb: KbOption = Path(DEFAULT_KB), as_json: JsonOption = False) -> None:
+    """One rule: condition, remedy, evidence, supporting and counter cases, reviews."""
+    rule = _rules(kb).get(rule_id)
+    if as_json:
+        print_json(rule.model_dump(mode="json"))
+        return
+    e = rule.evidence
+    lines = [
+        f"[bold]{rule.id}[/]  {rule.status.value}" + (f"  [yellow]flag: {rule.flag}[/]" if rule.flag else ""),
+        f"when     {rule.condition_text}"
+        + (f"  (same cases: {', '.join(rule.equivalent)})" if rule.equivalent else ""),
+        f"then     {rule.family.value}"
+        + (f" for {rule.cause.value}" if rule.cause else "")
+        + (f"  params {rule.params}" if rule.params else ""),
+        f"evidence {e.wins}/{e.support} improved ({e.win_rate:.0%}); effect {_effect(rule)} on {e.effect_scale}",
+        f"         p {e.p_value:.3g}, q {e.q_value:.3g} (Benjamini–Hochberg); mined {e.mined_at:%Y-%m-%d %H:%M} "
+        f"UTC, seed {e.seed}",
+    ]
+    for line in lines:
+        console.print(line, highlight=False, soft_wrap=True)
+    console.print(_refs_table("supporting cases", e.supporting))
+    console.print(_refs_table("counter-evidence", e.counter))
+    for r in rule.reviews:
+        note = f": {r.note}" if r.note else ""
+        console.print(
+            f"review   {r.decision.value} by {r.reviewer} at {r.at:%Y-%m-%d %H:%M} UTC{note}", highlight=False
+        )
+    if not rule.reviews:
+        console.print("review   none yet (`remedy rules accept ID` or `remedy rules reject ID --note TEXT`)")
+
+
+def _refs_table(title: str, refs: list[CaseRef]) -> Table:
+    table = add_columns(
+        Table(title=f"{title} ({len(refs)})", title_justify="left"),
+        [("case", {"no_wrap": True}), ("scenario", {}), ("env", {}), ("status", {}), ("diff", {}), ("effect", {})],
+    )
+    for ref in refs:
+        diff = "-" if ref.diff is None else f"{ref.diff:+.3g} {ref.metric}"
+        eff = "-" if ref.effect is None else f"{ref.effect:+.2f}"
+        table.add_row(ref.case_id, ref.scenario or "-", ref.env_id, status_markup(ref.status.value), diff, eff)
+    return table
+
+
+def rules_accept(
+    rule_id: IdArgument,
+    note: Annotated[str, typer.Option("--note", help="Why (kept with the rule).")] = "",
+    reviewer: ReviewerOption = None,
+    kb: KbOption = Path(DEFAULT_KB),
+) -> None:
+    """Accept a rule: from now on it votes in `remedy diagnose` when its conditions hold."""
+    rule = _rules(kb).review(rule_id, "accepted", reviewer, note)
+    r = rule.reviews[-1]
+    console.print(f"accepted {rule.id} ({rule.condition_text} → {rule.family.value}) by {r.reviewer}", highlight=False)
+
+
+def rules_reject(
+    rule_id: IdArgument,
+    note: Annotated[str, typer.Option("--note", help="Why the rule is wrong or useless (required).")],
+    reviewer: ReviewerOption = None,
+    kb: KbOption = Path(DEFAULT_KB),
+) -> None:
+    """Reject a rule (kept with the note, so re-mining does not propose it again as new)."""
+    rule = _rules(kb).review(rule_id, "rejected", reviewer, note)
+    r = rule.reviews[-1]
+    console.print(f"rejected {rule.id} ({rule.condition_text} → {rule.family.value}) by {r.reviewer}", highlight=False)
