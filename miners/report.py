@@ -21,13 +21,14 @@ from typing import Any
 import jinja2
 
 from remedy.cases.errors import ReportPathError
-from remedy.cases.model import Case
+from remedy.cases.model import Case, Status
+from remedy.cases.store import CaseStore
 
 from . import report_templates
 from .model import CaseRef, Rule, RuleStatus
 from .plots import before_after_plot, forest_plot
 
-__all__ = ["ReportPaths", "HOW_TO_MINE", "write_report", "render_report", "RenderedReport"]
+__all__ = ["ReportPaths", "HOW_TO_MINE", "write_report", "write_kb_report", "render_report", "RenderedReport"]
 
 HOW_TO_MINE = (
     "Fill the KB with verified cases (`remedy fix RUN_DIR`, `remedy bench run`), then run `remedy mine` "
@@ -40,11 +41,13 @@ _EXAMPLES_MAX = 9
 
 @dataclass(frozen=True)
 class ReportPaths:
-    """Where a report was written: the Markdown, the HTML, and the PNG plots the Markdown links."""
+    """Where a report was written (the Markdown, the HTML, the PNG plots the Markdown links) and its rule counts."""
 
     markdown: Path
     html: Path
     plots: list[Path] = field(default_factory=list)
+    #: rules per report section: accepted, flagged, proposed, rejected
+    counts: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,7 @@ class RenderedReport:
     markdown: str
     html: str
     plots: dict[str, bytes]
+    counts: dict[str, int]
 
 
 def _num(x: float | None, fmt: str = "+.3g") -> str:
@@ -121,7 +125,9 @@ def _case_view(ref: CaseRef, case: Case | None) -> dict[str, Any]:
     if case is None:
         return view
     v = case.verification
-    per_seed = "; ".join(f"{arm} {', '.join(f'{x:.3g}' for x in xs)}" for arm, xs in sorted(v.per_seed.items())) if v else ""
+    per_seed = (
+        "; ".join(f"{arm} {', '.join(f'{x:.3g}' for x in xs)}" for arm, xs in sorted(v.per_seed.items())) if v else ""
+    )
     return view | {
         "env": case.subject.env_id,
         "algo": case.subject.algo,
@@ -228,7 +234,7 @@ def render_report(
     date: dt.date,
     seed: int = 0,
     kb_label: str = "",
-    cases_mined: int | None = None,
+    verified_cases: int | None = None,
 ) -> RenderedReport:
     """Render the report in memory (see :func:`write_report`); nothing touches the disk."""
     sections = _sections(rules)
@@ -238,7 +244,7 @@ def render_report(
     context = {
         "date": date.isoformat(),
         "kb": kb_label or "–",
-        "cases_mined": len(cases) if cases_mined is None else cases_mined,
+        "verified_cases": len(cases) if verified_cases is None else verified_cases,
         "n": {k: len(v) for k, v in sections.items()} | {"total": len(rules)},
         "how_to_mine": HOW_TO_MINE,
         "level": "95%",
@@ -250,7 +256,7 @@ def render_report(
     }
     md = _environment(False).from_string(report_templates.MARKDOWN).render(context)
     html = _environment(True).from_string(report_templates.HTML).render(context)
-    return RenderedReport(md, html, plots | example_plots)
+    return RenderedReport(md, html, plots | example_plots, {k: len(v) for k, v in sections.items()})
 
 
 def _writable_dir(out_dir: Path) -> None:
@@ -284,7 +290,9 @@ def _write_atomically(files: Mapping[Path, bytes]) -> None:
         for tmp, _ in staged:
             tmp.unlink(missing_ok=True)
         where = next(iter(files)).parent
-        raise ReportPathError(f"writing the report to {where} failed ({err.strerror or err}); fix it and run again") from err
+        raise ReportPathError(
+            f"writing the report to {where} failed ({err.strerror or err}); fix it and run again"
+        ) from err
 
 
 def write_report(
@@ -295,20 +303,20 @@ def write_report(
     date: dt.date | None = None,
     seed: int = 0,
     kb_label: str = "",
-    cases_mined: int | None = None,
+    verified_cases: int | None = None,
 ) -> ReportPaths:
     """Write ``heuristics-DATE.md`` (with its PNG plots) and a self-contained ``heuristics-DATE.html``.
 
     ``cases`` maps case id → case for (at least) the cases the rules cite; a cited case missing
-    from it is listed as not in the KB. ``cases_mined`` is the number of verified cases the rules
-    were mined from (default: ``len(cases)``). ``seed`` fixes the jitter of the plots' seed
+    from it is listed as not in the KB. ``verified_cases`` is the number of verified cases in the
+    KB the rules were mined from (default: ``len(cases)``). ``seed`` fixes the jitter of the plots' seed
     points. Raises :class:`ReportPathError` when ``out_dir`` cannot take the files; then nothing
     is written.
     """
     date = date or dt.date.today()
     out_dir = Path(out_dir)
     _writable_dir(out_dir)
-    report = render_report(rules, cases, date=date, seed=seed, kb_label=kb_label, cases_mined=cases_mined)
+    report = render_report(rules, cases, date=date, seed=seed, kb_label=kb_label, verified_cases=verified_cases)
     stem = out_dir / f"heuristics-{date.isoformat()}"
     plot_dir = out_dir / plot_dir_name(date)
     if report.plots:
@@ -320,4 +328,20 @@ def write_report(
     if plot_dir.is_dir():  # plots of an earlier render of the same day that this one no longer shows
         for stale in set(plot_dir.glob("*.png")) - set(plots):
             stale.unlink(missing_ok=True)
-    return ReportPaths(stem.with_suffix(".md"), stem.with_suffix(".html"), list(plots))
+    return ReportPaths(stem.with_suffix(".md"), stem.with_suffix(".html"), list(plots), report.counts)
+
+
+def write_kb_report(
+    store: CaseStore, out_dir: Path, *, date: dt.date | None = None, seed: int = 0, kb_label: str = ""
+) -> ReportPaths:
+    """Write the report of a KB: its stored rules (``miners.store.RuleStore``) and the cases they cite."""
+    from .store import RuleStore  # the rule store's module loads only when a report is asked for
+
+    _writable_dir(Path(out_dir))  # fail before reading the KB when the files could not be written
+    rules = RuleStore(store).all()
+    cited = store.get_many(ref.case_id for ref in _cited(rules))
+    by_status = store.stats().by_status
+    verified = sum(n for status, n in by_status.items() if status in Status.__members__)
+    return write_report(
+        rules, {c.case_id: c for c in cited}, out_dir, date=date, seed=seed, kb_label=kb_label, verified_cases=verified
+    )

@@ -62,7 +62,7 @@ over the rules tested. Only accepted rules reach a diagnosis.
 | --- | --- |
 | date | {{ date }} |
 | KB | {{ kb | md }} |
-| cases mined from | {{ cases_mined }} |
+| verified cases in the KB | {{ verified_cases }} |
 | accepted | {{ n.accepted }} |
 | awaiting review (proposed) | {{ n.proposed }} |
 | rejected | {{ n.rejected }} |
@@ -206,7 +206,7 @@ Only accepted rules reach a diagnosis.</p>
 <table class="summary">
 <tr><th>date</th><td>{{ date }}</td></tr>
 <tr><th>KB</th><td>{{ kb }}</td></tr>
-<tr><th>cases mined from</th><td>{{ cases_mined }}</td></tr>
+<tr><th>verified cases in the KB</th><td>{{ verified_cases }}</td></tr>
 <tr><th>accepted</th><td>{{ n.accepted }}</td></tr>
 <tr><th>awaiting review (proposed)</th><td>{{ n.proposed }}</td></tr>
 <tr><th>rejected</th><td>{{ n.rejected }}</td></tr>

@@ -20,7 +20,7 @@ from typer.exceptions import TyperException
 from remedy.cases.errors import RemedyError
 from remedy.retrieval.offline_env import offline_defaults
 
-from . import bench, diagnose, doctor, jobs, kb, patch, serve, signature, tokens, verify
+from . import bench, diagnose, doctor, jobs, kb, patch, report, serve, signature, tokens, verify
 
 __all__ = ["app", "main"]
 
@@ -67,6 +67,7 @@ _COMMANDS: list[tuple[typer.Typer, str, Callable[..., Any]]] = [
     (bench_app, "curve", diagnose.bench_curve),
     (app, "demo", diagnose.demo_cmd),
     (app, "doctor", doctor.doctor_cmd),
+    (app, "report", report.report),
     (app, "serve", serve.serve),
     (tokens_app, "create", tokens.tokens_create),
     (tokens_app, "list", tokens.tokens_list),

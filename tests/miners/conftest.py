@@ -64,7 +64,9 @@ def make_case(
         case_id=case_id,
         source="bench",
         scenario=f"scenario_{case_id}",
-        subject=Subject(env_id=env_id, algo="SAC", traits=EnvTraits(action_space=action_space, obs_dim=3, action_dim=1)),
+        subject=Subject(
+            env_id=env_id, algo="SAC", traits=EnvTraits(action_space=action_space, obs_dim=3, action_dim=1)
+        ),
         signature=Signature(symptoms=list(symptoms), summary="torque chatters between the bounds"),
         diagnosis=Diagnosis(causes=[Cause(cause="action_jitter", confidence=0.7)]),
         patch=Patch.from_data(patch or {"kind": "action_smoothness", "coef": 0.1}),
@@ -110,7 +112,7 @@ def make_rule(
         support=len(cases),
         wins=wins,
         win_rate=wins / len(cases),
-        effect_scale="success_rate difference",
+        effect_scale=f"{cases[0].verification.effect.metric} difference (treatment − control)",
         effect=float(diffs.mean()),
         ci_low=float(np.quantile(boot, 0.025)),
         ci_high=float(np.quantile(boot, 0.975)),
@@ -191,7 +193,9 @@ def dev_rules(cases: Sequence[Case], limit: int = 6) -> list[Rule]:
         if v is not None and v.effect is not None:  # one metric per rule: effects pool on one scale
             groups[(case.subject.traits.action_space.value, family_of(case), v.effect.metric)].append(case)
     rules = [
-        make_rule(group, [("action_space", space)], family, status=RuleStatus.accepted if i == 0 else RuleStatus.proposed)
+        make_rule(
+            group, [("action_space", space)], family, status=RuleStatus.accepted if i == 0 else RuleStatus.proposed
+        )
         for i, ((space, family, _), group) in enumerate(sorted(groups.items()))
     ]
     return rules[:limit]
