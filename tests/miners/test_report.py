@@ -16,7 +16,15 @@ from remedy.miners.plots import arm_values, before_after_plot
 from remedy.miners.report import HOW_TO_MINE, plot_dir_name, render_report, write_report
 
 DATE = dt.date(2026, 12, 3)
-SECTIONS = ["Summary", "Accepted rules", "Rules awaiting review", "Flagged rules", "Rejected rules", "Example cases", "Cases"]
+SECTIONS = [
+    "Summary",
+    "Accepted rules",
+    "Rules awaiting review",
+    "Flagged rules",
+    "Rejected rules",
+    "Example cases",
+    "Cases",
+]
 
 
 def _sections(markdown: str) -> dict[str, str]:
