@@ -15,6 +15,21 @@ from remedy.miners.model import Rule
 from remedy.miners.plots import arm_values, before_after_plot
 from remedy.miners.report import HOW_TO_MINE, plot_dir_name, render_report, write_report
 
+from .report_cases import sample_cases, sample_rules
+
+
+@pytest.fixture
+def built_cases() -> list[Case]:
+    """Six verified Pendulum cases (see :func:`sample_cases`)."""
+    return sample_cases()
+
+
+@pytest.fixture
+def built_rules(built_cases: list[Case]) -> list[Rule]:
+    """An accepted, a proposed, a flagged and a rejected rule over ``built_cases``."""
+    return sample_rules(built_cases)
+
+
 DATE = dt.date(2026, 12, 3)
 SECTIONS = [
     "Summary",

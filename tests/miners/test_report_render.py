@@ -19,6 +19,8 @@ from matplotlib.image import imread
 
 from remedy.miners.report import write_report
 
+from .report_cases import report_inputs
+
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 pytestmark = pytest.mark.skipif(
@@ -34,9 +36,9 @@ def _chromium(profile: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture
-def rendered(tmp_path, report_inputs):
+def rendered(tmp_path):
     """A report over a handful of rules built from real bench cases (or built cases without an export)."""
-    rules, cases = report_inputs
+    rules, cases = report_inputs()
     assert rules, "the fixture always yields rules"
     return rules, write_report(rules, cases, tmp_path / "reports", date=dt.date(2026, 12, 3), kb_label="test")
 

@@ -13,7 +13,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from remedy.cases.io import read_cases
 from remedy.cases.model import (
@@ -140,8 +139,7 @@ def review(decision: RuleStatus, note: str = "") -> Review:
     return Review(decision=decision, reviewer="alice", at=MINED_AT, note=note)
 
 
-@pytest.fixture
-def built_cases() -> list[Case]:
+def sample_cases() -> list[Case]:
     """Six Pendulum cases: smoothness wins (with and without per-seed data), a worse one, a no_effect."""
     return [
         make_case("c-s1", per_seed={"treatment": [0.7, 0.6, 0.5], "control": [0.2, 0.1, 0.3]}),
@@ -153,10 +151,9 @@ def built_cases() -> list[Case]:
     ]
 
 
-@pytest.fixture
-def built_rules(built_cases: list[Case]) -> list[Rule]:
-    """One rule of each review state over ``built_cases``: accepted, proposed, flagged, rejected."""
-    by_id = {c.case_id: c for c in built_cases}
+def sample_rules(cases: Sequence[Case]) -> list[Rule]:
+    """One rule of each review state over :func:`sample_cases`: accepted, proposed, flagged, rejected."""
+    by_id = {c.case_id: c for c in cases}
     smooth = [by_id[i] for i in ("c-s1", "c-s2", "c-s3")]
     return [
         make_rule(
@@ -201,7 +198,6 @@ def dev_rules(cases: Sequence[Case], limit: int = 6) -> list[Rule]:
     return rules[:limit]
 
 
-@pytest.fixture
 def report_inputs() -> tuple[list[Rule], dict[str, Case]]:
     """Rules and cases for rendering: real bench cases if ``reports/kb/dev-cases.jsonl`` is there."""
     cases: list[Case] = read_cases(DEV_CASES)[0] if DEV_CASES.is_file() else []
