@@ -279,13 +279,13 @@ def _write_atomically(files: Mapping[Path, bytes]) -> None:
     staged: list[tuple[Path, Path]] = []
     try:
         for path, data in files.items():
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-            staged.append((Path(tmp), path))
+            fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+            staged.append((Path(name), path))
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)
-            os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide a shared report from its readers
-        for tmp, path in staged:
-            os.replace(tmp, path)
+            os.chmod(name, 0o644)  # mkstemp's 0600 would hide a shared report from its readers
+        for tmp, target in staged:
+            os.replace(tmp, target)
     except OSError as err:
         for tmp, _ in staged:
             tmp.unlink(missing_ok=True)

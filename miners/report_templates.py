@@ -182,7 +182,7 @@ dl{display:grid;grid-template-columns:10em 1fr;gap:.15em 1em}dt{font-weight:600}
 .flag{color:#cf222e;font-weight:600}.st-improved{color:#1a7f37}.st-worse,.st-failed{color:#cf222e}
 .st-reward_hacking{color:#8250df}.nothing{background:#fff8c5;padding:1em;border:1px solid #d4a72c}
 img{max-width:100%}.examples figure{display:inline-block;margin:.5em}
-#rules td.status-accepted{color:#1a7f37}#rules td.status-flagged{color:#cf222e}
+#rules td:first-child,#rules td:nth-child(7){white-space:nowrap}#rules td.status-accepted{color:#1a7f37}#rules td.status-flagged{color:#cf222e}
 """
 
 HTML = (
