@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import os
+import re
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+import markupsafe
 
 from remedy.cases.errors import ReportPathError
 from remedy.cases.model import Case, Status
@@ -219,7 +221,14 @@ def _environment(autoescape: bool) -> jinja2.Environment:
     )
     # Markdown: table cells end at "|" and raw "<" would open HTML; newlines would break a bullet
     env.filters["md"] = lambda s: str(s).replace("|", "\\|").replace("<", "&lt;").replace("\n", " ")
+    env.filters["code"] = _backticks_to_code
     return env
+
+
+def _backticks_to_code(text: str) -> markupsafe.Markup:
+    """HTML: escape ``text``, then show its `backticked` spans as <code>."""
+    escaped = str(markupsafe.escape(text))
+    return markupsafe.Markup(re.sub(r"`([^`]+)`", r"<code>\1</code>", escaped))
 
 
 def plot_dir_name(date: dt.date) -> str:

@@ -69,7 +69,7 @@ over the rules tested. Only accepted rules reach a diagnosis.
 | flagged (accepted, evidence turned) | {{ n.flagged }} |
 
 {% if not n.total %}
-**Nothing mined yet**: this KB holds no rules. {{ how_to_mine }}
+**Nothing mined yet**: this KB holds no rules (`remedy mine` has not run on it, or no candidate passed its false-discovery threshold). {{ how_to_mine }}
 
 {% endif %}
 {% if forest %}
@@ -212,7 +212,7 @@ Only accepted rules reach a diagnosis.</p>
 <tr><th>rejected</th><td>{{ n.rejected }}</td></tr>
 <tr><th>flagged (accepted, evidence turned)</th><td>{{ n.flagged }}</td></tr>
 </table>
-{% if not n.total %}<p class="nothing"><strong>Nothing mined yet</strong>: this KB holds no rules. {{ how_to_mine }}</p>{% endif %}
+{% if not n.total %}<p class="nothing"><strong>Nothing mined yet</strong>: this KB holds no rules (<code>remedy mine</code> has not run on it, or no candidate passed its false-discovery threshold). {{ how_to_mine | code }}</p>{% endif %}
 <table id="rules"><caption>All rules</caption>
 <thead><tr><th>rule</th><th>status</th><th>condition</th><th>remedy</th><th>support</th><th>wins</th><th>effect ({{ level }} CI)</th><th>q</th></tr></thead>
 <tbody>

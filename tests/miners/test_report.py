@@ -173,7 +173,7 @@ def test_no_rules_still_renders_and_says_how_to_mine(tmp_path):
     paths = write_report([], {}, tmp_path, date=DATE)
     md, html = paths.markdown.read_text(), paths.html.read_text()
     assert "**Nothing mined yet**" in md and HOW_TO_MINE in md
-    assert "Nothing mined yet" in html and "remedy mine" in html
+    assert "Nothing mined yet" in html and "<code>remedy mine</code>" in html and "`" not in html
     assert list(_sections(md)) == SECTIONS and paths.plots == []
     assert '<table id="rules">' in html
 
