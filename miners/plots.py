@@ -55,7 +55,8 @@ def forest_plot(rules: Sequence[Rule], scale: str) -> bytes:
         ax.errorbar(
             ev.effect,
             y,
-            xerr=[[ev.effect - ev.ci_low], [ev.ci_high - ev.effect]],
+            # clipped at 0: matplotlib refuses negative error bars, and a stored CI need not hold the point
+            xerr=[[max(0.0, ev.effect - ev.ci_low)], [max(0.0, ev.ci_high - ev.effect)]],
             fmt="s",
             color=colour,
             ecolor=colour,
@@ -116,7 +117,8 @@ def before_after_plot(case: Case, *, seed: int = 0) -> bytes | None:
     if arms.treatment_ci is not None:
         lo, hi = arms.treatment_ci
         mid = arms.treatment[0]
-        ax.errorbar(1, mid, yerr=[[mid - lo], [hi - mid]], fmt="none", ecolor="#0969da", capsize=4)
+        yerr = [[max(0.0, mid - lo)], [max(0.0, hi - mid)]]
+        ax.errorbar(1, mid, yerr=yerr, fmt="none", ecolor="#0969da", capsize=4)
     ax.plot([0, 1], [float(np.mean(arms.control)), float(np.mean(arms.treatment))], color="#999999", linewidth=1)
     ax.set_xticks([0, 1], ["control", "treatment"])
     ax.set_xlim(-0.6, 1.6)
