@@ -222,3 +222,12 @@ def test_a_read_only_directory_is_refused_with_nothing_written(tmp_path: Path, b
         assert list(target.iterdir()) == []
     finally:
         target.chmod(0o700)
+
+
+def test_a_rule_whose_point_lies_outside_its_interval_still_plots(built_rules):
+    from remedy.miners.plots import forest_plot
+
+    odd = built_rules[0].model_copy(
+        update={"evidence": built_rules[0].evidence.model_copy(update={"effect": 2.0, "ci_low": -0.1, "ci_high": 0.5})}
+    )
+    assert forest_plot([odd, built_rules[1]], "scale").startswith(b"\x89PNG")
