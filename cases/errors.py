@@ -29,6 +29,7 @@ __all__ = [
     "SandboxError",
     "VerificationError",
     "ScenarioError",
+    "ReportPathError",
     "DiagnosisError",
     "LMError",
     "AlgorithmError",
@@ -133,6 +134,10 @@ class VerificationError(RemedyError):
 
 class ScenarioError(RemedyError):
     """A fault-scenario file is missing or invalid."""
+
+
+class ReportPathError(RemedyError):
+    """A report directory is unusable: a file where a directory should be, or not writable."""
 
 
 class DiagnosisError(RemedyError):

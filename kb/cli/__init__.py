@@ -20,7 +20,7 @@ from typer.exceptions import TyperException
 from remedy.cases.errors import RemedyError
 from remedy.retrieval.offline_env import offline_defaults
 
-from . import bench, diagnose, doctor, jobs, kb, patch, rules, serve, signature, tokens, verify
+from . import bench, diagnose, doctor, jobs, kb, patch, report, rules, serve, signature, tokens, verify
 
 __all__ = ["app", "main"]
 
@@ -69,6 +69,7 @@ _COMMANDS: list[tuple[typer.Typer, str, Callable[..., Any]]] = [
     (bench_app, "curve", diagnose.bench_curve),
     (app, "demo", diagnose.demo_cmd),
     (app, "doctor", doctor.doctor_cmd),
+    (app, "report", report.report),
     (app, "serve", serve.serve),
     (tokens_app, "create", tokens.tokens_create),
     (tokens_app, "list", tokens.tokens_list),
