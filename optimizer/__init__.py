@@ -1,3 +1,6 @@
-"""Prompt-program optimization jobs against verified outcomes (DSPy). Not built yet: see the README."""
+"""Tuning the diagnoser against verified outcomes: datasets from the KB, the metric, and the tuning jobs."""
 
-__all__: list[str] = []
+from .dataset import Example, Tried, build_examples, example_group, split_examples
+from .metric import Score, score_prediction
+
+__all__ = ["Example", "Tried", "build_examples", "example_group", "split_examples", "Score", "score_prediction"]
