@@ -54,7 +54,7 @@ _TABLES = (
         seq         INTEGER PRIMARY KEY,
         backend     VARCHAR NOT NULL,
         program_id  VARCHAR,
-        at          TIMESTAMPTZ NOT NULL
+        activated_at TIMESTAMPTZ NOT NULL
     )
     """,
 )
