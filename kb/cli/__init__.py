@@ -20,7 +20,7 @@ from typer.exceptions import TyperException
 from remedy.cases.errors import RemedyError
 from remedy.retrieval.offline_env import offline_defaults
 
-from . import bench, diagnose, doctor, jobs, kb, patch, serve, signature, tokens, verify
+from . import bench, diagnose, doctor, jobs, kb, optimize, patch, serve, signature, tokens, verify
 
 __all__ = ["app", "main"]
 
@@ -45,6 +45,8 @@ tokens_app = typer.Typer(help="API tokens for `remedy serve` (create one per per
 app.add_typer(tokens_app, name="tokens")
 jobs_app = typer.Typer(help="Verify and fix jobs on a running `remedy serve` (--server URL).", no_args_is_help=True)
 app.add_typer(jobs_app, name="jobs")
+programs_app = typer.Typer(help="Diagnoser program versions made by `remedy optimize`.", no_args_is_help=True)
+app.add_typer(programs_app, name="programs")
 
 # Every command is registered here, in one place and one style: (group, name, function).
 _COMMANDS: list[tuple[typer.Typer, str, Callable[..., Any]]] = [
@@ -74,6 +76,11 @@ _COMMANDS: list[tuple[typer.Typer, str, Callable[..., Any]]] = [
     (jobs_app, "list", jobs.jobs_list),
     (jobs_app, "show", jobs.jobs_show),
     (jobs_app, "cancel", jobs.jobs_cancel),
+    (app, "optimize", optimize.optimize),
+    (programs_app, "list", optimize.programs_list),
+    (programs_app, "show", optimize.programs_show),
+    (programs_app, "activate", optimize.programs_activate),
+    (programs_app, "rollback", optimize.programs_rollback),
 ]
 for _group, _name, _func in _COMMANDS:
     _group.command(_name)(_func)
