@@ -21,7 +21,7 @@ from remedy.cases.errors import OptimizeError
 from remedy.cases.store import CaseStore
 from remedy.retrieval.offline import OfflineSettings
 
-__all__ = ["ProgramVersion", "ProgramStore", "promotion_decision", "BACKENDS", "DEFAULT_MARGIN"]
+__all__ = ["ProgramVersion", "ProgramStore", "promotion_decision", "active_offline", "BACKENDS", "DEFAULT_MARGIN"]
 
 #: backends a version can belong to
 BACKENDS = ("offline", "llm")
@@ -216,6 +216,11 @@ class ProgramStore:
     def _push(con: Any, backend: str, version_id: str | None, at: datetime) -> None:
         seq = int(_one(con, "SELECT coalesce(max(seq), 0) + 1 FROM program_activations"))
         con.execute("INSERT INTO program_activations VALUES (?, ?, ?, ?)", [seq, backend, version_id, at])
+
+
+def active_offline(store: CaseStore) -> ProgramVersion | None:
+    """The active offline program version of the KB whose store is ``store`` (None: the built-in defaults)."""
+    return ProgramStore(store).active("offline")
 
 
 def _check_backend(backend: str) -> None:
