@@ -273,7 +273,9 @@ def diagnose_description(
     if kb is not None and k > 0:
         # the action space filters retrieval only when the user said it (or named an env or algo that fixes it)
         space = subject.traits.action_space.value if action_space or env_id or _fixes_space(subject.algo) else None
-        cases = KBRetriever(kb).similar(signature, _retrieval_k(k, backend), action_space=space, exclude_ids=exclude_ids)
+        cases = KBRetriever(kb).similar(
+            signature, _retrieval_k(k, backend), action_space=space, exclude_ids=exclude_ids
+        )
     ctx = DiagnosisContext(
         subject=subject,
         signature=signature,

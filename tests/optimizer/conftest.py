@@ -55,6 +55,7 @@ def make_case(
     checkpoint: str | None = None,
     source: str = "bench",
     env_id: str = "CartPole-v1",
+    at: datetime | None = None,
 ) -> Case:
     """A measured case as a fix loop stores it (diagnosis of its round, stage, links)."""
     eff = None
@@ -87,7 +88,7 @@ def make_case(
         ),
         patch=PATCHES[family],
         verification=verification,
-        provenance=Provenance(created_at=_T0 + timedelta(minutes=minute)),
+        provenance=Provenance(created_at=at or _T0 + timedelta(minutes=minute)),
         scenario=scenario,
         parent_id=parent,
     )
