@@ -84,6 +84,8 @@ class OptimizeOptions:
             raise OptimizeError(f"--trials must be at least 1, got {self.trials}")
         if self.min_new < 0:
             raise OptimizeError(f"--min-new must be 0 or more, got {self.min_new}")
+        if not 0.0 < self.val_fraction < 1.0:
+            raise OptimizeError(f"--val-fraction must be between 0 and 1 (exclusive), got {self.val_fraction}")
         if not 0.0 <= self.margin < 1.0:
             raise OptimizeError(f"--margin must be in [0, 1), got {self.margin}")
 
