@@ -17,7 +17,7 @@ from pathlib import Path
 
 from remedy.kb.diagnose import KBRetriever
 from remedy.kb.facade import KnowledgeBase
-from remedy.optimizer.dataset import build_examples, split_examples
+from remedy.optimizer.dataset import build_examples, dev_answer_keys, split_examples
 from remedy.optimizer.job import _group_ids, _mirrors
 from remedy.optimizer.offline import evaluate, prepare, tune_offline
 from remedy.retrieval.offline import OfflineSettings
@@ -35,7 +35,7 @@ def main() -> None:
         kb = KnowledgeBase.open(Path(tmp) / "kb")
         kb.import_file(args.cases)
         cases = list(kb.cases())
-        examples = build_examples(cases)
+        examples = build_examples(cases, answer_keys=dev_answer_keys({c.scenario for c in cases if c.scenario}))
         train, val = split_examples(examples, val_fraction=args.val_fraction, seed=args.seed)
         t1 = time.perf_counter()
         prepared = prepare(examples, KBRetriever(kb), _group_ids(cases), mirrors=_mirrors(examples))

@@ -18,6 +18,12 @@ among the causes its patch family addresses in the prior rulebook (a time-limit 
 worked speaks for ``time_limit_misconfiguration`` even when the diagnosis ranked something else
 first); the diagnosis's top cause when none of them is addressed.
 
+A group that is a **dev** fault scenario may also carry ``truth``: the scenario's answer key (its
+injected fault's root causes). Dev scenarios are the ones priors, weights and prompts may be
+tuned on (DESIGN.md); the caller passes their keys (:func:`dev_answer_keys`) and a holdout
+scenario's key never enters an example. The metric uses it only where verification confirmed
+nothing (most bench groups), so a verified outcome always outranks the key.
+
 Examples are split by *group*: the fault scenario, else the user run (checkpoint hash, else a
 hash of env, algorithm, hyperparameters and training steps), so the cases of one scenario or one
 run never sit on both sides of a train/validation split.
@@ -30,7 +36,7 @@ import json
 import math
 import random
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 
@@ -39,7 +45,15 @@ from remedy.cases.model import Case, RemedyFamily, RootCause, Signature, Source,
 from remedy.retrieval.diagnosis import patch_family
 from remedy.retrieval.priors import PRIORS
 
-__all__ = ["Tried", "Example", "build_examples", "split_examples", "example_group", "family_causes"]
+__all__ = [
+    "Tried",
+    "Example",
+    "build_examples",
+    "split_examples",
+    "example_group",
+    "family_causes",
+    "dev_answer_keys",
+]
 
 
 @dataclass(frozen=True)
@@ -73,6 +87,8 @@ class Example:
     families: tuple[RemedyFamily, ...]  # labels: families of the attempts verified improved
     tried: tuple[Tried, ...]  # every measured attempt of the group
     case_ids: tuple[str, ...]
+    #: a dev fault scenario's answer key (its injected fault's causes); empty for user runs and holdout scenarios
+    truth: tuple[RootCause, ...] = ()
 
     @property
     def solved(self) -> bool:
@@ -101,16 +117,32 @@ def family_causes() -> dict[RemedyFamily, frozenset[RootCause]]:
     return {f: frozenset(cs) for f, cs in out.items()}
 
 
-def build_examples(cases: Iterable[Case]) -> list[Example]:
+def build_examples(
+    cases: Iterable[Case], *, answer_keys: Mapping[str, Sequence[RootCause]] | None = None
+) -> list[Example]:
     """One :class:`Example` per attempt group of the measured cases, sorted by group then key.
 
     Cases without a verification and bundled example cases are skipped; see the module
-    docstring for how attempts, verdicts and labels are counted.
+    docstring for how attempts, verdicts and labels are counted. ``answer_keys`` (scenario name
+    -> root causes; dev scenarios only, see :func:`dev_answer_keys`) fills ``truth``.
     """
     measured = {c.case_id: c for c in cases if c.verification is not None and c.source != Source.example}
     components = _components(measured)
-    examples = [_example([measured[i] for i in ids]) for ids in components]
+    examples = [_example([measured[i] for i in ids], answer_keys or {}) for ids in components]
     return sorted(examples, key=lambda e: (e.group, e.key))
+
+
+def dev_answer_keys(scenario_names: Iterable[str]) -> dict[str, tuple[RootCause, ...]]:
+    """The answer keys (``ground_truth``) of the bundled **dev** scenarios among ``scenario_names``.
+
+    Holdout scenarios are left out: they are reported, never tuned on.
+    """
+    from remedy.cases.verify.scenarios import bundled_scenarios  # YAML and templates: only when asked
+
+    wanted = set(scenario_names)
+    if not wanted:
+        return {}
+    return {s.name: tuple(s.ground_truth) for s in bundled_scenarios() if s.name in wanted and s.split == "dev"}
 
 
 def split_examples(
@@ -177,7 +209,7 @@ def _order(case: Case) -> tuple:
     return (case.provenance.created_at, case.case_id)
 
 
-def _example(cases: list[Case]) -> Example:
+def _example(cases: list[Case], answer_keys: Mapping[str, Sequence[RootCause]]) -> Example:
     cases = sorted(cases, key=_order)
     ids = {c.case_id for c in cases}
     first = next((c for c in cases if c.parent_id not in ids), cases[0])
@@ -193,6 +225,7 @@ def _example(cases: list[Case]) -> Example:
         families=tuple(dict.fromkeys(t.family for t in good)),
         tried=tuple(tried),
         case_ids=tuple(c.case_id for c in cases),
+        truth=tuple(answer_keys.get(first.scenario, ())) if first.scenario else (),
     )
 
 

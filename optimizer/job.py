@@ -32,7 +32,7 @@ from remedy.cases.store import CaseStore
 from remedy.retrieval.diagnosis import CaseRetriever
 from remedy.retrieval.offline import OfflineSettings
 
-from .dataset import Example, build_examples, example_group, split_examples
+from .dataset import Example, build_examples, dev_answer_keys, example_group, split_examples
 from .offline import K_MAX, Prepared, evaluate, prepare, tune_offline
 from .versions import DEFAULT_MARGIN, ProgramStore, ProgramVersion, promotion_decision
 
@@ -173,7 +173,7 @@ def _run(store: CaseStore, retriever: CaseRetriever | None, opts: OptimizeOption
         msg = f"nothing to do: {new} new verified cases since {when}, need {opts.min_new}"
         return OptimizeResult("nothing_to_do", msg, new, since)
     cases = list(store.iter_cases())
-    examples = build_examples(cases)
+    examples = build_examples(cases, answer_keys=dev_answer_keys({c.scenario for c in cases if c.scenario}))
     _check_enough(examples)
     train, val = split_examples(examples, val_fraction=opts.val_fraction, seed=opts.seed)
     say(f"{len(examples)} examples: {len(train)} train, {len(val)} validation")

@@ -13,11 +13,16 @@ three (>= 0.35), which beats a family match alone (0.3 or 0.15).
 
 **Unsolved** (nothing was confirmed): the group still says which families did *not* help
 (verified ``no_effect``, ``worse`` or ``reward_hacking``; ``inconclusive`` and crashed
-attempts say nothing). The score starts at 1 and loses 0.5 when the predicted top family is one
-of them and 0.25 for each of ranks 2-3 that is (floored at 0); with nothing verified as failed
-it is 1 whatever is predicted, so such an example only separates predictions that repeat a
-verified failure. Causes are not judged on unsolved groups: a patch that did nothing does not
-show its cause was wrong (the budget may have been too small).
+attempts say nothing). The family part starts at 1 and loses 0.5 when the predicted top family
+is one of them and 0.25 for each of ranks 2-3 that is (floored at 0); with nothing verified as
+failed it is 1 whatever is predicted. A patch that did nothing does not show its cause was wrong
+(the budget may have been too small), so verified failures never judge causes. Then:
+
+- with a dev scenario's answer key (``example.truth``):
+  ``score = 0.7 * cause_credit(truth) + 0.3 * family_part``, the cause credit as above against
+  the key;
+- without one (a user's run): ``score = family_part``, so the example only separates
+  predictions that repeat a verified failure.
 
 Predicted labels may be strings (an LLM's output); one outside the taxonomy matches nothing.
 """
@@ -71,6 +76,10 @@ def score_prediction(
         value, verdict = CAUSE_WEIGHT * c + FAMILY_WEIGHT * f, _solved_verdict(pred_causes, pred_families, example)
     else:
         value, verdict = _unsolved(pred_families, _failed_families(example))
+        if example.truth:
+            c = _credit(pred_causes, set(example.truth))
+            value = CAUSE_WEIGHT * c + FAMILY_WEIGHT * value
+            verdict = f"{_truth_verdict(pred_causes, example.truth)}; families: {verdict}"
     value = round(min(1.0, max(0.0, value)), 6)
     return Score(value, _feedback(example, pred_causes, pred_families, verdict, value))
 
@@ -106,6 +115,15 @@ def _unsolved(predicted: Sequence[RemedyFamily | None], failed: set[RemedyFamily
         return 1.0, "right: no family verified to fail here is ranked in the top three"
     named = [p.value for p in [*predicted[:1], *repeats] if p in failed]
     return 1.0 - penalty, f"wrong: ranks {', '.join(dict.fromkeys(named))} high, verified not to help here"
+
+
+def _truth_verdict(causes: Sequence[RootCause | None], truth: Sequence[RootCause]) -> str:
+    key = ", ".join(t.value for t in truth)
+    if causes and causes[0] in truth:
+        return f"right: top cause matches the scenario's answer key ({key})"
+    if any(c in truth for c in causes[1:3]):
+        return f"half: the answer key ({key}) is in the top three causes, not first"
+    return f"wrong: the answer key ({key}) is not in the top three causes"
 
 
 def _solved_verdict(

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from remedy.cases.errors import OptimizeError
 from remedy.cases.model import RemedyFamily, RootCause
 from remedy.optimizer import build_examples, split_examples
+from remedy.optimizer.dataset import dev_answer_keys
 
 from .conftest import fix_loop, make_case
 
@@ -108,3 +109,13 @@ def test_real_dev_cases_make_grouped_examples(dev_cases) -> None:
         assert set(ex.families) <= {t.family for t in ex.tried if t.status == "improved"}
         confirmed = {c.case_id for c in dev_cases if c.verification and c.verification.stage.value == "confirm"}
         assert all(t.case_id in confirmed for t in ex.tried if t.status == "improved")
+
+
+def test_answer_keys_come_from_dev_scenarios_only() -> None:
+    keys = dev_answer_keys({"lunar_hover", "acrobot_lr_too_high_0p05", "not_a_scenario"})
+    assert keys == {"lunar_hover": (RootCause.reward_misspecification,)}  # the holdout one is never a label
+    cases = [*fix_loop("lunar_hover"), *fix_loop("acrobot_lr_too_high_0p05"), make_case("u", scenario=None)]
+    truths = {e.group: e.truth for e in build_examples(cases, answer_keys=keys)}
+    assert truths["scenario:lunar_hover"] == (RootCause.reward_misspecification,)
+    assert truths["scenario:acrobot_lr_too_high_0p05"] == ()
+    assert all(t == () for g, t in truths.items() if g.startswith("run:"))

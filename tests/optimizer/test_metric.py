@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from remedy.cases.model import RootCause
 from remedy.optimizer import build_examples, score_prediction
 
 from .conftest import fix_loop
@@ -84,3 +85,26 @@ def test_scores_stay_in_unit_interval_on_real_cases(dev_cases) -> None:
             assert 0.0 <= s.score <= 1.0 and ex.group in s.feedback
         if ex.solved:
             assert score_prediction(ex, list(ex.causes), list(ex.families)).score == 1.0
+
+
+def test_unsolved_dev_scenario_is_judged_on_its_answer_key_and_its_failed_families() -> None:
+    (ex,) = build_examples(
+        fix_loop("lunar_hover", failed=("hyperparameters",)),
+        answer_keys={"lunar_hover": (RootCause.reward_misspecification,)},
+    )
+    assert score_prediction(ex, ["reward_misspecification"], ["time_limit"]).score == pytest.approx(1.0)
+    assert score_prediction(ex, ["reward_misspecification"], ["hyperparameters"]).score == pytest.approx(0.7 + 0.15)
+    assert score_prediction(ex, ["undertraining", "reward_misspecification"], ["time_limit"]).score == pytest.approx(
+        0.35 + 0.3
+    )
+    s = score_prediction(ex, ["undertraining"], ["hyperparameters"])
+    assert s.score == pytest.approx(0.15) and "wrong: the answer key (reward_misspecification)" in s.feedback
+
+
+def test_a_verified_fix_outranks_the_answer_key() -> None:
+    (ex,) = build_examples(
+        fix_loop("hover", fixed="time_limit", causes=("time_limit_misconfiguration",)),
+        answer_keys={"hover": (RootCause.reward_misspecification,)},
+    )
+    assert score_prediction(ex, ["time_limit_misconfiguration"], ["time_limit"]).score == 1.0
+    assert score_prediction(ex, ["reward_misspecification"], ["time_limit"]).score == pytest.approx(0.3)

@@ -7,7 +7,7 @@ import pytest
 from remedy.cases.errors import OptimizeError
 from remedy.kb.diagnose import KBRetriever
 from remedy.kb.facade import KnowledgeBase
-from remedy.optimizer.dataset import build_examples, split_examples
+from remedy.optimizer.dataset import build_examples, dev_answer_keys, split_examples
 from remedy.optimizer.job import _group_ids
 from remedy.optimizer.offline import evaluate, prepare, tune_offline
 from remedy.optimizer.versions import ProgramStore, promotion_decision
@@ -29,7 +29,7 @@ def dev_kb(tmp_path_factory, dev_cases):
 def split(dev_kb):
     """(train, validation) prepared examples: retrieval done once, leave-group-out."""
     cases = list(dev_kb.cases())
-    examples = build_examples(cases)
+    examples = build_examples(cases, answer_keys=dev_answer_keys({c.scenario for c in cases if c.scenario}))
     if len({e.group for e in examples}) < 3:
         pytest.skip("the dev export has fewer than 3 scenarios yet")
     train, _ = split_examples(examples, seed=0)
