@@ -32,6 +32,7 @@ __all__ = [
     "ReportPathError",
     "DiagnosisError",
     "LMError",
+    "OptimizeError",
     "AlgorithmError",
 ]
 
@@ -146,6 +147,10 @@ class DiagnosisError(RemedyError):
 
 class LMError(DiagnosisError):
     """The configured language model is unreachable or kept answering unparseably."""
+
+
+class OptimizeError(RemedyError):
+    """An optimization job cannot run as asked: too few examples, an unknown backend, a bad option, no version."""
 
 
 class AlgorithmError(RemedyError):

@@ -137,8 +137,35 @@ def matching_rules(kb: KnowledgeBase | None, subject: Subject, signature: Signat
     return [r for r in accepted if rule_holds(r.conditions, facts)]
 
 
-def _resolve(diagnoser: str | Diagnoser, params: dict[str, Any]) -> Diagnoser:
-    return get_diagnoser(diagnoser, **params) if isinstance(diagnoser, str) else diagnoser
+def _resolve(diagnoser: str | Diagnoser, params: dict[str, Any], kb: KnowledgeBase | None = None) -> Diagnoser:
+    backend = get_diagnoser(diagnoser, **params) if isinstance(diagnoser, str) else diagnoser
+    return _with_active_program(backend, kb)
+
+
+def _with_active_program(backend: Diagnoser, kb: KnowledgeBase | None) -> Diagnoser:
+    """The offline backend at its built-in defaults, run against a KB with an active program version
+    (``remedy optimize``, ``remedy programs activate``), runs that version instead and names it in
+    the diagnosis. Settings chosen explicitly (knobs passed in, a version already) are left alone."""
+    from remedy.retrieval.offline import OfflineDiagnoser, OfflineSettings
+
+    if kb is None or not isinstance(backend, OfflineDiagnoser):
+        return backend
+    if backend.program_id is not None or backend.settings != OfflineSettings():
+        return backend
+    from remedy.optimizer.versions import active_offline
+
+    active = active_offline(kb.store)
+    if active is None:
+        return backend
+    return OfflineDiagnoser(active.offline_settings(), priors=backend.priors, program_id=active.id)
+
+
+def _retrieval_k(k: int, backend: Diagnoser) -> int:
+    """Neighbours to retrieve: ``k``, or more when an active program version's vote uses more."""
+    settings = getattr(backend, "settings", None)
+    if getattr(backend, "program_id", None) is None or settings is None:
+        return k
+    return max(k, int(getattr(settings, "k", 0)))
 
 
 def diagnose_signature(
@@ -166,11 +193,12 @@ def diagnose_signature(
         rules = matching_rules(kb, subject, signature)
     cases: list[RetrievedCase] = []
     notes = list(notes)
+    backend = _resolve(diagnoser, diagnoser_params, kb)
     if kb is not None and k > 0:
         retriever: CaseRetriever = KBRetriever(kb)
         cases = retriever.similar(
             signature,
-            k,
+            _retrieval_k(k, backend),
             action_space=subject.traits.action_space.value,
             exclude_scenario=exclude_scenario,
             exclude_ids=exclude_ids,
@@ -186,7 +214,7 @@ def diagnose_signature(
         constraints=tuple(constraints),
         notes=tuple(notes),
     )
-    return _resolve(diagnoser, diagnoser_params).diagnose(ctx)
+    return backend.diagnose(ctx)
 
 
 def diagnose_run(
@@ -269,10 +297,13 @@ def diagnose_description(
             "the diagnosis rests on similar cases only"
         )
     cases: list[RetrievedCase] = []
+    backend = _resolve(diagnoser, diagnoser_params, kb)
     if kb is not None and k > 0:
         # the action space filters retrieval only when the user said it (or named an env or algo that fixes it)
         space = subject.traits.action_space.value if action_space or env_id or _fixes_space(subject.algo) else None
-        cases = KBRetriever(kb).similar(signature, k, action_space=space, exclude_ids=exclude_ids)
+        cases = KBRetriever(kb).similar(
+            signature, _retrieval_k(k, backend), action_space=space, exclude_ids=exclude_ids
+        )
     ctx = DiagnosisContext(
         subject=subject,
         signature=signature,
@@ -282,7 +313,7 @@ def diagnose_description(
         description=signature.summary,
         reading=tuple(reading),
     )
-    report = _resolve(diagnoser, diagnoser_params).diagnose(ctx)
+    report = backend.diagnose(ctx)
     return report.model_copy(update={"reading": list(reading)})
 
 

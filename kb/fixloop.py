@@ -238,6 +238,8 @@ def stored_case(
     }
     if report is not None:
         update["diagnosis"] = report.diagnosis
+        # the program version that proposed the patch, where provenance readers look for it
+        update["provenance"] = case.provenance.model_copy(update={"program_version": report.diagnosis.program_version})
     return case.model_copy(update=update)
 
 

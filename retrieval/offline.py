@@ -145,11 +145,18 @@ class OfflineDiagnoser:
     name = "offline"
 
     def __init__(
-        self, settings: OfflineSettings | None = None, *, priors: tuple[PriorRule, ...] = PRIORS, **overrides: Any
+        self,
+        settings: OfflineSettings | None = None,
+        *,
+        priors: tuple[PriorRule, ...] = PRIORS,
+        program_id: str | None = None,
+        **overrides: Any,
     ) -> None:
         base = settings or OfflineSettings()
         self.settings = base.model_copy(update=OfflineSettings(**{**base.model_dump(), **overrides}).model_dump())
         self.priors = priors
+        #: the stored program version these settings come from (``remedy optimize``), if any
+        self.program_id = program_id
 
     @property
     def params(self) -> dict[str, Any]:
@@ -158,7 +165,10 @@ class OfflineDiagnoser:
 
     @property
     def program_version(self) -> str:
-        """``offline-1`` plus a short hash of the knobs, so reports say which settings made them."""
+        """The stored program version's id when the settings come from one, else ``offline-1`` plus a
+        short hash of the knobs, so reports say which settings made them."""
+        if self.program_id is not None:
+            return self.program_id
         blob = json.dumps(self.params, sort_keys=True).encode()
         return f"{OFFLINE_PROGRAM}:{hashlib.sha256(blob).hexdigest()[:8]}"
 

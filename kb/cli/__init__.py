@@ -20,7 +20,7 @@ from typer.exceptions import TyperException
 from remedy.cases.errors import RemedyError
 from remedy.retrieval.offline_env import offline_defaults
 
-from . import bench, diagnose, doctor, jobs, kb, patch, report, rules, serve, signature, tokens, verify
+from . import bench, diagnose, doctor, jobs, kb, optimize, patch, report, rules, serve, signature, tokens, verify
 
 __all__ = ["app", "main"]
 
@@ -47,6 +47,8 @@ jobs_app = typer.Typer(help="Verify and fix jobs on a running `remedy serve` (--
 app.add_typer(jobs_app, name="jobs")
 rules_app = typer.Typer(help="Review mined rules: list, show, accept, reject.", no_args_is_help=True)
 app.add_typer(rules_app, name="rules")
+programs_app = typer.Typer(help="Diagnoser program versions made by `remedy optimize`.", no_args_is_help=True)
+app.add_typer(programs_app, name="programs")
 
 # Every command is registered here, in one place and one style: (group, name, function).
 _COMMANDS: list[tuple[typer.Typer, str, Callable[..., Any]]] = [
@@ -82,6 +84,11 @@ _COMMANDS: list[tuple[typer.Typer, str, Callable[..., Any]]] = [
     (rules_app, "show", rules.rules_show),
     (rules_app, "accept", rules.rules_accept),
     (rules_app, "reject", rules.rules_reject),
+    (app, "optimize", optimize.optimize),
+    (programs_app, "list", optimize.programs_list),
+    (programs_app, "show", optimize.programs_show),
+    (programs_app, "activate", optimize.programs_activate),
+    (programs_app, "rollback", optimize.programs_rollback),
 ]
 for _group, _name, _func in _COMMANDS:
     _group.command(_name)(_func)

@@ -1,0 +1,76 @@
+"""The job's short Markdown report: before/after validation scores, sizes, the decision and why."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from remedy.retrieval.offline import OfflineSettings
+
+from .metric import score_prediction
+from .offline import Prepared, predict
+
+if TYPE_CHECKING:
+    from .job import OptimizeOptions, OptimizeResult
+    from .versions import ProgramVersion
+
+__all__ = ["render_report"]
+
+
+def render_report(
+    opts: OptimizeOptions,
+    result: OptimizeResult,
+    active: ProgramVersion | None,
+    val: list[Prepared],
+    before: OfflineSettings | None,
+    after: OfflineSettings | None,
+) -> str:
+    """The report of one run, as Markdown."""
+    v = result.version
+    assert v is not None  # only runs that stored a version are reported
+    was = active.id if active is not None else "built-in defaults"
+    lines = [
+        f"# remedy optimize: {v.id} ({v.created_at:%Y-%m-%d %H:%M UTC})",
+        "",
+        f"- backend `{v.backend}`, optimizer `{v.optimizer}`, trials {opts.trials}, seed {opts.seed}, "
+        f"margin {opts.margin:g}, validation fraction {opts.val_fraction:g}",
+        f"- examples: {result.train_size} train, {result.val_size} validation (split by scenario / user run); "
+        f"{result.new_cases} new verified cases since the last run",
+        "",
+        "| | active before | new version |",
+        "| --- | --- | --- |",
+        f"| program | {was} | {v.id} |",
+        f"| validation score | {_num(result.active_val)} | {_num(result.new_val)} |",
+        f"| train score | {_num(result.train_score_before)} | {_num(result.train_score_after)} |",
+        "",
+        f"**{'Promoted' if v.promoted else 'Not promoted'}**: {v.reason}.",
+        "",
+    ]
+    if result.changed:
+        lines += ["Changed knobs:", "", "| knob | before | after |", "| --- | --- | --- |"]
+        lines += [f"| `{k}` | {_num(a)} | {_num(b)} |" for k, (a, b) in sorted(result.changed.items())]
+        lines.append("")
+    if val and before is not None and after is not None:
+        lines += _per_example(val, before, after)
+    return "\n".join(lines) + "\n"
+
+
+def _per_example(val: list[Prepared], before: OfflineSettings, after: OfflineSettings) -> list[str]:
+    lines = ["Validation examples:", "", "| group | confirmed fix | before | after | after: top cause, top family |"]
+    lines.append("| --- | --- | --- | --- | --- |")
+    for p in val:
+        ex = p.example
+        causes, families = predict(after, p.context)
+        b = score_prediction(ex, *predict(before, p.context)).score
+        a = score_prediction(ex, causes, families).score
+        fixed = ", ".join(f.value for f in ex.families) or "none"
+        top = f"{causes[0].value if causes else '-'}, {families[0].value if families else '-'}"
+        lines.append(f"| {ex.group} | {fixed} | {b:.2f} | {a:.2f} | {top} |")
+    return [*lines, ""]
+
+
+def _num(x: object) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float):
+        return f"{x:.3f}" if abs(x) < 1000 else f"{x:.4g}"
+    return str(x)
