@@ -10,8 +10,6 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-pytest.importorskip("remedy.miners.store", reason="needs miners.store")
-
 from remedy.cases.model import Case
 from remedy.kb.cli import app, main
 from remedy.kb.facade import KnowledgeBase
