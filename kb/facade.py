@@ -342,6 +342,9 @@ class KnowledgeBase:
         from remedy.retrieval.index import SearchFilters
 
         text, exclude = _query_text(query)
+        for name, value in (("env_id", env_id), ("algo", algo), ("status", status), ("scenario", exclude_scenario)):
+            if value is not None and "\x00" in value:
+                raise ValidationError(f"{name} filter contains a NUL character; pass plain text")
         filters = SearchFilters(
             env_id=env_id,
             action_space=action_space,

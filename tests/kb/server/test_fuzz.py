@@ -54,6 +54,14 @@ def fuzz_app(tmp_path_factory, embedder) -> Iterator[tuple[object, dict[str, str
         asgi.shutdown_lifespans()  # closes the KB
 
 
+def _no_crash(ctx, response, case) -> None:
+    """No 5xx, except the documented 503 for an LLM the service was not configured with (a fuzzed
+    request may ask for ``diagnoser: llm``; no REMEDY_LM is set here), which is not a crash."""
+    if response.status_code == 503 and response.json().get("error") == "LMError":
+        return None
+    return not_a_server_error(ctx, response, case)
+
+
 def _operations() -> list[tuple[str, str]]:
     """(method, path) of every operation in the app's schema (building the app opens no KB)."""
     paths = create_app(run_jobs=False).openapi()["paths"]
@@ -70,6 +78,6 @@ def test_no_request_gets_a_server_error(fuzz_app, method: str, path: str) -> Non
     @given(case=cases)
     @settings(max_examples=EXAMPLES, deadline=None, database=None, suppress_health_check=list(HealthCheck))
     def call(case) -> None:
-        case.call_and_validate(headers=headers, checks=[not_a_server_error])
+        case.call_and_validate(headers=headers, checks=[_no_crash])
 
     call()
