@@ -318,11 +318,13 @@ def _jobs(ctx: _Context, shifted: tuple[tuple[str, str], ...], workdir: Path) ->
                 shifted=shifted,
                 score_patch_json=score_patch_json,
             )
-            job: Job | None = Job(id=f"{arm} seed {seed}", fn=ARM_JOB, kwargs={"spec": spec}, limits=limits)
-            if job is not None and cache is not None and arm == "control":
-                job = _shared_control(plan, cache, job, spec, ctx.subject.checkpoint_sha256 or "", run_yaml)
-            if job is not None:
-                plan.jobs.append(job)
+            job = Job(id=f"{arm} seed {seed}", fn=ARM_JOB, kwargs={"spec": spec}, limits=limits)
+            if cache is not None and arm == "control":
+                shared = _shared_control(plan, cache, job, spec, ctx.subject.checkpoint_sha256 or "", run_yaml)
+                if shared is None:  # reused as it is: no job
+                    continue
+                job = shared
+            plan.jobs.append(job)
     return plan
 
 
@@ -330,7 +332,7 @@ def _shared_control(
     plan: _Plan, cache: ControlCache, job: Job, spec: ArmSpec, checkpoint: str, run_yaml: str
 ) -> Job | None:
     """The job a control needs given the cache: none (reused), an evaluation only, or training for the cache."""
-    key = control_key(replace(spec, score_patch_json=None, out_dir=""), checkpoint, run_yaml)
+    key = control_key(spec, checkpoint, run_yaml)  # ignores out_dir and the scoring patch
     plan.controls.append(key)
     hit = cache.get(key)
     if hit is None:  # train it where the cache keeps it once it succeeds
