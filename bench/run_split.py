@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import asdict, fields
+from dataclasses import asdict, fields, replace
 from pathlib import Path
 
 from remedy.cases.verify.solvability import ORACLE_FILE, latest_results
@@ -55,6 +55,55 @@ def _order(scenarios, oracle_file):
     return sorted(scenarios, key=lambda s: (rank(s), s.name))
 
 
+def open_kb(path: Path, export: Path | None):
+    """The KB at ``path`` (created if new), refilled from ``export`` when it is empty (resume on a fresh machine)."""
+    from remedy.kb.facade import KnowledgeBase
+
+    kb = KnowledgeBase.open(path, create=True)
+    if kb.count() == 0 and export is not None and export.exists():
+        print(f"refilled {path} from {export}: {kb.import_file(export).added} cases", flush=True)
+    return kb
+
+
+def run_scenarios(
+    chosen, settings, folder: Path, oracle: Path, *, store=None, export=None, retrieval=None, label="cold"
+):
+    """The fix loop on each scenario not yet written to ``folder`` (nor found not failing), one JSON each.
+
+    ``retrieval`` is the KB diagnoses read (None: cold); attempts go to ``store`` (None: nowhere),
+    which is exported whole to ``export`` after each scenario.
+    """
+    for s in chosen:
+        target = folder / f"{s.name}.json"
+        record = latest_results([s], oracle).get(s.name)  # re-read: `bench build` may run alongside
+        if target.exists() or (record is not None and record.verdict == "not_failing"):
+            continue  # done, or no fault scenario at this budget (the patient already succeeds)
+        report = run_bench(retrieval, [s], settings, store=store, label=label)
+        target.write_text(json.dumps(asdict(report.scenarios[0]), indent=2, default=str) + "\n")
+        if store is not None and export is not None:
+            export.parent.mkdir(parents=True, exist_ok=True)
+            tmp = export.with_suffix(".tmp.jsonl")
+            store.export(tmp)
+            tmp.replace(export)  # whole or not at all
+        print(f"{label} {s.name}: top1={report.scenarios[0].top1} fixed={report.scenarios[0].fixed}", flush=True)
+
+
+def load_rows(folder: Path, chosen, oracle: Path) -> list[ScenarioResult]:
+    """The scenario results written to ``folder``, with solvability as the oracle records say now."""
+    names = {s.name for s in chosen}
+    done = [_load(p) for p in sorted(folder.glob("*.json")) if p.stem in names]
+    records = latest_results(chosen, oracle)  # solvability may have been recorded since
+    return [
+        replace(
+            r,
+            solvable=None
+            if r.scenario not in records or records[r.scenario].verdict == "error"
+            else records[r.scenario].verdict == "solvable",
+        )
+        for r in done
+    ]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--split", choices=["dev", "holdout"], required=True)
@@ -81,37 +130,10 @@ def main() -> None:
     chosen = _order(select_scenarios(args.scenarios, split=args.split), args.oracle_results)
     kb = None
     if args.kb is not None and not args.report_only:
-        from remedy.kb.facade import KnowledgeBase
-
-        kb = KnowledgeBase.open(args.kb, create=True)
-        if kb.count() == 0 and args.export is not None and args.export.exists():
-            print(f"refilled {args.kb} from {args.export}: {kb.import_file(args.export).added} cases", flush=True)
-    for s in [] if args.report_only else chosen:
-        target = folder / f"{s.name}.json"
-        record = latest_results([s], args.oracle_results).get(s.name)  # re-read: `bench build` may run alongside
-        if target.exists() or (record is not None and record.verdict == "not_failing"):
-            continue  # done, or no fault scenario at this budget (the patient already succeeds)
-        report = run_bench(None, [s], settings, store=kb, label="cold")
-        target.write_text(json.dumps(asdict(report.scenarios[0]), indent=2, default=str) + "\n")
-        if kb is not None and args.export is not None:
-            args.export.parent.mkdir(parents=True, exist_ok=True)
-            tmp = args.export.with_suffix(".tmp.jsonl")
-            kb.export(tmp)
-            tmp.replace(args.export)  # whole or not at all
-        print(f"{s.name}: top1={report.scenarios[0].top1} fixed={report.scenarios[0].fixed}", flush=True)
-    done = [_load(p) for p in sorted(folder.glob("*.json"))]
-    records = latest_results(chosen, args.oracle_results)  # solvability may have been recorded since
-    done = [
-        r.__class__(
-            **{
-                **asdict(r),
-                "solvable": None
-                if r.scenario not in records or records[r.scenario].verdict == "error"
-                else records[r.scenario].verdict == "solvable",
-            }
-        )
-        for r in done
-    ]
+        kb = open_kb(args.kb, args.export)
+    if not args.report_only:
+        run_scenarios(chosen, settings, folder, args.oracle_results, store=kb, export=args.export)
+    done = load_rows(folder, chosen, args.oracle_results)
     report = BenchReport(
         label="cold",
         kb=None,

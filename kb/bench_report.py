@@ -10,7 +10,7 @@ from typing import Any
 
 from .bench import DEFAULT_REPORT_DIR, BenchReport, CurveReport
 
-__all__ = ["render_markdown", "write_report"]
+__all__ = ["render_markdown", "render_passes", "write_report"]
 
 
 def _pct(x: float | None) -> str:
@@ -123,9 +123,14 @@ def _split_rows(passes: Sequence[BenchReport]) -> list[str]:
 
 def render_markdown(report: BenchReport | CurveReport) -> str:
     """The report as Markdown: overall figures, then one table per pass."""
-    passes = [report.cold, report.warm] if isinstance(report, CurveReport) else [report]
+    if isinstance(report, CurveReport):
+        return render_passes([report.cold, report.warm], "Meta-learning curve (cold vs warm)")
+    return render_passes([report], "Bench run")
+
+
+def render_passes(passes: Sequence[BenchReport], title: str) -> str:
+    """Passes of the same suite side by side (one column each), then one scenario table per pass."""
     s = passes[0].settings
-    title = "Meta-learning curve (cold vs warm)" if isinstance(report, CurveReport) else "Bench run"
     lines = [
         f"# {title}",
         "",
