@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from remedy.cases.algos import is_on_policy
 from remedy.cases.errors import AlgorithmError
 from remedy.cases.model import Case, RemedyFamily, Signature, Source, Subject, patch_family
+from remedy.cases.outcomes import final_verdicts
 
 from .model import Condition, ConditionField
 
@@ -104,12 +105,11 @@ def _measured(case: Case) -> bool:
 def final_attempts(cases: Iterable[Case]) -> list[Attempt]:
     """The measured attempts among ``cases``, each once at its final verdict, in case-id order.
 
-    A screen that some confirmation names in ``verification.confirms`` is dropped: the
-    confirmation (fresh seeds) is the attempt's verdict.
+    A screen that a confirmation names in ``verification.confirms`` counts once, as its latest
+    confirmation (fresh seeds): :func:`remedy.cases.outcomes.final_verdicts`.
     """
     measured = [c for c in cases if _measured(c)]
-    confirmed = {c.verification.confirms for c in measured if c.verification and c.verification.confirms}
-    finals = sorted((c for c in measured if c.case_id not in confirmed), key=lambda c: c.case_id)
+    finals = sorted((verdict for _, verdict in final_verdicts(measured)), key=lambda c: c.case_id)
     return [Attempt(case=c, facts=case_facts(c), family=patch_family(c.patch)) for c in finals]
 
 

@@ -42,6 +42,7 @@ from functools import cache
 
 from remedy.cases.errors import OptimizeError
 from remedy.cases.model import Case, RemedyFamily, RootCause, Signature, Source, Stage, Status, Subject
+from remedy.cases.outcomes import final_verdicts
 from remedy.retrieval.diagnosis import patch_family
 from remedy.retrieval.priors import PRIORS
 
@@ -231,20 +232,7 @@ def _example(cases: list[Case], answer_keys: Mapping[str, Sequence[RootCause]]) 
 
 def _attempts(cases: list[Case]) -> list[Tried]:
     """Each screen with its confirmations folded in, at its final verdict, in the order tried."""
-    ids = {c.case_id for c in cases}
-    confirmations: dict[str, list[Case]] = defaultdict(list)
-    for c in cases:
-        v = c.verification
-        if v is not None and v.stage == Stage.confirm and v.confirms in ids:
-            confirmations[str(v.confirms)].append(c)
-    out = []
-    for c in cases:
-        v = c.verification
-        if v is None or (v.stage == Stage.confirm and v.confirms in ids):
-            continue  # folded into its screen
-        final = confirmations[c.case_id][-1] if confirmations.get(c.case_id) else c
-        out.append(_tried(c, final))
-    return out
+    return [_tried(screen, final) for screen, final in final_verdicts(cases) if screen.verification is not None]
 
 
 def _tried(screen: Case, final: Case) -> Tried:
