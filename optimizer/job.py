@@ -54,6 +54,8 @@ MIN_EXAMPLES = 6
 MIN_GROUPS = 3
 #: optimizers of the llm backend (``remedy.optimizer.llm.compile_llm``)
 LLM_OPTIMIZERS = ("gepa", "mipro", "bootstrap")
+#: neighbours the llm backend's prompts show per example: what `remedy diagnose` retrieves by default
+LLM_K = 10
 _OFFLINE_OPTIMIZER = "optuna-tpe"
 
 Progress = Callable[[str], None]
@@ -179,7 +181,10 @@ def _run(store: CaseStore, retriever: CaseRetriever | None, opts: OptimizeOption
     say(f"{len(examples)} examples: {len(train)} train, {len(val)} validation")
     active = programs.active(opts.backend)
     if opts.backend == "llm":
-        return _run_llm(programs, train, val, active, opts, new, since)
+        say(f"retrieving neighbours for {len(examples)} examples (leave-group-out)")
+        prepared = prepare(examples, retriever, _group_ids(cases), k_max=LLM_K, mirrors=_mirrors(examples))
+        contexts = {p.example.key: p.context for p in prepared}
+        return _run_llm(programs, train, val, active, opts, new, since, contexts)
     start = active.offline_settings() if active is not None else OfflineSettings()
     say(f"retrieving neighbours for {len(examples)} examples (leave-group-out)")
     prepared = prepare(examples, retriever, _group_ids(cases), k_max=max(K_MAX, start.k), mirrors=_mirrors(examples))
@@ -257,15 +262,21 @@ def _run_llm(
     opts: OptimizeOptions,
     new: int,
     since: datetime | None,
+    contexts: dict[str, Any] | None = None,
 ) -> OptimizeResult:
-    """The llm backend: ``remedy.optimizer.llm.compile_llm`` compiles and scores; this stores and decides."""
+    """The llm backend: ``remedy.optimizer.llm.compile_llm`` compiles and scores; this stores and decides.
+
+    ``contexts``: each example's diagnosis context (retrieval done, leave-group-out), by example key.
+    """
     try:
         llm = importlib.import_module("remedy.optimizer.llm")
     except ImportError:
         raise OptimizeError(
             "--backend llm is not available in this build (remedy.optimizer.llm is missing); use --backend offline"
         ) from None
-    compiled = llm.compile_llm(train, val, optimizer=opts.optimizer, seed=opts.seed, trials=opts.trials, active=active)
+    compiled = llm.compile_llm(
+        train, val, optimizer=opts.optimizer, seed=opts.seed, trials=opts.trials, active=active, contexts=contexts
+    )
     promote, reason = promotion_decision(compiled.active_val, compiled.new_val, opts.margin)
     version = programs.add(
         backend="llm", optimizer=str(opts.optimizer), train_size=len(train), val_size=len(val),
