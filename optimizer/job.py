@@ -181,8 +181,11 @@ def _run(store: CaseStore, retriever: CaseRetriever | None, opts: OptimizeOption
     say(f"{len(examples)} examples: {len(train)} train, {len(val)} validation")
     active = programs.active(opts.backend)
     if opts.backend == "llm":
+        llm = _llm_module()
+        llm.check_request(train, val, optimizer=opts.optimizer, seed=opts.seed, trials=opts.trials)  # before retrieval
         say(f"retrieving neighbours for {len(examples)} examples (leave-group-out)")
         prepared = prepare(examples, retriever, _group_ids(cases), k_max=LLM_K, mirrors=_mirrors(examples))
+        say(f"compiling the diagnosis program with {opts.optimizer}")
         contexts = {p.example.key: p.context for p in prepared}
         return _run_llm(programs, train, val, active, opts, new, since, contexts)
     start = active.offline_settings() if active is not None else OfflineSettings()
@@ -268,13 +271,7 @@ def _run_llm(
 
     ``contexts``: each example's diagnosis context (retrieval done, leave-group-out), by example key.
     """
-    try:
-        llm = importlib.import_module("remedy.optimizer.llm")
-    except ImportError:
-        raise OptimizeError(
-            "--backend llm is not available in this build (remedy.optimizer.llm is missing); use --backend offline"
-        ) from None
-    compiled = llm.compile_llm(
+    compiled = _llm_module().compile_llm(
         train, val, optimizer=opts.optimizer, seed=opts.seed, trials=opts.trials, active=active, contexts=contexts
     )
     promote, reason = promotion_decision(compiled.active_val, compiled.new_val, opts.margin)
@@ -289,6 +286,15 @@ def _run_llm(
     )  # fmt: skip
     path = _write_report(opts, result, active, [], None, None)
     return result if path is None else _with_report(result, path)
+
+
+def _llm_module() -> Any:
+    try:
+        return importlib.import_module("remedy.optimizer.llm")
+    except ImportError:
+        raise OptimizeError(
+            "--backend llm is not available in this build (remedy.optimizer.llm is missing); use --backend offline"
+        ) from None
 
 
 def _with_report(result: OptimizeResult, path: Path) -> OptimizeResult:

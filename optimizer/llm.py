@@ -64,7 +64,7 @@ from .dataset import Example, split_examples  # noqa: E402
 from .metric import Score, score_prediction  # noqa: E402
 from .versions import ProgramVersion  # noqa: E402
 
-__all__ = ["LLMCompiled", "compile_llm", "load_program", "llm_metric", "score_outputs", "to_dspy_examples", "OPTIMIZERS"]
+__all__ = ["LLMCompiled", "compile_llm", "check_request", "load_program", "llm_metric", "score_outputs", "to_dspy_examples", "OPTIMIZERS"]
 
 OPTIMIZERS = ("gepa", "mipro", "bootstrap")
 #: a bootstrapped demo is kept only when its prediction scored at least this (a right top-1 cause)
@@ -157,16 +157,7 @@ def compile_llm(
     where ``REMEDY_LM`` and ``REMEDY_REFLECTION_LM`` are read. See the module docstring for the
     reflection LM, the inner split and the errors.
     """
-    if optimizer not in OPTIMIZERS:
-        raise OptimizeError(f"unknown llm optimizer {optimizer!r}; choose {'|'.join(OPTIMIZERS)}")
-    if trials < 1:
-        raise OptimizeError(f"--trials must be at least 1, got {trials}")
-    if not val:
-        raise OptimizeError("no validation examples to score the llm program on")
-    env = os.environ if environ is None else environ
-    task_lm = lm if lm is not None else _env_lm(env)
-    refl = _reflection_lm(reflection_lm, env) if optimizer == "gepa" else None
-    inner_train, inner_val = _inner_split(train, optimizer, seed)
+    task_lm, refl, inner_train, inner_val = _plan(train, val, optimizer, seed, trials, lm, reflection_lm, environ)
     start = _start_program(active)
     d_val = to_dspy_examples(val, contexts)
     with dspy.context(lm=task_lm, adapter=dspy.ChatAdapter(use_json_adapter_fallback=False)):
@@ -193,6 +184,48 @@ def compile_llm(
         optimizer=optimizer,
         details=details,
     )
+
+
+def check_request(
+    train: Sequence[Example],
+    val: Sequence[Example],
+    *,
+    optimizer: str,
+    seed: int = 0,
+    trials: int = 16,
+    lm: Any | None = None,
+    reflection_lm: Any | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> None:
+    """Raise the :class:`OptimizeError` :func:`compile_llm` would raise before its first LM call, if any.
+
+    Lets the job refuse an impossible request before it spends time on retrieval.
+    """
+    _plan(train, val, optimizer, seed, trials, lm, reflection_lm, environ)
+
+
+def _plan(
+    train: Sequence[Example],
+    val: Sequence[Example],
+    optimizer: str,
+    seed: int,
+    trials: int,
+    lm: Any | None,
+    reflection_lm: Any | None,
+    environ: Mapping[str, str] | None,
+) -> tuple[Any, Any, list[Example], list[Example]]:
+    """The task LM, the reflection LM (GEPA) and the inner split, or the error saying why the request cannot run."""
+    if optimizer not in OPTIMIZERS:
+        raise OptimizeError(f"unknown llm optimizer {optimizer!r}; choose {'|'.join(OPTIMIZERS)}")
+    if trials < 1:
+        raise OptimizeError(f"--trials must be at least 1, got {trials}")
+    if not val:
+        raise OptimizeError("no validation examples to score the llm program on")
+    env = os.environ if environ is None else environ
+    task_lm = lm if lm is not None else _env_lm(env)
+    refl = _reflection_lm(reflection_lm, env) if optimizer == "gepa" else None
+    inner_train, inner_val = _inner_split(train, optimizer, seed)
+    return task_lm, refl, inner_train, inner_val
 
 
 # ---- the LMs -----------------------------------------------------------------------------------
