@@ -104,8 +104,7 @@ def test_bootstrap_compiles_scores_and_saves(split) -> None:
     train, val = split
     result = compile_llm(train, val, optimizer="bootstrap", trials=2, lm=task_lm())
     program = _check(result, "bootstrap")
-    assert len(program.diagnose.predict.demos) == result.details["demos"]
-    assert all(json.loads(d["root_causes"]) for d in program.diagnose.predict.demos)  # demos are parsed answers
+    assert len(program.diagnose.predict.demos) == result.details["demos"] <= 4  # bootstrapped demos only, at most 4
 
 
 def test_mipro_compiles_scores_and_saves(split) -> None:
@@ -121,7 +120,7 @@ def test_gepa_reflects_with_the_reflection_lm(split) -> None:
     _check(result, "gepa")
     assert refl.history and result.details["reflection_lm"] == "dummy"
     prompt = json.dumps(refl.history[0]["messages"])
-    assert "Score" in prompt and "sc" in prompt  # the metric's feedback text reached the reflection prompt
+    assert "Predicted causes" in prompt and "scenario:sc" in prompt  # the metric's feedback reached the reflection
 
 
 def test_the_active_llm_version_is_the_baseline(split) -> None:
