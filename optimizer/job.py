@@ -109,6 +109,7 @@ class OptimizeResult:
     train_score_after: float | None = None
     report: Path | None = None
     changed: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    details: dict[str, Any] = field(default_factory=dict)  # llm backend: LMs, inner split, per-example scores
 
     @property
     def promoted(self) -> bool:
@@ -132,6 +133,7 @@ class OptimizeResult:
             "train_score_after": self.train_score_after,
             "changed": {k: list(v) for k, v in self.changed.items()},
             "report": None if self.report is None else str(self.report),
+            "details": self.details,
         }
 
 
@@ -282,7 +284,7 @@ def _run_llm(
     )  # fmt: skip
     result = OptimizeResult(
         "done", f"{version.id}: {'promoted' if promote else 'not promoted'} ({reason})", new, since, version,
-        compiled.active_val, compiled.new_val, len(train), len(val),
+        compiled.active_val, compiled.new_val, len(train), len(val), details=compiled.details,
     )  # fmt: skip
     path = _write_report(opts, result, active, [], None, None)
     return result if path is None else _with_report(result, path)

@@ -11,7 +11,9 @@ scores 0 and its feedback says so).
 - ``bootstrap``: ``dspy.BootstrapFewShotWithRandomSearch``; ``trials`` candidate demo sets.
 - ``mipro``: ``dspy.MIPROv2`` (Optuna over instructions and demo sets); ``trials`` search trials.
 - ``gepa``: ``dspy.GEPA`` (reflective instruction evolution from the metric's feedback text);
-  ``trials`` is the number of proposals its metric-call budget pays for. It needs a reflection
+  its metric-call budget pays for ``trials`` proposals that each reach a full evaluation on the
+  selection set (a rejected proposal costs only two minibatches, so it usually makes more
+  proposals than ``trials``). It needs a reflection
   LM: ``reflection_lm``, else ``REMEDY_REFLECTION_LM`` (with ``REMEDY_REFLECTION_LM_API_BASE`` /
   ``_API_KEY``), else the task LM as configured by ``REMEDY_LM``. An LM object passed as ``lm``
   is never silently reused for reflection.

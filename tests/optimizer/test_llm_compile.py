@@ -296,7 +296,8 @@ def test_job_promotes_only_past_the_margin_over_the_active_llm_version(store, se
     opts = OptimizeOptions(backend="llm", optimizer="bootstrap", trials=1, margin=0.0, reports=tmp_path / "r")
     first = run_optimize(store, None, opts)
     assert first.promoted and ProgramStore(store).active("llm").id == first.version.id
-    assert first.report is not None and "backend `llm`, optimizer `bootstrap`" in first.report.read_text()
+    text = first.report.read_text()
+    assert "backend `llm`, optimizer `bootstrap`" in text and "| validation example | active before | new version |" in text
     second = run_optimize(store, None, replace(opts, margin=0.02))
     # the server gives every program the same answer: equal scores never clear a positive margin
     assert second.active_val == first.new_val == second.new_val
