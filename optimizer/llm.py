@@ -66,7 +66,16 @@ from .dataset import Example, split_examples  # noqa: E402
 from .metric import Score, score_prediction  # noqa: E402
 from .versions import ProgramVersion  # noqa: E402
 
-__all__ = ["LLMCompiled", "compile_llm", "check_request", "load_program", "llm_metric", "score_outputs", "to_dspy_examples", "OPTIMIZERS"]
+__all__ = [
+    "LLMCompiled",
+    "compile_llm",
+    "check_request",
+    "load_program",
+    "llm_metric",
+    "score_outputs",
+    "to_dspy_examples",
+    "OPTIMIZERS",
+]
 
 OPTIMIZERS = ("gepa", "mipro", "bootstrap")
 #: a bootstrapped demo is kept only when its prediction scored at least this (a right top-1 cause)
@@ -99,7 +108,9 @@ def load_program(program_json: str) -> LLMDiagnoserProgram:
     try:
         program.load_state(json.loads(program_json))
     except (ValueError, KeyError, TypeError) as ex:
-        raise OptimizeError(f"the stored llm program does not load ({ex}); roll it back with `remedy programs rollback --backend llm`") from ex
+        raise OptimizeError(
+            f"the stored llm program does not load ({ex}); roll it back with `remedy programs rollback --backend llm`"
+        ) from ex
     return program
 
 
@@ -125,7 +136,9 @@ def score_outputs(example: Example, pred: Any) -> Score:
     try:
         causes, patches, _ = parse_outputs(getattr(pred, "root_causes", ""), getattr(pred, "patches", ""))
     except _Malformed as ex:
-        return Score(0.0, f"malformed output: {ex}. root_causes and patches must be JSON lists as described. Score 0.00.")
+        return Score(
+            0.0, f"malformed output: {ex}. root_causes and patches must be JSON lists as described. Score 0.00."
+        )
     return score_prediction(example, [c.cause for c in causes], [patch_family(p) for p, _ in patches])
 
 
@@ -176,7 +189,8 @@ def compile_llm(
         "trials": trials,
         "start": active.id if active is not None and active.backend == "llm" else "built-in program",
         "demos": len(compiled.diagnose.predict.demos),
-        "instructions_changed": compiled.diagnose.predict.signature.instructions != start.diagnose.predict.signature.instructions,
+        "instructions_changed": compiled.diagnose.predict.signature.instructions
+        != start.diagnose.predict.signature.instructions,
         "val_scores": {e.key: [a, b] for e, a, b in zip(val, active_scores, new_scores, strict=True)},
     }
     return LLMCompiled(
@@ -248,7 +262,9 @@ def _env_lm(env: Mapping[str, str]) -> Any:
 def _reflection_lm(given: Any | None, env: Mapping[str, str]) -> Any:
     """GEPA's reflection LM: ``given``, else ``REMEDY_REFLECTION_LM``, else ``REMEDY_LM``; never the task LM object."""
     if importlib.util.find_spec("gepa") is None:
-        raise OptimizeError("--optimizer gepa needs the `gepa` package (pip install gepa), or choose mipro or bootstrap")
+        raise OptimizeError(
+            "--optimizer gepa needs the `gepa` package (pip install gepa), or choose mipro or bootstrap"
+        )
     if given is not None:
         return given
     model = env.get("REMEDY_REFLECTION_LM", "").strip()
