@@ -12,6 +12,7 @@ from __future__ import annotations
 import inspect
 import json
 import math
+import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -145,9 +146,12 @@ def _resolve(diagnoser: str | Diagnoser, params: dict[str, Any], kb: KnowledgeBa
 def _with_active_program(backend: Diagnoser, kb: KnowledgeBase | None) -> Diagnoser:
     """The offline backend at its built-in defaults, run against a KB with an active program version
     (``remedy optimize``, ``remedy programs activate``), runs that version instead and names it in
-    the diagnosis. Settings chosen explicitly (knobs passed in, a version already) are left alone."""
+    the diagnosis. Settings chosen explicitly (knobs passed in, a version already) are left alone.
+    Likewise the llm backend on its built-in program runs the active llm version (a program passed in stays)."""
     from remedy.retrieval.offline import OfflineDiagnoser, OfflineSettings
 
+    if kb is not None and _is_llm(backend):
+        return _with_active_llm_program(backend, kb)
     if kb is None or not isinstance(backend, OfflineDiagnoser):
         return backend
     if backend.program_id is not None or backend.settings != OfflineSettings():
@@ -158,6 +162,26 @@ def _with_active_program(backend: Diagnoser, kb: KnowledgeBase | None) -> Diagno
     if active is None:
         return backend
     return OfflineDiagnoser(active.offline_settings(), priors=backend.priors, program_id=active.id)
+
+
+def _is_llm(backend: Diagnoser) -> bool:
+    """An LLMDiagnoser (checked without importing DSPy: if its module is not loaded, nothing is one)."""
+    module = sys.modules.get("remedy.retrieval.llm")
+    return module is not None and isinstance(backend, module.LLMDiagnoser)
+
+
+def _with_active_llm_program(backend: Any, kb: KnowledgeBase) -> Diagnoser:
+    """The llm backend on its built-in program runs the KB's active llm version (named in the diagnosis)."""
+    if backend.program_chosen or backend.program_id is not None:
+        return backend
+    from remedy.optimizer.versions import ProgramStore
+
+    active = ProgramStore(kb.store).active("llm")
+    if active is None or not active.program:
+        return backend
+    from remedy.optimizer.llm import load_program
+
+    return backend.with_program(load_program(active.program), active.id)
 
 
 def _retrieval_k(k: int, backend: Diagnoser) -> int:

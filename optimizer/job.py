@@ -54,6 +54,8 @@ MIN_EXAMPLES = 6
 MIN_GROUPS = 3
 #: optimizers of the llm backend (``remedy.optimizer.llm.compile_llm``)
 LLM_OPTIMIZERS = ("gepa", "mipro", "bootstrap")
+#: neighbours the llm backend's prompts show per example: what `remedy diagnose` retrieves by default
+LLM_K = 10
 _OFFLINE_OPTIMIZER = "optuna-tpe"
 
 Progress = Callable[[str], None]
@@ -107,6 +109,7 @@ class OptimizeResult:
     train_score_after: float | None = None
     report: Path | None = None
     changed: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    details: dict[str, Any] = field(default_factory=dict)  # llm backend: LMs, inner split, per-example scores
 
     @property
     def promoted(self) -> bool:
@@ -130,6 +133,7 @@ class OptimizeResult:
             "train_score_after": self.train_score_after,
             "changed": {k: list(v) for k, v in self.changed.items()},
             "report": None if self.report is None else str(self.report),
+            "details": self.details,
         }
 
 
@@ -179,7 +183,13 @@ def _run(store: CaseStore, retriever: CaseRetriever | None, opts: OptimizeOption
     say(f"{len(examples)} examples: {len(train)} train, {len(val)} validation")
     active = programs.active(opts.backend)
     if opts.backend == "llm":
-        return _run_llm(programs, train, val, active, opts, new, since)
+        llm = _llm_module()
+        llm.check_request(train, val, optimizer=opts.optimizer, seed=opts.seed, trials=opts.trials)  # before retrieval
+        say(f"retrieving neighbours for {len(examples)} examples (leave-group-out)")
+        prepared = prepare(examples, retriever, _group_ids(cases), k_max=LLM_K, mirrors=_mirrors(examples))
+        say(f"compiling the diagnosis program with {opts.optimizer}")
+        contexts = {p.example.key: p.context for p in prepared}
+        return _run_llm(programs, train, val, active, opts, new, since, contexts)
     start = active.offline_settings() if active is not None else OfflineSettings()
     say(f"retrieving neighbours for {len(examples)} examples (leave-group-out)")
     prepared = prepare(examples, retriever, _group_ids(cases), k_max=max(K_MAX, start.k), mirrors=_mirrors(examples))
@@ -257,15 +267,15 @@ def _run_llm(
     opts: OptimizeOptions,
     new: int,
     since: datetime | None,
+    contexts: dict[str, Any] | None = None,
 ) -> OptimizeResult:
-    """The llm backend: ``remedy.optimizer.llm.compile_llm`` compiles and scores; this stores and decides."""
-    try:
-        llm = importlib.import_module("remedy.optimizer.llm")
-    except ImportError:
-        raise OptimizeError(
-            "--backend llm is not available in this build (remedy.optimizer.llm is missing); use --backend offline"
-        ) from None
-    compiled = llm.compile_llm(train, val, optimizer=opts.optimizer, seed=opts.seed, trials=opts.trials, active=active)
+    """The llm backend: ``remedy.optimizer.llm.compile_llm`` compiles and scores; this stores and decides.
+
+    ``contexts``: each example's diagnosis context (retrieval done, leave-group-out), by example key.
+    """
+    compiled = _llm_module().compile_llm(
+        train, val, optimizer=opts.optimizer, seed=opts.seed, trials=opts.trials, active=active, contexts=contexts
+    )
     promote, reason = promotion_decision(compiled.active_val, compiled.new_val, opts.margin)
     version = programs.add(
         backend="llm", optimizer=str(opts.optimizer), train_size=len(train), val_size=len(val),
@@ -274,10 +284,19 @@ def _run_llm(
     )  # fmt: skip
     result = OptimizeResult(
         "done", f"{version.id}: {'promoted' if promote else 'not promoted'} ({reason})", new, since, version,
-        compiled.active_val, compiled.new_val, len(train), len(val),
+        compiled.active_val, compiled.new_val, len(train), len(val), details=compiled.details,
     )  # fmt: skip
     path = _write_report(opts, result, active, [], None, None)
     return result if path is None else _with_report(result, path)
+
+
+def _llm_module() -> Any:
+    try:
+        return importlib.import_module("remedy.optimizer.llm")
+    except ImportError:
+        raise OptimizeError(
+            "--backend llm is not available in this build (remedy.optimizer.llm is missing); use --backend offline"
+        ) from None
 
 
 def _with_report(result: OptimizeResult, path: Path) -> OptimizeResult:

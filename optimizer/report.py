@@ -51,6 +51,8 @@ def render_report(
         lines.append("")
     if val and before is not None and after is not None:
         lines += _per_example(val, before, after)
+    if result.details:
+        lines += _llm_details(result.details)
     return "\n".join(lines) + "\n"
 
 
@@ -65,6 +67,20 @@ def _per_example(val: list[Prepared], before: OfflineSettings, after: OfflineSet
         fixed = ", ".join(f.value for f in ex.families) or "none"
         top = f"{causes[0].value if causes else '-'}, {families[0].value if families else '-'}"
         lines.append(f"| {ex.group} | {fixed} | {b:.2f} | {a:.2f} | {top} |")
+    return [*lines, ""]
+
+
+def _llm_details(d: dict) -> list[str]:
+    """The llm backend's run: which LMs, the inner split the optimizer selected on, per-example validation scores."""
+    lines = [
+        f"- task LM `{d.get('lm')}`, reflection LM `{d.get('reflection_lm') or '-'}`; started from {d.get('start')}",
+        f"- the optimizer learned on {d.get('inner_train')} and selected on {d.get('inner_val')} train examples "
+        f"(validation unseen); {d.get('demos')} demos, instructions {'changed' if d.get('instructions_changed') else 'unchanged'}",
+        "",
+        "| validation example | active before | new version |",
+        "| --- | --- | --- |",
+    ]
+    lines += [f"| {key} | {a:.2f} | {b:.2f} |" for key, (a, b) in sorted(d.get("val_scores", {}).items())]
     return [*lines, ""]
 
 

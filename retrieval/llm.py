@@ -528,14 +528,29 @@ class LLMDiagnoser:
         program_path: str | None = None,
         max_candidates: int = 5,
         describe_program: LLMDescribeProgram | None = None,
+        program_id: str | None = None,
     ) -> None:
         self._lm = lm
         self.max_retries = max(0, int(max_retries))
+        #: whether the caller chose the program (an active stored version then does not replace it)
+        self.program_chosen = program is not None or bool(program_path)
         self.program = program or LLMDiagnoserProgram()
         self.describe_program = describe_program or LLMDescribeProgram()
         if program_path:
             self.program.load(program_path)
         self.max_candidates = max_candidates
+        self.program_id = program_id
+
+    def with_program(self, program: LLMDiagnoserProgram, program_id: str) -> LLMDiagnoser:
+        """The same diagnoser (LM, retries, description program) running a stored program version."""
+        return LLMDiagnoser(
+            lm=self._lm,
+            max_retries=self.max_retries,
+            program=program,
+            max_candidates=self.max_candidates,
+            describe_program=self.describe_program,
+            program_id=program_id,
+        )
 
     @property
     def lm(self) -> Any:
@@ -546,7 +561,10 @@ class LLMDiagnoser:
 
     @property
     def program_version(self) -> str:
-        """Program name plus a hash of its instructions and demos (changes when the optimizer compiles it)."""
+        """The stored version's id when it runs one (``remedy optimize``), else the program name plus a hash
+        of its instructions and demos."""
+        if self.program_id is not None:
+            return self.program_id
         state = json.dumps(self.program.dump_state(), sort_keys=True, default=str)
         blob = (DiagnoseFailure.instructions + state).encode()
         return f"{LLM_PROGRAM}:{hashlib.sha256(blob).hexdigest()[:8]}"

@@ -44,7 +44,11 @@ def optimize(
     kb: KbOption = Path(DEFAULT_KB),
     as_json: JsonOption = False,
 ) -> None:
-    """Tune the diagnoser on verified cases; store a version, promoted only if it beats the active one."""
+    """Tune the diagnoser on verified cases; store a version, promoted only if it beats the active one.
+
+    --backend llm compiles the DSPy diagnosis program with the LM named by REMEDY_LM (and
+    REMEDY_LM_API_BASE / REMEDY_LM_API_KEY); gepa reflects with REMEDY_REFLECTION_LM, else REMEDY_LM.
+    """
     from remedy.kb.diagnose import KBRetriever
     from remedy.kb.facade import KnowledgeBase
     from remedy.optimizer.job import OptimizeOptions, run_optimize
