@@ -139,7 +139,7 @@ class OfflineSettings(BaseModel):
         default=0.5, ge=0, description="weight of a root cause a description states outright (x its cosine)"
     )
     text_case_weight: float = Field(
-        default=1.0, ge=0, description="factor on retrieved cases' votes in a diagnosis from a description"
+        default=0.5, ge=0, description="factor on retrieved cases' votes in a diagnosis from a description"
     )
 
 
@@ -309,7 +309,8 @@ class OfflineDiagnoser:
         between examples that share no root cause; ``sim_power`` 1 (linear, nothing argues for
         sharper); ``other_env_weight`` 0.85 is P(shared cause | other env) / P(shared | same env).
         A user's description sits further from the stored summaries than a measured signature's
-        summary does, so text contexts use ``text_sim_floor`` (chosen on the describe bench's dev split)."""
+        summary does, so text contexts use ``text_sim_floor`` (chosen on the describe bench's dev split), and
+        weigh cases by ``text_case_weight`` against the tags' priors (chosen there too)."""
         floor = self.settings.sim_floor if floor is None else floor
         x = max(0.0, (similarity - floor) / max(1e-9, 1.0 - floor))
         return x**self.settings.sim_power
