@@ -272,6 +272,7 @@ def diagnose_description(
     exclude_ids: Iterable[str] = (),
     rules: Sequence[RuleLike] | None = None,
     stated: Sequence[CauseReading] | None = None,
+    rerank: float | None = None,
     **diagnoser_params: Any,
 ) -> DiagnosisReport:
     """Diagnose a failure described in words (no run directory): the same report as :func:`diagnose_run`.
@@ -281,9 +282,18 @@ def diagnose_description(
     cases are retrieved by the text itself, and the chosen backend votes as for a measured
     signature. ``report.reading`` says which tags the text was read as, with their similarity, and
     ``report.stated`` which root causes it states outright (read with the tags; none when ``tags``
-    overrides the reading, unless ``stated`` is given).
+    overrides the reading, unless ``stated`` is given). ``rerank`` > 0 reranks retrieved cases by
+    their best clause-to-clause match with the text (the weight of that match; default
+    ``DEFAULT_RERANK_WEIGHT``, which is 0: off, it did not help on the dev split).
     """
-    from remedy.retrieval.describe import SymptomReader, parse_tags, text_signature, text_subject
+    from remedy.retrieval.describe import (
+        DEFAULT_RERANK_WEIGHT,
+        SymptomReader,
+        parse_tags,
+        rerank_by_clauses,
+        text_signature,
+        text_subject,
+    )
 
     if tags is not None:
         reading = [SymptomReading(tag=t, clause="set by the user") for t in parse_tags(tags)]
@@ -310,6 +320,8 @@ def diagnose_description(
         cases = KBRetriever(kb).similar(
             signature, _retrieval_k(k, backend), action_space=space, exclude_ids=exclude_ids
         )
+        weight = DEFAULT_RERANK_WEIGHT if rerank is None else rerank
+        cases = rerank_by_clauses(kb.embedder, text, cases, weight) if weight > 0 else cases
     ctx = DiagnosisContext(
         subject=subject,
         signature=signature,

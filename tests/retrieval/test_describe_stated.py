@@ -154,3 +154,23 @@ def test_retrieved_cases_weigh_by_text_case_weight(kb_with_examples, reader):
     none = diagnose_description(kb_with_examples, text, tags=[], reader=reader, text_case_weight=0.0)
     assert full.diagnosis.causes[0].cause != RootCause.unknown
     assert none.top_cause == RootCause.unknown  # no tags, no stated cause, cases muted: nothing votes
+
+
+# ---- reranking retrieved cases by their best clause match -------------------------------------
+
+
+def test_rerank_lifts_the_case_that_shares_one_claim(embedder, make_case):
+    from remedy.retrieval.describe import rerank_by_clauses
+    from remedy.retrieval.diagnosis import RetrievedCase
+
+    text = "I use PPO on my own env. The reward is zero on almost every step."
+    sharing = make_case(
+        "a", "Acrobot on the default settings. The reward is zero on nearly every step, so nothing is learned."
+    )
+    other = make_case("b", "The lander hovers above the pad until the time limit; the engines chatter.")
+    cases = [RetrievedCase(case=other, similarity=0.5), RetrievedCase(case=sharing, similarity=0.5)]
+    ranked = rerank_by_clauses(embedder, text, cases, weight=0.5)
+    assert [r.case.case_id for r in ranked] == ["a", "b"]
+    assert ranked[0].similarity > 0.5 and all(0.0 <= r.similarity <= 1.0 for r in ranked)
+    assert rerank_by_clauses(embedder, text, cases, weight=0.0) == cases  # weight 0: retrieval order kept
+    assert rerank_by_clauses(embedder, text, cases) == rerank_by_clauses(embedder, text, cases)
