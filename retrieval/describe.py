@@ -264,9 +264,7 @@ _NEGATION = re.compile(r"\b(?:not|no|never|none|nothing|nor|neither|without|cann
 # a point or comma between digits is a number ("0.02", "12,000"), not the end of a sentence or clause
 _SENTENCES = re.compile(r"(?:(?<!\d)\.|\.(?!\d)|[!?;:\n])+")
 # contrast words start a new clause: "it reaches the goal but does not jitter" reads as two claims
-_CLAUSES = re.compile(
-    r"(?<!\d),|,(?!\d)|\b(?:but|however|although|though|whereas|while|yet|except)\b", re.IGNORECASE
-)
+_CLAUSES = re.compile(r"(?<!\d),|,(?!\d)|\b(?:but|however|although|though|whereas|while|yet|except)\b", re.IGNORECASE)
 
 
 _AND = re.compile(r"\band\b", re.IGNORECASE)

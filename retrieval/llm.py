@@ -334,7 +334,9 @@ def build_description_inputs(ctx: DiagnosisContext) -> dict[str, str]:
         or "(no tag read)"
     )
     if ctx.stated:  # causes the words name outright, read the same way as the tags
-        reading += "; causes stated: " + ", ".join(f"{r.cause.value} ({r.similarity:.2f}: '{r.clause}')" for r in ctx.stated)
+        reading += "; causes stated: " + ", ".join(
+            f"{r.cause.value} ({r.similarity:.2f}: '{r.clause}')" for r in ctx.stated
+        )
     return {
         "description": ctx.description,
         "environment": "; ".join(named),

@@ -170,7 +170,8 @@ def _render(report, written: list[Path]) -> None:
         )
         if report.stated:
             console.print(
-                "stated: " + ", ".join(f"{s.cause.value} ({s.similarity:.2f}: '{s.clause[:60]}')" for s in report.stated),
+                "stated: "
+                + ", ".join(f"{s.cause.value} ({s.similarity:.2f}: '{s.clause[:60]}')" for s in report.stated),
                 highlight=False,
             )
     else:
@@ -200,7 +201,9 @@ def _render(report, written: list[Path]) -> None:
 
 def _family_text(proposal) -> str:
     """``reward_shaping 0.42``, marked when no concrete patch could be built for the subject."""
-    return f"{proposal.family.value} {proposal.score:.2f}" + ("" if proposal.example else " (no patch fits: name --env)")
+    return f"{proposal.family.value} {proposal.score:.2f}" + (
+        "" if proposal.example else " (no patch fits: name --env)"
+    )
 
 
 def _reading_text(reading) -> str:

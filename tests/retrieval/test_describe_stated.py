@@ -93,7 +93,9 @@ def test_description_priors_fire_on_one_tag_and_only_for_descriptions():
     assert [m.rule.id for m in match_priors(ctx.subject, ctx.signature)] == []  # the rulebook needs two tags
     assert [m.rule.id for m in match_priors(ctx.subject, ctx.signature, TEXT_PRIORS)] == ["text-sparse-reward"]
     described = OfflineDiagnoser().diagnose(ctx)
-    measured = OfflineDiagnoser().diagnose(_ctx("the reward is zero almost everywhere", ["sparse_signal"], description=False))
+    measured = OfflineDiagnoser().diagnose(
+        _ctx("the reward is zero almost everywhere", ["sparse_signal"], description=False)
+    )
     assert described.top_cause == RootCause.sparse_reward
     assert "text-sparse-reward" in described.diagnosis.cited_rules
     assert measured.top_cause == RootCause.unknown and measured.families == []  # a run-dir vote is unchanged
@@ -139,7 +141,9 @@ def test_a_stated_cause_votes_for_itself_and_its_families():
 
 
 def test_diagnose_description_reports_stated_causes_and_families(reader):
-    report = diagnose_description(None, "The learning rate is far too high and the reward is always zero.", reader=reader)
+    report = diagnose_description(
+        None, "The learning rate is far too high and the reward is always zero.", reader=reader
+    )
     assert RootCause.unstable_optimization in [s.cause for s in report.stated]
     assert report.families and {RootCause.unstable_optimization, RootCause.sparse_reward} <= {
         c.cause for c in report.diagnosis.causes
