@@ -24,6 +24,7 @@ from remedy.cases.model import EpisodeSummary, Signature, Subject
 from remedy.retrieval.diagnosis import (
     Attempt,
     CaseRetriever,
+    CauseReading,
     Diagnoser,
     DiagnosisContext,
     DiagnosisReport,
@@ -294,6 +295,8 @@ def diagnose_description(
     reader: SymptomReader | None = None,
     exclude_ids: Iterable[str] = (),
     rules: Sequence[RuleLike] | None = None,
+    stated: Sequence[CauseReading] | None = None,
+    rerank: float | None = None,
     **diagnoser_params: Any,
 ) -> DiagnosisReport:
     """Diagnose a failure described in words (no run directory): the same report as :func:`diagnose_run`.
@@ -301,15 +304,28 @@ def diagnose_description(
     The text is read as symptom tags (``tags`` overrides the reading), the subject is what the
     user named (``env_id``, ``algo``, ``action_space``; unknowns stay unspecified), the nearest
     cases are retrieved by the text itself, and the chosen backend votes as for a measured
-    signature. ``report.reading`` says which tags the text was read as, with their similarity.
+    signature. ``report.reading`` says which tags the text was read as, with their similarity, and
+    ``report.stated`` which root causes it states outright (read with the tags; none when ``tags``
+    overrides the reading, unless ``stated`` is given). ``rerank`` > 0 reranks retrieved cases by
+    their best clause-to-clause match with the text (the weight of that match; default
+    ``DEFAULT_RERANK_WEIGHT``, which is 0: off, it did not help on the dev split).
     """
-    from remedy.retrieval.describe import SymptomReader, parse_tags, text_signature, text_subject
+    from remedy.retrieval.describe import (
+        DEFAULT_RERANK_WEIGHT,
+        SymptomReader,
+        parse_tags,
+        rerank_by_clauses,
+        text_signature,
+        text_subject,
+    )
 
     if tags is not None:
         reading = [SymptomReading(tag=t, clause="set by the user") for t in parse_tags(tags)]
     else:
         text_signature(text, ())  # an empty description fails here, before the embedder loads
-        reading = (reader or SymptomReader()).read(text)
+        reader = reader or SymptomReader()
+        reading = reader.read(text)
+        stated = reader.read_causes(text) if stated is None else stated
     names = [r.tag for r in reading]
     subject, notes = text_subject(env_id, algo, action_space, names)
     signature = text_signature(text, names)
@@ -328,6 +344,8 @@ def diagnose_description(
         cases = KBRetriever(kb).similar(
             signature, _retrieval_k(k, backend), action_space=space, exclude_ids=exclude_ids
         )
+        weight = DEFAULT_RERANK_WEIGHT if rerank is None else rerank
+        cases = rerank_by_clauses(kb.embedder, text, cases, weight) if weight > 0 else cases
     ctx = DiagnosisContext(
         subject=subject,
         signature=signature,
@@ -336,9 +354,10 @@ def diagnose_description(
         notes=tuple(notes),
         description=signature.summary,
         reading=tuple(reading),
+        stated=tuple(stated or ()),
     )
     report = backend.diagnose(ctx)
-    return report.model_copy(update={"reading": list(reading)})
+    return report.model_copy(update={"reading": list(reading), "stated": list(stated or ())})
 
 
 def _fixes_space(algo: str) -> bool:

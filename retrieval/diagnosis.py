@@ -40,6 +40,8 @@ __all__ = [
     "CandidatePatch",
     "DiagnosisReport",
     "SymptomReading",
+    "CauseReading",
+    "FamilyProposal",
     "UNSPECIFIED",
     "RetrievedCase",
     "Attempt",
@@ -81,10 +83,34 @@ class SymptomReading(FrozenModel):
     clause: str = ""
 
 
+class CauseReading(FrozenModel):
+    """A root cause a description states outright ("the learning rate is far too high"): how strongly
+    (cosine) and from which clause. Only facts no symptom tag carries are read this way."""
+
+    cause: RootCause
+    similarity: float
+    clause: str = ""
+
+
+class FamilyProposal(FrozenModel):
+    """A remedy family in the vote's ranking, with the best patch of it that fits the subject.
+
+    ``example`` is None when the family is advised but no concrete patch could be built for the
+    subject (reward code or a curriculum for an env the description did not name, say).
+    """
+
+    family: RemedyFamily
+    score: float
+    example: Patch | None = None
+    cites: list[str] = Field(default_factory=list)
+
+
 class DiagnosisReport(FrozenModel):
     """The answer of one diagnosis: signature, ranked causes, ranked candidates, warnings.
 
-    ``reading`` is filled for a diagnosis from a description: the tags the text was read as.
+    A diagnosis from a description also fills ``reading`` (the tags the text was read as),
+    ``stated`` (causes the text states outright) and ``families`` (every remedy family the vote
+    ranks, including those no concrete patch could be built for).
     """
 
     signature: Signature
@@ -92,6 +118,8 @@ class DiagnosisReport(FrozenModel):
     candidates: list[CandidatePatch] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
     reading: list[SymptomReading] = Field(default_factory=list)
+    stated: list[CauseReading] = Field(default_factory=list)
+    families: list[FamilyProposal] = Field(default_factory=list)
 
     @property
     def top_cause(self) -> RootCause:
@@ -169,6 +197,7 @@ class DiagnosisContext:
     # its signature then has no measured features and the subject may be UNSPECIFIED
     description: str = ""
     reading: tuple[SymptomReading, ...] = ()
+    stated: tuple[CauseReading, ...] = ()  # causes the text states outright (``SymptomReader.read_causes``)
 
 
 class Diagnoser(Protocol):

@@ -333,6 +333,10 @@ def build_description_inputs(ctx: DiagnosisContext) -> dict[str, str]:
         or ", ".join(ctx.signature.symptoms)
         or "(no tag read)"
     )
+    if ctx.stated:  # causes the words name outright, read the same way as the tags
+        reading += "; causes stated: " + ", ".join(
+            f"{r.cause.value} ({r.similarity:.2f}: '{r.clause}')" for r in ctx.stated
+        )
     return {
         "description": ctx.description,
         "environment": "; ".join(named),

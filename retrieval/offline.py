@@ -39,12 +39,14 @@ from .diagnosis import (
     ComputeCost,
     DiagnosisContext,
     DiagnosisReport,
+    FamilyProposal,
     RetrievedCase,
     fits_subject,
     patch_family,
     register_diagnoser,
 )
 from .priors import MAX_BUDGET_MULTIPLE, PRIORS, PriorRule, match_priors
+from .text_priors import STATED_FAMILIES, TEXT_PRIORS
 from .trust import trust_weights
 
 __all__ = ["OfflineDiagnoser", "OfflineSettings", "OFFLINE_PROGRAM"]
@@ -133,6 +135,12 @@ class OfflineSettings(BaseModel):
     text_sim_floor: float = Field(default=0.3, ge=0, lt=1, description="sim_floor for a diagnosis from a description")
     imported_weight: float = Field(default=0.5, ge=0, description="factor on cases imported from another team")
     contradiction_weight: float = Field(default=1.0, ge=0, description="how much later contradicting cases take away")
+    w_stated: float = Field(
+        default=0.5, ge=0, description="weight of a root cause a description states outright (x its cosine)"
+    )
+    text_case_weight: float = Field(
+        default=0.5, ge=0, description="factor on retrieved cases' votes in a diagnosis from a description"
+    )
 
 
 class OfflineDiagnoser:
@@ -149,12 +157,15 @@ class OfflineDiagnoser:
         settings: OfflineSettings | None = None,
         *,
         priors: tuple[PriorRule, ...] = PRIORS,
+        text_priors: tuple[PriorRule, ...] = TEXT_PRIORS,
         program_id: str | None = None,
         **overrides: Any,
     ) -> None:
         base = settings or OfflineSettings()
         self.settings = base.model_copy(update=OfflineSettings(**{**base.model_dump(), **overrides}).model_dump())
         self.priors = priors
+        #: extra priors for a diagnosis from a description (``remedy.retrieval.text_priors``)
+        self.text_priors = text_priors
         #: the stored program version these settings come from (``remedy optimize``), if any
         self.program_id = program_id
 
@@ -181,9 +192,11 @@ class OfflineDiagnoser:
         self._vote_priors(ctx, tally)
         self._vote_rules(ctx, tally)
         self._vote_cases(ctx, tally)
+        self._vote_stated(ctx, tally)
         causes = self._causes(tally)
         candidates, dropped = self._candidates(ctx, tally)
         warnings.extend(dropped)
+        families = self._families(tally, candidates) if ctx.description else []
         diagnosis = Diagnosis(
             causes=causes,
             backend=self.name,
@@ -191,10 +204,13 @@ class OfflineDiagnoser:
             cited_cases=tally.cited_cases,
             cited_rules=tally.cited_rules,
         )
-        return DiagnosisReport(signature=ctx.signature, diagnosis=diagnosis, candidates=candidates, warnings=warnings)
+        return DiagnosisReport(
+            signature=ctx.signature, diagnosis=diagnosis, candidates=candidates, warnings=warnings, families=families
+        )
 
     def _vote_priors(self, ctx: DiagnosisContext, tally: _Tally) -> None:
-        for m in match_priors(ctx.subject, ctx.signature, self.priors, ctx.constraints):
+        priors = (*self.priors, *self.text_priors) if ctx.description else self.priors
+        for m in match_priors(ctx.subject, ctx.signature, priors, ctx.constraints):
             why = f"{m.rule.id} ({', '.join(m.evidence)})"
             top = max(conf for _, conf in m.rule.causes)
             for cause, conf in m.rule.causes:
@@ -216,9 +232,21 @@ class OfflineDiagnoser:
                     ),
                     w,
                 )
+            if ctx.description:  # a vague subject: a template that built nothing still advises its family
+                for tmpl in m.rule.templates:
+                    w = self.settings.w_prior * top * tmpl.weight
+                    best[tmpl.family] = max(best.get(tmpl.family, 0.0), w)
             for family, w in best.items():
                 tally.family(family, w, m.rule.id, main)
             tally.cite_rule(m.rule.id)
+
+    def _vote_stated(self, ctx: DiagnosisContext, tally: _Tally) -> None:
+        """Causes the description states outright, weighted by how closely the words say so."""
+        for r in ctx.stated:
+            w = self.settings.w_stated * r.similarity
+            tally.cause(r.cause, w, f"stated: '{r.clause[:60]}'")
+            for rank, family in enumerate(STATED_FAMILIES.get(r.cause, ())):
+                tally.family(family, w / (1 + rank), f"stated:{r.cause.value}", r.cause)
 
     def _vote_rules(self, ctx: DiagnosisContext, tally: _Tally) -> None:
         for rule in ctx.rules:
@@ -281,7 +309,8 @@ class OfflineDiagnoser:
         between examples that share no root cause; ``sim_power`` 1 (linear, nothing argues for
         sharper); ``other_env_weight`` 0.85 is P(shared cause | other env) / P(shared | same env).
         A user's description sits further from the stored summaries than a measured signature's
-        summary does, so text contexts use ``text_sim_floor`` (chosen on the describe bench's dev split)."""
+        summary does, so text contexts use ``text_sim_floor`` (chosen on the describe bench's dev split), and
+        weigh cases by ``text_case_weight`` against the tags' priors (chosen there too)."""
         floor = self.settings.sim_floor if floor is None else floor
         x = max(0.0, (similarity - floor) / max(1e-9, 1.0 - floor))
         return x**self.settings.sim_power
@@ -296,6 +325,8 @@ class OfflineDiagnoser:
         )
         if case.subject.env_id != ctx.subject.env_id and ctx.subject.env_id != UNSPECIFIED:
             base *= self.settings.other_env_weight
+        if ctx.description:
+            base *= self.settings.text_case_weight
         why = f"case {case.case_id} ({label}, sim {rc.similarity:.2f})"
         cause_factor = factor if factor > 0 else factor * self.settings.against_cause_weight
         if label != "failed":  # a patch that crashed says nothing about the diagnosis
@@ -348,6 +379,21 @@ class OfflineDiagnoser:
             scored.append(cand.model_copy(update={"score": round(score, 4), "cites": cites}))
         scored.sort(key=lambda c: (-c.score, c.family.value))
         return scored[: self.settings.max_candidates], warnings
+
+    def _families(self, tally: _Tally, candidates: list[CandidatePatch]) -> list[FamilyProposal]:
+        """Every family with a positive score, best first, each with its candidate patch when one fits."""
+        example = {c.family: c for c in candidates}
+        scored = [(self._family_score(tally, f), f) for f in tally.family_votes]
+        ranked = sorted(((s, f) for s, f in scored if s > 1e-9), key=lambda sf: (-sf[0], sf[1].value))
+        return [
+            FamilyProposal(
+                family=f,
+                score=round(s, 4),
+                example=example[f].patch if f in example else None,
+                cites=list(example[f].cites if f in example else tally.family_cites[f]),
+            )
+            for s, f in ranked[: self.settings.max_candidates]
+        ]
 
     def _family_score(self, tally: _Tally, family: RemedyFamily) -> float:
         """Sum of the family's votes, each scaled by how likely the cause it addresses is.

@@ -168,6 +168,12 @@ def _render(report, written: list[Path]) -> None:
         console.print(
             "read as: " + (", ".join(_reading_text(r) for r in report.reading) or "no symptom tag"), highlight=False
         )
+        if report.stated:
+            console.print(
+                "stated: "
+                + ", ".join(f"{s.cause.value} ({s.similarity:.2f}: '{s.clause[:60]}')" for s in report.stated),
+                highlight=False,
+            )
     else:
         console.print(f"[bold]Signature[/]: {sig.summary}")
         console.print("symptoms: " + (", ".join(sig.symptoms) or "none"), highlight=False)
@@ -183,12 +189,21 @@ def _render(report, written: list[Path]) -> None:
     for i, c in enumerate(report.candidates, start=1):
         cands.add_row(str(i), c.family.value, c.patch.summary(), c.compute_cost, f"{c.score:.2f}", ", ".join(c.cites))
     console.print(cands)
+    if report.families:
+        console.print("remedy families: " + ", ".join(_family_text(f) for f in report.families), highlight=False)
     console.print("cited cases: " + (", ".join(d.cited_cases) or "none"), highlight=False)
     console.print("cited rules: " + (", ".join(d.cited_rules) or "none"), highlight=False)
     for path in written:
         console.print(f"wrote {path}", highlight=False)
     for w in report.warnings:
         console.print(f"[yellow]warning:[/] {w}", highlight=False)
+
+
+def _family_text(proposal) -> str:
+    """``reward_shaping 0.42``, marked when no concrete patch could be built for the subject."""
+    return f"{proposal.family.value} {proposal.score:.2f}" + (
+        "" if proposal.example else " (no patch fits: name --env)"
+    )
 
 
 def _reading_text(reading) -> str:

@@ -1,0 +1,136 @@
+"""Priors for a failure described in words: single symptoms, and families without a concrete patch.
+
+The built-in rulebook (:mod:`remedy.retrieval.priors`) is written for measured signatures: its
+rules mostly need two tags at once (a sparse reward *and* no success) because a measured tag fires
+on a threshold and alone says little. A user who writes "the reward is almost always zero" has
+stated the fact outright, and a description rarely states two. These rules therefore fire on one
+tag read off a description, and only there (the offline diagnoser adds them when the context is a
+description; a run-directory diagnosis never sees them). Each names its source, as the priors do.
+
+Templates whose patch cannot be built for the subject (reward code or a curriculum for an env the
+user did not name) still vote for their family in a description: the report then advises the family
+(:class:`~remedy.retrieval.diagnosis.FamilyProposal` without an example) instead of staying silent.
+
+:data:`STATED_FAMILIES` are the remedy families for a cause the text states outright
+(:data:`remedy.retrieval.describe.CAUSE_PHRASES`), from the same sources.
+"""
+
+from __future__ import annotations
+
+from remedy.cases.model import RemedyFamily, RootCause
+from remedy.cases.patches.spec import Patch
+
+# the rulebook's own templates, so a text rule builds the same patches a measured one would
+from .priors import (
+    _ANDRY,
+    _SB3_TIPS,
+    _T_BUDGET_SMALL,
+    _T_COUNT,
+    _T_EXPLORE,
+    _T_LR,
+    _T_POTENTIAL,
+    _T_REW_NORM,
+    _T_TIME_COST,
+    AnyOf,
+    Facts,
+    Not,
+    PriorRule,
+    Symptom,
+    Template,
+)
+
+__all__ = ["TEXT_PRIORS", "STATED_FAMILIES"]
+
+_C = RootCause
+_F = RemedyFamily
+
+
+def _no_patch(facts: Facts) -> Patch | None:
+    """A family-level template: advises the family, builds nothing (the subject is too vague)."""
+    return None
+
+
+_T_TIME_LIMIT = Template(
+    _F.time_limit,
+    _no_patch,
+    "a longer episode limit lets the agent finish the task",
+    "episodes end at the goal instead of the clock",
+    "longer episodes cost more env steps",
+)
+
+_SUCCESS = (Symptom("never_succeeds"), Symptom("low_success"))
+
+TEXT_PRIORS: tuple[PriorRule, ...] = (
+    PriorRule(
+        "text-sparse-reward",
+        "the description says the reward is (almost) always zero",
+        (Symptom("sparse_signal"), Not(Symptom("never_succeeds"))),  # with never_succeeds prior-sparse-never fires
+        ((_C.sparse_reward, 0.7), (_C.insufficient_exploration, 0.3)),
+        (_T_POTENTIAL, _T_COUNT),
+        "Ng et al. 1999; " + _SB3_TIPS + " (sparse rewards need shaping or exploration)",
+    ),
+    PriorRule(
+        "text-never-learns",
+        "the description says the agent never succeeds, nothing more specific",
+        (Symptom("never_succeeds"), Not(AnyOf((Symptom("sparse_signal"), Symptom("timeouts"))))),
+        ((_C.insufficient_exploration, 0.35), (_C.sparse_reward, 0.25), (_C.undertraining, 0.15)),
+        (_T_EXPLORE, _T_COUNT),
+        _SB3_TIPS + " (an agent that never sees the goal cannot learn it); " + _ANDRY,
+    ),
+    PriorRule(
+        "text-low-coverage",
+        "the description says the agent does not explore",
+        (Symptom("low_coverage"), Not(AnyOf(_SUCCESS))),  # with a success tag prior-low-coverage fires
+        ((_C.insufficient_exploration, 0.6), (_C.premature_convergence, 0.2)),
+        (_T_EXPLORE, _T_COUNT),
+        _SB3_TIPS + "; " + _ANDRY,
+    ),
+    PriorRule(
+        "text-unstable-scale",
+        "the description says training is unstable: badly scaled rewards are a common cause",
+        (Symptom("unstable_learning"),),
+        ((_C.observation_scaling, 0.15),),
+        (_T_REW_NORM,),
+        _SB3_TIPS + " (normalize observations and rewards, VecNormalize)",
+    ),
+    PriorRule(
+        "text-noisy-returns",
+        "the description says returns vary widely",
+        (Symptom("high_variance"), Not(Symptom("unstable_learning"))),
+        ((_C.unstable_optimization, 0.35), (_C.undertraining, 0.15)),
+        (_T_REW_NORM, _T_LR),
+        _SB3_TIPS + " (VecNormalize); " + _ANDRY,
+    ),
+    PriorRule(
+        "text-short-time-limit",
+        "the description says episodes are cut off too soon",
+        (Symptom("short_time_limit"),),
+        ((_C.time_limit_misconfiguration, 0.85),),
+        (_T_TIME_LIMIT,),
+        "Pardo et al. 2018, 'Time Limits in Reinforcement Learning'",
+    ),
+    PriorRule(
+        "text-timeouts",
+        "the description says episodes run out the clock",
+        (Symptom("timeouts"), Not(AnyOf((Symptom("hovering"), Symptom("never_succeeds"))))),
+        ((_C.reward_misspecification, 0.3), (_C.insufficient_exploration, 0.3), (_C.time_limit_misconfiguration, 0.2)),
+        (_T_TIME_COST, _T_EXPLORE, _T_TIME_LIMIT),
+        _SB3_TIPS + "; Pardo et al. 2018",
+    ),
+    PriorRule(
+        "text-early-termination",
+        "the description says the agent falls or crashes early",
+        (Symptom("early_termination"), Not(AnyOf(_SUCCESS))),  # with a success tag prior-early-termination fires
+        ((_C.undertraining, 0.3), (_C.reward_misspecification, 0.2)),
+        (_T_BUDGET_SMALL,),
+        _SB3_TIPS,
+    ),
+)
+
+#: root cause stated outright -> the remedy families RL practice tries first for it, most direct first.
+STATED_FAMILIES: dict[RootCause, tuple[RemedyFamily, ...]] = {
+    _C.reward_misspecification: (_F.reward_shaping,),
+    _C.unstable_optimization: (_F.hyperparameters, _F.normalization),
+    _C.insufficient_exploration: (_F.exploration_bonus, _F.hyperparameters),
+    _C.undertraining: (_F.training_budget,),
+}
