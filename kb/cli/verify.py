@@ -171,6 +171,14 @@ def _spread(values: list[float]) -> str:
     return f"{mean:.3g} ± {sd:.2g}"
 
 
+def _budget_source(v) -> str:
+    """`` (source kb: c-1, c-2)``: where the budget came from, when the case recorded it."""
+    if v.budget_source is None:
+        return ""
+    cases = f": {', '.join(v.budget_cases)}" if v.budget_cases else ""
+    return f" (source {v.budget_source}{cases})"
+
+
 def render_verification(case: Case) -> Group:
     """The effect table (arm, seeds, metric mean ± spread, per-seed values), secondary effects, and a status line."""
     v = case.verification
@@ -179,7 +187,7 @@ def render_verification(case: Case) -> Group:
     if v.effect is None:
         return Group(
             f"[bold red]{v.status.value}[/]: {v.reason}",
-            f"[dim]env steps {v.env_steps:,} · wall {v.wall_time_s:.1f}s · budget {v.budget_steps:,}[/]",
+            f"[dim]env steps {v.env_steps:,} · wall {v.wall_time_s:.1f}s · budget {v.budget_steps:,}{_budget_source(v)}[/]",
         )
     e = v.effect
     arms = Table(title=f"{case.subject.env_id} · {case.patch.summary()}", title_justify="left")
@@ -205,7 +213,7 @@ def render_verification(case: Case) -> Group:
     seeds = f"seeds {v.seed_base}..{v.seed_base + v.seeds - 1}"
     status = (
         f"{v.stage.value} status {status_markup(v.status.value, bold=True)} · {seeds} · env steps {v.env_steps:,}"
-        f" · wall {v.wall_time_s:.1f}s · budget {v.budget_steps:,}/arm"
+        f" · wall {v.wall_time_s:.1f}s · budget {v.budget_steps:,}/arm{_budget_source(v)}"
     )
     if v.comparison == "budget_vs_none":
         status += " · more training vs none (the control is the unpatched checkpoint)"
