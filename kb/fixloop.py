@@ -95,7 +95,7 @@ class AttemptRecord:
     passed_screen: bool = False
     confirms: str | None = None  # on a confirmation: the screen's case id
     budget_steps: int = 0  # fine-tuning env steps per arm it was verified at
-    budget_source: str | None = None  # user | kb | scenario | prior (Verification.budget_source)
+    budget_source: str | None = None  # user | kb | scenario | prior | patch (Verification.budget_source)
     budget_cases: tuple[str, ...] = ()  # the confirmed fixes a kb budget was learned from
 
     @property
@@ -488,6 +488,8 @@ def _screen_then_confirm(
 
 def _budget_text(loop: _Loop, cand: CandidatePatch) -> str:
     """Where this candidate's fine-tuning budget comes from, for the progress line."""
+    if set(cand.patch.kinds) == {"training_budget"}:
+        return "its own extra steps (more training vs none)"
     if loop.config.budget_steps is not None:
         return f"the user's budget ({loop.config.budget_steps:,} steps)"
     if cand.budget is not None:

@@ -156,7 +156,10 @@ class RolloutCache:
             records = hit[1]
             steps = sum(r.length for r in records)
             self._savings = replace(
-                s, hits=s.hits + 1, reused_episodes=s.reused_episodes + len(records), reused_env_steps=s.reused_env_steps + steps
+                s,
+                hits=s.hits + 1,
+                reused_episodes=s.reused_episodes + len(records),
+                reused_env_steps=s.reused_env_steps + steps,
             )
             return _trimmed(records, keep_trajectories)
         records = compute(keep_trajectories)

@@ -30,7 +30,8 @@ if TYPE_CHECKING:
 
 __all__ = ["BudgetSource", "LearnedBudget", "BudgetChoice", "choose_budget"]
 
-#: where a verification's budget came from (``Verification.budget_source``)
+#: where a verification's budget came from (``Verification.budget_source`` adds "patch": a pure budget
+#: patch's own extra steps, whatever the budget chosen here)
 BudgetSource = Literal["user", "kb", "scenario", "prior"]
 
 

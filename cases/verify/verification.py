@@ -452,9 +452,20 @@ def _base(ctx: _Context, env_steps: int = 0) -> dict[str, Any]:
         confirms=ctx.confirms,
         comparison=arm_comparison(ctx.patch),
         preference=ctx.preference,
-        budget_source=ctx.budget_choice.source if ctx.budget_choice else None,
-        budget_cases=list(ctx.budget_choice.cases) if ctx.budget_choice else [],
+        **_budget_record(ctx),
     )
+
+
+def _budget_record(ctx: _Context) -> dict[str, Any]:
+    """Where the budget came from; a pure budget patch's arms train its own extra steps, whatever the budget."""
+    from .training import arm_comparison
+
+    choice = ctx.budget_choice
+    if choice is None:
+        return {}
+    if arm_comparison(ctx.patch) == "budget_vs_none":
+        return {"budget_source": "patch", "budget_cases": []}
+    return {"budget_source": choice.source, "budget_cases": list(choice.cases)}
 
 
 def _seed_shortage(ctx: _Context, arms: dict[str, list[ArmResult]]) -> str:
@@ -694,7 +705,14 @@ def verify_and_confirm(
     """
     config = config or VerifyConfig()
     screen = verify_patch(
-        run_dir, patch, config, executor=executor, scenario=scenario, progress=progress, budget=budget, rollouts=rollouts
+        run_dir,
+        patch,
+        config,
+        executor=executor,
+        scenario=scenario,
+        progress=progress,
+        budget=budget,
+        rollouts=rollouts,
     )
     if screen.verification is None or not screen.verification.passed_screen:
         return screen, None

@@ -77,7 +77,9 @@ def _past_fixes(kb, patient) -> list[str]:
     signature = compute_signature(collect_evidence(run, n_episodes=3, seed=0), subject)
     ids = []
     for i, (budget, steps) in enumerate(PAST):
-        effect = Effect(metric="return_iqm", treatment=50, control=20, diff=30, ci_low=5, ci_high=55, method="welch_seeds")
+        effect = Effect(
+            metric="return_iqm", treatment=50, control=20, diff=30, ci_low=5, ci_high=55, method="welch_seeds"
+        )
         kb.add(
             Case(
                 case_id=f"c-past-{i}",
@@ -113,7 +115,7 @@ def test_fix_verifies_at_the_kb_budget_and_records_its_source_and_rollouts_once(
     assert lr.budget_source == "kb" and lr.budget_steps == 512 and set(lr.budget_cases) == set(ids)
     stored = kb.get(lr.case_id).verification
     assert stored.budget_source == "kb" and stored.budget_steps == 512 and set(stored.budget_cases) == set(ids)
-    assert more.budget_source == "prior" and more.budget_steps == 256  # a budget patch: its own extra steps
+    assert more.budget_source == "patch" and more.budget_steps == 256  # a budget patch: its own extra steps
     data = json.loads(json.dumps(result.as_dict()))  # what `remedy fix --json` prints
     assert data["attempts"][0]["budget_source"] == "kb" and data["attempts"][0]["budget_cases"] == list(lr.budget_cases)
     # round 2's diagnosis (3 + 3 episodes at seed 0), the second verification's evidence (3 + 3 at the
@@ -152,7 +154,20 @@ def test_cli_fix_json_shows_the_budget_source(kb_path, embedder, patient, monkey
     monkeypatch.setattr(
         sys,
         "argv",
-        ["remedy", "fix", str(patient), "--kb", str(kb_path), "--rounds", "1", "--candidates", "1", "--seeds", "1", "--json"],
+        [
+            "remedy",
+            "fix",
+            str(patient),
+            "--kb",
+            str(kb_path),
+            "--rounds",
+            "1",
+            "--candidates",
+            "1",
+            "--seeds",
+            "1",
+            "--json",
+        ],
     )
     try:
         main()

@@ -76,7 +76,9 @@ def test_fewer_kept_trajectories_reuse_the_entry_and_match_a_fresh_computation(c
     collect_evidence(run, n_episodes=4, seed=0, cache=cache, keep_trajectories=3)
     fewer = collect_evidence(run, n_episodes=4, seed=0, cache=cache, keep_trajectories=1)
     assert calls[0] == 2
-    assert _all_same(fewer.deterministic, collect_evidence(run, n_episodes=4, seed=0, keep_trajectories=1).deterministic)
+    assert _all_same(
+        fewer.deterministic, collect_evidence(run, n_episodes=4, seed=0, keep_trajectories=1).deterministic
+    )
 
 
 def test_the_key_separates_views_only_when_evaluation_drops_a_wrapper(cartpole_run, tmp_path):
