@@ -91,6 +91,7 @@ def verify(
         return remote.verify(
             server, run_dir, patch, json_out, wait, seeds=seeds, budget=budget, episodes=episodes, force=force
         )
+    from remedy.cases.evidence.rollcache import RolloutCache
     from remedy.cases.patches.io import load_patch
     from remedy.cases.verify.executors import get_executor
     from remedy.cases.verify.verification import VerifyConfig, verify_and_confirm, verify_patch
@@ -106,12 +107,16 @@ def verify(
         control_cache=None if no_store else str(Path(kb) / "controls"),
     )
     runner = get_executor("ray", address=ray_address) if executor is _Executor.ray else get_executor("local")
+    rollouts = RolloutCache()  # the confirmation's evidence is the screen's: rolled out once
     try:
         with _progress() as update:
             if no_confirm:
-                screen, confirmation = verify_patch(run_dir, the_patch, config, executor=runner, progress=update), None
+                screen = verify_patch(run_dir, the_patch, config, executor=runner, progress=update, rollouts=rollouts)
+                confirmation = None
             else:
-                screen, confirmation = verify_and_confirm(run_dir, the_patch, config, executor=runner, progress=update)
+                screen, confirmation = verify_and_confirm(
+                    run_dir, the_patch, config, executor=runner, progress=update, rollouts=rollouts
+                )
     finally:
         runner.shutdown()
     cases = [c for c in (screen, confirmation) if c is not None]

@@ -33,3 +33,29 @@ def test_without_a_learned_budget_the_scenario_then_the_prior_fraction():
 def test_no_budget_at_all_is_the_users_to_fix():
     with pytest.raises(VerificationError, match="--budget"):
         choose_budget(VerifyConfig(), None)
+
+
+def test_cli_verify_records_and_prints_the_budget_source(cartpole_run, tmp_path, monkeypatch, capsys):
+    import json
+    import sys
+
+    import yaml
+
+    from remedy.kb import cli
+
+    patch_file = tmp_path / "patch.yaml"
+    patch_file.write_text(yaml.safe_dump({"kind": "hyperparameters", "changes": {"ent_coef": 0.01}}))
+    args = [str(cartpole_run), "--patch", str(patch_file), "--seeds", "1", "--episodes", "3", "--no-confirm"]
+    monkeypatch.setattr(sys, "argv", ["remedy", "verify", *args, "--no-store", "--json"])
+    with pytest.raises(SystemExit) as ex:
+        cli.main()
+        raise SystemExit(0)
+    assert not ex.value.code
+    v = json.loads(capsys.readouterr().out)["case"]["verification"]
+    # no --budget, no scenario, no KB budget: 20% of the run's 512 training steps
+    assert (v["budget_source"], v["budget_steps"], v["budget_cases"]) == ("prior", round(0.2 * 512), [])
+    monkeypatch.setattr(sys, "argv", ["remedy", "verify", *args, "--no-store", "--budget", "64"])
+    with pytest.raises(SystemExit):
+        cli.main()
+        raise SystemExit(0)
+    assert "source user" in capsys.readouterr().out
