@@ -401,7 +401,11 @@ def fix(
     seeds, at most ``confirmations`` times per loop; only a confirmed candidate wins. The
     winning patch is written under ``out_dir`` (default ``./remedy-fixes``). Control arms are
     shared through ``config.control_cache``, by default ``controls/`` beside the KB that stores
-    the attempts (or, with no store, the one retrieval reads).
+    the attempts (or, with no store, the one retrieval reads). Each candidate is verified at the
+    budget its diagnosis learned from similar confirmed fixes in the KB (``CandidatePatch.budget``),
+    unless ``config.budget_steps`` is set; the case records the source. The checkpoint's rollouts
+    (evidence at the same seeds, a budget patch's checkpoint control) are computed once per loop
+    (``FixResult.rollouts`` counts what was reused).
     """
     run = run_dir if isinstance(run_dir, RunDir) else RunDir.load(run_dir)
     config = with_control_cache(config or VerifyConfig(), store, kb)

@@ -658,7 +658,8 @@ def verify_patch(
     ``budget`` (learned from the KB) sets the budget unless ``config.budget_steps`` does; the case
     records the budget's source (:func:`~remedy.cases.verify.budgets.choose_budget`). ``rollouts``
     (a session's :class:`~remedy.cases.evidence.rollcache.RolloutCache`) reuses evidence rollouts
-    and, without a control cache, evaluates a budget patch's checkpoint control from it in-process.
+    and evaluates a pure budget patch's checkpoint control from it in-process (no job, no control
+    cache entry: it trains nothing).
     """
     config = config or VerifyConfig()
     config.check()
