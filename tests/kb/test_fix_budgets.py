@@ -179,3 +179,15 @@ def test_cli_fix_json_shows_the_budget_source(kb_path, embedder, patient, monkey
     assert lr and all(a["budget_source"] == "kb" and a["budget_steps"] == 512 for a in lr)
     assert all(sorted(a["budget_cases"]) == ["c-past-0", "c-past-1", "c-past-2"] for a in lr)
     assert out["rollouts"]["computed_episodes"] > 0
+
+
+def test_the_bench_passes_no_budget_of_its_own_so_the_scenarios_is_recorded_as_such():
+    from remedy.cases.verify.budgets import choose_budget
+    from remedy.cases.verify.scenarios import load_scenarios
+    from remedy.kb.bench import BenchSettings
+
+    scenarios = load_scenarios()
+    for s in scenarios:
+        choice = choose_budget(BenchSettings().verify_config(s), s.train_steps, s.finetune_budget)
+        assert choice.steps == s.budget and choice.source == ("scenario" if s.finetune_budget else "prior")
+    assert BenchSettings(budget=500).verify_config(scenarios[0]).budget_steps == 500
