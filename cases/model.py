@@ -277,6 +277,11 @@ class Verification(FrozenModel):
     #: what was compared: the patch against a control with the same env steps, or (a pure
     #: training-budget patch) more training against the unpatched checkpoint
     comparison: Literal["same_budget_control", "budget_vs_none"] = "same_budget_control"
+    #: where ``budget_steps`` came from: "user" (--budget), "kb" (learned from the confirmed fixes in
+    #: ``budget_cases``), "scenario" (declared by the fault scenario), "prior" (a fraction of training),
+    #: or "patch" (a pure budget patch: its own extra steps); None on cases stored before it was recorded
+    budget_source: Literal["user", "kb", "scenario", "prior", "patch"] | None = None
+    budget_cases: list[str] = Field(default_factory=list)
     #: the pre-training trajectory check of a reward-changing patch: "passed", "refused",
     #: "forced" (refused, trained anyway), "undecidable" (nothing to order); None when not run
     preference: Literal["passed", "refused", "forced", "undecidable"] | None = None

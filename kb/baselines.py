@@ -248,11 +248,13 @@ FIX_BASELINES = {
 
 def run_fix_baseline(arm: str, scenario: Any, run: Any, n: int, verify_config: Any, seed: int = 0) -> BaselineFix:
     """Verify up to ``n`` candidates of ``arm`` on the built patient ``run``; stop at the first improvement."""
+    from remedy.cases.evidence.rollcache import RolloutCache
     from remedy.cases.verify.verification import verify_patch
 
     statuses, steps = [], 0
+    rollouts = RolloutCache()  # every candidate's evidence is the same rollouts of the patient
     for patch in FIX_BASELINES[arm](scenario, n, seed):
-        case = verify_patch(run, patch, verify_config, scenario=scenario)
+        case = verify_patch(run, patch, verify_config, scenario=scenario, rollouts=rollouts)
         v = case.verification
         if v is None:  # verify_patch always records one
             raise VerificationError(f"case {case.case_id} has no verification")

@@ -95,9 +95,12 @@ class BenchSettings:
 
     def verify_config(self, scenario: Scenario) -> VerifyConfig:
         """The verification settings for ``scenario``."""
+        # no explicit budget unless the user gave one: verification then takes the scenario's declared
+        # budget (or the prior fraction, equal to ``scenario.budget``), or one learned from the KB, and
+        # records which (``verification.budget_source``)
         return VerifyConfig(
             seeds=self.seeds,
-            budget_steps=self.budget if self.budget is not None else scenario.budget,
+            budget_steps=self.budget,
             eval_episodes=self.eval_episodes or scenario.eval_episodes,
             n_envs=self.n_envs,
             executor=self.executor,

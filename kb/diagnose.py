@@ -21,6 +21,7 @@ from remedy.cases.evidence.rollouts import EpisodeRecord, EvidenceBundle, collec
 from remedy.cases.evidence.rundir import RunDir, visible_wrappers
 from remedy.cases.evidence.signature import compute_signature
 from remedy.cases.model import EpisodeSummary, Signature, Subject
+from remedy.retrieval.budgets import size_candidates
 from remedy.retrieval.diagnosis import (
     Attempt,
     CaseRetriever,
@@ -35,6 +36,7 @@ from remedy.retrieval.diagnosis import (
 )
 
 if TYPE_CHECKING:
+    from remedy.cases.evidence.rollcache import RolloutCache
     from remedy.retrieval.describe import SymptomReader
 
     from .facade import KnowledgeBase
@@ -239,7 +241,8 @@ def diagnose_signature(
         constraints=tuple(constraints),
         notes=tuple(notes),
     )
-    return backend.diagnose(ctx)
+    # budgets from experience: the neighbours retrieved above also say how much fine-tuning fixed them
+    return size_candidates(backend.diagnose(ctx), cases, subject)
 
 
 def diagnose_run(
@@ -254,15 +257,17 @@ def diagnose_run(
     exclude_ids: Iterable[str] = (),
     tried: Sequence[Attempt] = (),
     rules: Sequence[RuleLike] | None = None,
+    rollouts: RolloutCache | None = None,
     **diagnoser_params: Any,
 ) -> DiagnosisReport:
     """Roll out the run's agent, compute its signature, and diagnose it against ``kb``.
 
-    ``rules`` None: the KB's accepted rules that match; ``()``: none.
+    ``rules`` None: the KB's accepted rules that match; ``()``: none. ``rollouts`` (a session's
+    cache, as in the fix loop) reuses rollouts already computed at the same seeds.
     """
     run = run_dir if isinstance(run_dir, RunDir) else RunDir.load(run_dir)
     subject = run.subject()
-    bundle = collect_evidence(run, n_episodes=n_episodes, seed=seed)
+    bundle = collect_evidence(run, n_episodes=n_episodes, seed=seed, cache=rollouts)
     signature = compute_signature(bundle, subject)
     return diagnose_signature(
         kb,

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from remedy.cases.evidence.rollcache import RolloutCache, RolloutSavings
 from remedy.cases.evidence.rundir import RunDir
 from remedy.cases.model import Case, Effect, Provenance, Source, Stage, Status, Verification, new_case_id
 from remedy.cases.patches.io import save_patch
@@ -93,6 +94,9 @@ class AttemptRecord:
     stage: str = Stage.screen.value
     passed_screen: bool = False
     confirms: str | None = None  # on a confirmation: the screen's case id
+    budget_steps: int = 0  # fine-tuning env steps per arm it was verified at
+    budget_source: str | None = None  # user | kb | scenario | prior | patch (Verification.budget_source)
+    budget_cases: tuple[str, ...] = ()  # the confirmed fixes a kb budget was learned from
 
     @property
     def improved(self) -> bool:
@@ -115,6 +119,9 @@ class AttemptRecord:
             "confirms": self.confirms,
             "env_steps": self.env_steps,
             "wall_time_s": round(self.wall_time_s, 2),
+            "budget_steps": self.budget_steps,
+            "budget_source": self.budget_source,
+            "budget_cases": list(self.budget_cases),
             "effect": None
             if e is None
             else {
@@ -147,6 +154,8 @@ class FixResult:
     total_wall_time_s: float = 0.0
     stop_reason: str = ""
     warnings: tuple[str, ...] = field(default_factory=tuple)
+    #: rollouts of the unmodified checkpoint this loop reused instead of recomputing (evidence, checkpoint controls)
+    rollouts: RolloutSavings = field(default_factory=RolloutSavings)
 
     @property
     def fixed(self) -> bool:
@@ -183,6 +192,7 @@ class FixResult:
             "total_env_steps": self.total_env_steps,
             "total_wall_time_s": round(self.total_wall_time_s, 2),
             "warnings": list(self.warnings),
+            "rollouts": self.rollouts.as_dict(),
         }
 
 
@@ -206,6 +216,7 @@ class _Loop:
     fix_at: tuple[int, float, int] | None = None  # (env steps, wall s, attempts) at the first improvement
     max_confirmations: int = CONFIRMATIONS
     confirmations: int = 0
+    rollouts: RolloutCache = field(default_factory=RolloutCache)  # one session: the checkpoint rolled out once
 
     def say(self, message: str, done: int = 0, total: int = 0) -> None:
         if self.progress is not None:
@@ -287,6 +298,8 @@ def _verify(
             progress=tick,
             stage=stage,
             confirms=confirms.case_id if confirms else None,
+            budget=cand.budget,
+            rollouts=loop.rollouts,
         )
     except Exception as err:
         failed = _failed_case(loop, cand, report, err)
@@ -324,6 +337,9 @@ def _record(loop: _Loop, rnd: int, cand: CandidatePatch, report: DiagnosisReport
         stage=v.stage.value if v else Stage.screen.value,
         passed_screen=bool(v and v.passed_screen),
         confirms=v.confirms if v else None,
+        budget_steps=v.budget_steps if v else 0,
+        budget_source=v.budget_source if v else None,
+        budget_cases=tuple(v.budget_cases) if v else (),
     )
     loop.attempts.append(rec)
     loop.steps += rec.env_steps
@@ -385,7 +401,11 @@ def fix(
     seeds, at most ``confirmations`` times per loop; only a confirmed candidate wins. The
     winning patch is written under ``out_dir`` (default ``./remedy-fixes``). Control arms are
     shared through ``config.control_cache``, by default ``controls/`` beside the KB that stores
-    the attempts (or, with no store, the one retrieval reads).
+    the attempts (or, with no store, the one retrieval reads). Each candidate is verified at the
+    budget its diagnosis learned from similar confirmed fixes in the KB (``CandidatePatch.budget``),
+    unless ``config.budget_steps`` is set; the case records the source. The checkpoint's rollouts
+    (evidence at the same seeds, a budget patch's checkpoint control) are computed once per loop
+    (``FixResult.rollouts`` counts what was reused).
     """
     run = run_dir if isinstance(run_dir, RunDir) else RunDir.load(run_dir)
     config = with_control_cache(config or VerifyConfig(), store, kb)
@@ -438,6 +458,7 @@ def _rounds(
             exclude_scenario=exclude,
             exclude_ids=exclude_ids,
             tried=loop.tried(),
+            rollouts=loop.rollouts,
         )
         loop.diagnoses.append(report)
         chosen = _fresh(report, loop, k_cands)
@@ -455,7 +476,7 @@ def _screen_then_confirm(
     loop: _Loop, rnd: int, cand: CandidatePatch, report: DiagnosisReport, label: str
 ) -> AttemptRecord | None:
     """Screen one candidate and, if it clears and the cap allows, confirm it; the confirmation's record (or None)."""
-    loop.say(f"{label}: screening")
+    loop.say(f"{label}: screening at {_budget_text(loop, cand)}")
     screen = _record(loop, rnd, cand, report, _verify(loop, cand, report, label))
     loop.say(f"{label}: screen {'cleared, ' if screen.passed_screen else ''}{screen.status}")
     if not screen.passed_screen:
@@ -467,6 +488,17 @@ def _screen_then_confirm(
     rec = _record(loop, rnd, cand, report, _verify(loop, cand, report, f"{label} confirm", confirms=screen))
     loop.say(f"{label}: confirmation {rec.status}")
     return rec
+
+
+def _budget_text(loop: _Loop, cand: CandidatePatch) -> str:
+    """Where this candidate's fine-tuning budget comes from, for the progress line."""
+    if set(cand.patch.kinds) == {"training_budget"}:
+        return "its own extra steps (more training vs none)"
+    if loop.config.budget_steps is not None:
+        return f"the user's budget ({loop.config.budget_steps:,} steps)"
+    if cand.budget is not None:
+        return f"a budget from the KB ({cand.budget.steps:,} steps: {cand.budget.text()})"
+    return "the default budget"
 
 
 def _patch_path(loop: _Loop, winner: AttemptRecord, out_dir: str | Path | None) -> Path:
@@ -500,4 +532,5 @@ def _result(loop: _Loop, stop: str, out_dir: str | Path | None) -> FixResult:
         total_wall_time_s=time.perf_counter() - loop.started,
         stop_reason=stop,
         warnings=tuple(dict.fromkeys(warnings)),
+        rollouts=loop.rollouts.savings,
     )

@@ -34,6 +34,7 @@ from remedy.cases.model import (
     patch_family,
 )
 from remedy.cases.patches.spec import Patch
+from remedy.cases.verify.budgets import LearnedBudget
 
 __all__ = [
     "ComputeCost",
@@ -73,6 +74,8 @@ class CandidatePatch(FrozenModel):
     compute_cost: ComputeCost = "low"
     cites: list[str] = Field(default_factory=list)
     score: float = 0.0  # the backend's ranking score (offline: summed votes); for display and tuning
+    #: the fine-tuning budget to verify it at, learned from similar confirmed fixes (None: the default rule)
+    budget: LearnedBudget | None = None
 
 
 class SymptomReading(FrozenModel):

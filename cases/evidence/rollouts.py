@@ -454,9 +454,19 @@ class EvidenceBundle:
 
 
 def collect_evidence(
-    run: Any, *, n_episodes: int = 20, seed: int = 0, stochastic: bool = True, keep_trajectories: int = 3
+    run: Any,
+    *,
+    n_episodes: int = 20,
+    seed: int = 0,
+    stochastic: bool = True,
+    keep_trajectories: int = 3,
+    cache: Any = None,
 ) -> EvidenceBundle:
-    """Roll out a :class:`~remedy.cases.evidence.rundir.RunDir`'s agent and read its logs."""
+    """Roll out a :class:`~remedy.cases.evidence.rundir.RunDir`'s agent and read its logs.
+
+    ``cache`` (a :class:`~remedy.cases.evidence.rollcache.RolloutCache`) reuses rollouts a session
+    already computed at the same seeds, bit for bit.
+    """
     model = run.load_model()
     vecnorm = _load_obs_normalizer(run)
     probe = run.make_env()
@@ -473,8 +483,8 @@ def collect_evidence(
         keep_trajectories=keep_trajectories,
         vecnormalize=vecnorm,
     )
-    det = rollout(model, run.make_env, deterministic=True, **kw)
-    sto = rollout(model, run.make_env, deterministic=False, **kw) if stochastic else []
+    det = _rollout_once(cache, run, model, True, kw)
+    sto = _rollout_once(cache, run, model, False, kw) if stochastic else []
     log = read_training_logs(run.path)
     try:
         traits = env_traits(cfg.env_id, cfg.env_kwargs)
@@ -486,6 +496,21 @@ def collect_evidence(
         notes.append("the checkpoint holds NaN/inf weights (training diverged)")
     names = [c.name for c in cfg.constraints]
     return EvidenceBundle(det, sto, log, limit, traits, a_space, o_space, notes, names, bad_weights)
+
+
+def _rollout_once(cache: Any, run: Any, model: Any, deterministic: bool, kw: dict[str, Any]) -> list[EpisodeRecord]:
+    """The run's rollouts in its training view, from ``cache`` when it holds the same computation."""
+    if cache is None:
+        return rollout(model, run.make_env, deterministic=deterministic, **kw)
+    from .rollcache import rollout_key
+
+    key = rollout_key(run, n_episodes=kw["n_episodes"], seed=kw["seed"], deterministic=deterministic)
+    rest = {k: v for k, v in kw.items() if k != "keep_trajectories"}
+    return cache.get_or_compute(
+        key,
+        lambda keep: rollout(model, run.make_env, deterministic=deterministic, keep_trajectories=keep, **rest),
+        kw["keep_trajectories"],
+    )
 
 
 def _weights_finite(model: Any) -> bool:

@@ -46,10 +46,12 @@ from ..model import Case, Effect, Provenance, Source, Stage, Status, Verificatio
 from ..patches.spec import Patch, RewardShaping
 from . import stats
 from .arms import ARM_JOB, EVAL_JOB, ArmResult, ArmSpec, Scores, preference_check
+from .budgets import BudgetChoice, LearnedBudget, choose_budget
 from .controls import ControlCache, control_key
 from .executors import Executor, Job, JobResult, get_executor
 
 if TYPE_CHECKING:
+    from ..evidence.rollcache import RolloutCache
     from ..evidence.rundir import RunDir
     from .scenarios import ShiftedEnv
 
@@ -123,16 +125,9 @@ class VerifyConfig:
         )
 
     def budget_for(self, train_steps: int | None, declared: int | None = None) -> int:
-        """Fine-tuning steps per arm: explicit, else the scenario's declared budget, else a fraction of training."""
-        if self.budget_steps is not None:
-            return int(self.budget_steps)
-        if declared:
-            return int(declared)
-        if not train_steps:
-            raise VerificationError(
-                "run.yaml has no train_steps, so the default budget is unknown; pass --budget STEPS"
-            )
-        return max(1, round(self.budget_fraction * train_steps))
+        """Fine-tuning steps per arm: explicit, else the scenario's declared budget, else a fraction of training
+        (:func:`~remedy.cases.verify.budgets.choose_budget` without a budget learned from the KB)."""
+        return choose_budget(self, train_steps, declared).steps
 
     def check(self) -> None:
         """Refuse settings that cannot produce a measurement."""
@@ -198,6 +193,8 @@ class _Context:
     stage: Stage = Stage.screen
     confirms: str | None = None
     preference: str | None = None  # outcome of the trajectory check (Verification.preference)
+    budget_choice: BudgetChoice | None = None  # where ``budget`` came from (Verification.budget_source)
+    rollouts: RolloutCache | None = None  # the session's rollouts of the unmodified checkpoint, if shared
 
     def say(self, message: str, done: int = 0, total: int = 0) -> None:
         if self.progress is not None:
@@ -319,6 +316,9 @@ def _jobs(ctx: _Context, shifted: tuple[tuple[str, str], ...], workdir: Path) ->
                 score_patch_json=score_patch_json,
             )
             job = Job(id=f"{arm} seed {seed}", fn=ARM_JOB, kwargs={"spec": spec}, limits=limits)
+            if control_is_checkpoint and arm == "control" and ctx.rollouts is not None:
+                plan.reused.append(_checkpoint_control(ctx, spec))  # no job: the session's rollouts of the checkpoint
+                continue
             if cache is not None and arm == "control":
                 shared = _shared_control(plan, cache, job, spec, ctx.subject.checkpoint_sha256 or "", run_yaml)
                 if shared is None:  # reused as it is: no job
@@ -326,6 +326,14 @@ def _jobs(ctx: _Context, shifted: tuple[tuple[str, str], ...], workdir: Path) ->
                 job = shared
             plan.jobs.append(job)
     return plan
+
+
+def _checkpoint_control(ctx: _Context, spec: ArmSpec) -> ArmResult:
+    from .checkpoint_arm import checkpoint_control
+
+    if ctx.rollouts is None:
+        raise VerificationError("the checkpoint control is evaluated in-process only with a rollout cache")
+    return checkpoint_control(ctx.run, spec, ctx.rollouts)
 
 
 def _shared_control(
@@ -444,7 +452,20 @@ def _base(ctx: _Context, env_steps: int = 0) -> dict[str, Any]:
         confirms=ctx.confirms,
         comparison=arm_comparison(ctx.patch),
         preference=ctx.preference,
+        **_budget_record(ctx),
     )
+
+
+def _budget_record(ctx: _Context) -> dict[str, Any]:
+    """Where the budget came from; a pure budget patch's arms train its own extra steps, whatever the budget."""
+    from .training import arm_comparison
+
+    choice = ctx.budget_choice
+    if choice is None:
+        return {}
+    if arm_comparison(ctx.patch) == "budget_vs_none":
+        return {"budget_source": "patch", "budget_cases": []}
+    return {"budget_source": choice.source, "budget_cases": list(choice.cases)}
 
 
 def _seed_shortage(ctx: _Context, arms: dict[str, list[ArmResult]]) -> str:
@@ -581,6 +602,8 @@ def _context(
     config: VerifyConfig,
     scenario: ScenarioLike | None,
     progress: VerifyProgress | None,
+    learned: LearnedBudget | None = None,
+    rollouts: RolloutCache | None = None,
 ) -> _Context:
     from ..evidence.rollouts import collect_evidence
     from ..evidence.rundir import RunDir
@@ -589,22 +612,24 @@ def _context(
     started = time.perf_counter()
     run = run_dir if isinstance(run_dir, RunDir) else RunDir.load(run_dir)
     subject = run.subject()
-    budget = config.budget_for(subject.train_steps, declared_budget(run, scenario))
+    choice = choose_budget(config, subject.train_steps, declared_budget(run, scenario), learned)
     if progress is not None:
-        progress("collecting evidence", 0, 0)
-    bundle = collect_evidence(run, n_episodes=config.eval_episodes, seed=config.eval_seed)
+        progress(f"budget {choice.text()}; collecting evidence", 0, 0)
+    bundle = collect_evidence(run, n_episodes=config.eval_episodes, seed=config.eval_seed, cache=rollouts)
     name = scenario.name if scenario is not None else None
     return _Context(
         run=run,
         patch=patch,
         config=config,
-        budget=budget,
+        budget=choice.steps,
         subject=subject,
         evidence=bundle,
         signature=compute_signature(bundle, subject),
         scenario=name,
         started=started,
         progress=progress,
+        budget_choice=choice,
+        rollouts=rollouts,
     )
 
 
@@ -618,6 +643,8 @@ def verify_patch(
     progress: VerifyProgress | None = None,
     stage: Stage = Stage.screen,
     confirms: str | None = None,
+    budget: LearnedBudget | None = None,
+    rollouts: RolloutCache | None = None,
 ) -> Case:
     """Verify ``patch`` on the agent in ``run_dir`` (a RunDir or a path) and return the case; the caller stores it.
 
@@ -628,10 +655,15 @@ def verify_patch(
     fine-tuning budget. A ``screen`` never ends ``improved``; a ``confirm`` stage
     (``confirms``: the screen's case id, run with ``config.confirmation(k)``) may.
     With a Ray executor on a cluster, ``run_dir`` must be on storage every node can read.
+    ``budget`` (learned from the KB) sets the budget unless ``config.budget_steps`` does; the case
+    records the budget's source (:func:`~remedy.cases.verify.budgets.choose_budget`). ``rollouts``
+    (a session's :class:`~remedy.cases.evidence.rollcache.RolloutCache`) reuses evidence rollouts
+    and evaluates a pure budget patch's checkpoint control from it in-process (no job, no control
+    cache entry: it trains nothing).
     """
     config = config or VerifyConfig()
     config.check()
-    ctx = _context(run_dir, patch, config, scenario, progress)
+    ctx = _context(run_dir, patch, config, scenario, progress, budget, rollouts)
     ctx.stage, ctx.confirms = Stage(stage), confirms
     ctx.say("pre-checks")
     refusal = _precheck(ctx)
@@ -663,6 +695,8 @@ def verify_and_confirm(
     executor: Executor | None = None,
     scenario: ScenarioLike | None = None,
     progress: VerifyProgress | None = None,
+    budget: LearnedBudget | None = None,
+    rollouts: RolloutCache | None = None,
 ) -> tuple[Case, Case | None]:
     """Screen ``patch``; when the screen clears, confirm it once on fresh seeds. Returns (screen, confirmation).
 
@@ -671,7 +705,16 @@ def verify_and_confirm(
     screen through ``verification.confirms``. Only it can be ``improved``.
     """
     config = config or VerifyConfig()
-    screen = verify_patch(run_dir, patch, config, executor=executor, scenario=scenario, progress=progress)
+    screen = verify_patch(
+        run_dir,
+        patch,
+        config,
+        executor=executor,
+        scenario=scenario,
+        progress=progress,
+        budget=budget,
+        rollouts=rollouts,
+    )
     if screen.verification is None or not screen.verification.passed_screen:
         return screen, None
     if progress is not None:
@@ -685,6 +728,8 @@ def verify_and_confirm(
         progress=progress,
         stage=Stage.confirm,
         confirms=screen.case_id,
+        budget=budget,
+        rollouts=rollouts,
     )
     return screen, confirmation
 

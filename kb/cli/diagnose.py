@@ -257,6 +257,7 @@ def _attempts_table(result, title: str = "What was tried") -> Table:
             ("status", {}),
             ("effect [95% CI]", {}),
             ("env steps", {"justify": "right"}),
+            ("budget/arm (source)", {"overflow": "fold"}),
             ("case", {"overflow": "fold"}),
         ],
     )
@@ -269,9 +270,18 @@ def _attempts_table(result, title: str = "What was tried") -> Table:
             stage + status_markup(a.status),
             effect_text(a.effect),
             f"{a.env_steps:,}",
+            _budget_cell(a),
             a.case_id,
         )
     return t
+
+
+def _budget_cell(a) -> str:
+    """``20,000 (kb: 3 cases)``: an attempt's budget per arm and where it came from."""
+    source = a.budget_source or "-"
+    if a.budget_cases:
+        source += f": {len(a.budget_cases)} case(s)"
+    return f"{a.budget_steps:,} ({source})"
 
 
 def _render_fix(result) -> None:
@@ -284,6 +294,13 @@ def _render_fix(result) -> None:
         if a.status == "failed":
             console.print(f"[red]failed[/] round {a.round} ({a.patch.summary()}): {a.reason[:300]}", highlight=False)
     console.print(f"{result.rounds_used} round(s); stopped: {result.stop_reason}", highlight=False)
+    saved = getattr(result, "rollouts", None)
+    if saved is not None and saved.reused_episodes:
+        console.print(
+            f"[dim]rollouts of the checkpoint reused: {saved.reused_episodes:,} episodes "
+            f"({saved.reused_env_steps:,} env steps) not recomputed; {saved.computed_episodes:,} computed[/]",
+            highlight=False,
+        )
     if result.winner is not None:
         w = result.winner
         console.print(

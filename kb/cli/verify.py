@@ -91,6 +91,7 @@ def verify(
         return remote.verify(
             server, run_dir, patch, json_out, wait, seeds=seeds, budget=budget, episodes=episodes, force=force
         )
+    from remedy.cases.evidence.rollcache import RolloutCache
     from remedy.cases.patches.io import load_patch
     from remedy.cases.verify.executors import get_executor
     from remedy.cases.verify.verification import VerifyConfig, verify_and_confirm, verify_patch
@@ -106,12 +107,16 @@ def verify(
         control_cache=None if no_store else str(Path(kb) / "controls"),
     )
     runner = get_executor("ray", address=ray_address) if executor is _Executor.ray else get_executor("local")
+    rollouts = RolloutCache()  # the confirmation's evidence is the screen's: rolled out once
     try:
         with _progress() as update:
             if no_confirm:
-                screen, confirmation = verify_patch(run_dir, the_patch, config, executor=runner, progress=update), None
+                screen = verify_patch(run_dir, the_patch, config, executor=runner, progress=update, rollouts=rollouts)
+                confirmation = None
             else:
-                screen, confirmation = verify_and_confirm(run_dir, the_patch, config, executor=runner, progress=update)
+                screen, confirmation = verify_and_confirm(
+                    run_dir, the_patch, config, executor=runner, progress=update, rollouts=rollouts
+                )
     finally:
         runner.shutdown()
     cases = [c for c in (screen, confirmation) if c is not None]
@@ -171,6 +176,14 @@ def _spread(values: list[float]) -> str:
     return f"{mean:.3g} ± {sd:.2g}"
 
 
+def _budget_source(v) -> str:
+    """`` (source kb: c-1, c-2)``: where the budget came from, when the case recorded it."""
+    if v.budget_source is None:
+        return ""
+    cases = f": {', '.join(v.budget_cases)}" if v.budget_cases else ""
+    return f" (source {v.budget_source}{cases})"
+
+
 def render_verification(case: Case) -> Group:
     """The effect table (arm, seeds, metric mean ± spread, per-seed values), secondary effects, and a status line."""
     v = case.verification
@@ -179,7 +192,7 @@ def render_verification(case: Case) -> Group:
     if v.effect is None:
         return Group(
             f"[bold red]{v.status.value}[/]: {v.reason}",
-            f"[dim]env steps {v.env_steps:,} · wall {v.wall_time_s:.1f}s · budget {v.budget_steps:,}[/]",
+            f"[dim]env steps {v.env_steps:,} · wall {v.wall_time_s:.1f}s · budget {v.budget_steps:,}{_budget_source(v)}[/]",
         )
     e = v.effect
     arms = Table(title=f"{case.subject.env_id} · {case.patch.summary()}", title_justify="left")
@@ -205,7 +218,7 @@ def render_verification(case: Case) -> Group:
     seeds = f"seeds {v.seed_base}..{v.seed_base + v.seeds - 1}"
     status = (
         f"{v.stage.value} status {status_markup(v.status.value, bold=True)} · {seeds} · env steps {v.env_steps:,}"
-        f" · wall {v.wall_time_s:.1f}s · budget {v.budget_steps:,}/arm"
+        f" · wall {v.wall_time_s:.1f}s · budget {v.budget_steps:,}/arm{_budget_source(v)}"
     )
     if v.comparison == "budget_vs_none":
         status += " · more training vs none (the control is the unpatched checkpoint)"
