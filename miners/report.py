@@ -330,7 +330,13 @@ def write_report(
     out_dir = Path(out_dir)
     _writable_dir(out_dir)
     report = render_report(
-        rules, cases, date=date, seed=seed, kb_label=kb_label, verified_cases=verified_cases, stopped_early=stopped_early
+        rules,
+        cases,
+        date=date,
+        seed=seed,
+        kb_label=kb_label,
+        verified_cases=verified_cases,
+        stopped_early=stopped_early,
     )
     stem = out_dir / f"heuristics-{date.isoformat()}"
     plot_dir = out_dir / plot_dir_name(date)

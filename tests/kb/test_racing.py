@@ -41,7 +41,9 @@ class Scripted:
         self.patches = patches
 
     def diagnose(self, ctx: DiagnosisContext) -> DiagnosisReport:
-        cands = [CandidatePatch(patch=p, family=RemedyFamily.hyperparameters, rationale="scripted") for p in self.patches]
+        cands = [
+            CandidatePatch(patch=p, family=RemedyFamily.hyperparameters, rationale="scripted") for p in self.patches
+        ]
         diag = Diagnosis(causes=[Cause(cause=RootCause.unstable_optimization, confidence=0.9)], backend="scripted")
         return DiagnosisReport(signature=ctx.signature, diagnosis=diag, candidates=cands)
 
