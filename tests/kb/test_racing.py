@@ -109,3 +109,25 @@ def test_no_race_screens_every_candidate_at_the_full_budget(kb, patient, tmp_pat
     budgets = [kb.get(a.case_id).verification.budget_steps for a in result.attempts[:2]]
     assert budgets == [1200, 1200] and result.stopped_early == 0
     assert result.as_dict()["race"]["enabled"] is False
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["fix", "{tmp}", "--race-seeds", "1"], "--race-seeds must be at least 2"),
+        (["fix", "{tmp}", "--race-fraction", "1.5"], "--race-fraction must be between 0 and 1"),
+        (["bench", "run", "--race-fraction", "0"], "--race-fraction must be between 0 and 1"),
+    ],
+)
+def test_cli_refuses_race_settings_that_cannot_rank(tmp_path, monkeypatch, capsys, args, says):
+    import sys
+
+    from remedy.kb.cli import main
+
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    monkeypatch.setattr(sys, "argv", ["remedy", *argv, "--kb", str(tmp_path / "kb")])
+    with pytest.raises(SystemExit) as ex:
+        main()
+    err = capsys.readouterr().err
+    assert ex.value.code == 1 and says in err and "Traceback" not in err
+    assert not (tmp_path / "kb").exists()  # refused before anything was created
