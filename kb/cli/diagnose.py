@@ -268,6 +268,13 @@ def _render_fix(result) -> None:
     for a in result.attempts:
         if a.status == "failed":
             console.print(f"[red]failed[/] round {a.round} ({a.patch.summary()}): {a.reason[:300]}", highlight=False)
+    if result.stopped_early:
+        r = result.race
+        console.print(
+            f"{result.stopped_early} candidate(s) stopped early at stage 1 of a race ({r.fraction:.2g} of the "
+            f"budget, {r.seeds} seeds): no verdict, stored as stopped_early",
+            highlight=False,
+        )
     console.print(f"{result.rounds_used} round(s); stopped: {result.stop_reason}", highlight=False)
     if result.winner is not None:
         w = result.winner
