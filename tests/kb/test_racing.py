@@ -131,3 +131,26 @@ def test_cli_refuses_race_settings_that_cannot_rank(tmp_path, monkeypatch, capsy
     err = capsys.readouterr().err
     assert ex.value.code == 1 and says in err and "Traceback" not in err
     assert not (tmp_path / "kb").exists()  # refused before anything was created
+
+
+def test_fix_output_names_the_stage_and_counts_the_stopped(capsys, tmp_path):
+    from remedy.cases.model import Effect
+    from remedy.kb.cli.diagnose import _render_fix
+    from remedy.kb.fixloop import AttemptRecord, FixResult
+
+    effect = Effect(metric="return_iqm", treatment=9.0, control=40.0, diff=-31.0, ci_low=-60.0, ci_high=-2.0)
+    rec = AttemptRecord(
+        round=1,
+        case_id="c-dropped",
+        patch=HARMFUL,
+        family="hyperparameters",
+        status="stopped_early",
+        effect=effect,
+        env_steps=2400,
+        wall_time_s=3.0,
+        stage="race",
+    )
+    _render_fix(FixResult(run_dir=tmp_path, scenario=None, attempts=(rec,), diagnoses=(), rounds_used=1))
+    out = capsys.readouterr().out
+    flat = " ".join(out.split())
+    assert "race:" in flat and "stopped_early" in flat and "1 candidate(s) stopped early at stage 1" in flat
