@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -476,12 +476,14 @@ def _rounds(
         chosen = _fresh(report, loop, k_cands)
         if not chosen:
             return f"round {rnd}: the diagnosis offered no candidate that was not tried already"
-        for i, (cand, stage_one) in enumerate(_race(loop, rnd, rounds, chosen, report), start=1):
+        staged = _race(loop, rnd, rounds, chosen, report)
+        for i, (cand, stage_one) in enumerate(staged, start=1):
             if stage_one is not None and not stage_one[1].survived:
                 continue  # dropped at stage 1 and stored as such by _race
             label = f"round {rnd}/{rounds}, candidate {i}/{len(chosen)} ({cand.patch.summary()})"
             rec = _screen_then_confirm(loop, rnd, cand, report, label, stage_one)
             if rec is not None and rec.improved and not exhaustive:
+                _unscreened(loop, rnd, report, staged[i:])
                 return f"round {rnd}: improvement confirmed on fresh seeds"
     return f"{rounds} round(s) done" + ("" if loop.fix_at else " without a confirmed improvement")
 
@@ -519,6 +521,19 @@ def _race(
             rec = _record(loop, rnd, cand, report, racing.stopped_early(case, standing, full))
             loop.say(f"round {rnd}/{rounds}, stage 1 ({cand.patch.summary()}): {standing.rule}, {rec.status}")
     return [(c, out.get(id(c))) for c in chosen]
+
+
+def _unscreened(
+    loop: _Loop, rnd: int, report: DiagnosisReport, rest: list[tuple[CandidatePatch, _StageOne | None]]
+) -> None:
+    """Store the survivors of stage 1 the loop will not screen (it stopped at a fix): their stage-1 steps
+    were spent, so they are cases too, ``stopped_early`` with the evidence they reached."""
+    for cand, stage_one in rest:
+        if stage_one is None or not stage_one[1].survived:
+            continue
+        case, standing = stage_one
+        why = replace(standing, rule=f"{standing.rule}; survived stage 1, but the loop stopped at a confirmed fix")
+        _record(loop, rnd, cand, report, racing.stopped_early(case, why, _full_budget(loop)))
 
 
 def _screen_then_confirm(

@@ -154,3 +154,42 @@ def test_fix_output_names_the_stage_and_counts_the_stopped(capsys, tmp_path):
     out = capsys.readouterr().out
     flat = " ".join(out.split())
     assert "race:" in flat and "stopped_early" in flat and "1 candidate(s) stopped early at stage 1" in flat
+
+
+def test_survivors_left_unscreened_by_a_fix_are_still_accounted(patient):
+    """A loop that stops at a confirmed fix stores the other stage-1 survivors: their steps were spent."""
+    from remedy.cases.evidence.rundir import RunDir
+    from remedy.cases.model import Case, Effect, Signature, Source, Verification
+    from remedy.cases.verify.racing import rank_stage_one
+    from remedy.kb.fixloop import _Loop, _unscreened
+
+    run = RunDir.load(patient)
+    effect = Effect(metric="return_iqm", treatment=50.0, control=40.0, diff=10.0, ci_low=-20.0, ci_high=40.0)
+    stage_one = Case(
+        case_id="stage-one",
+        source=Source.verified,
+        subject=run.subject(),
+        signature=Signature(summary="tiny"),
+        patch=HARMLESS,
+        verification=Verification(
+            status=Status.inconclusive, effect=effect, seeds=2, budget_steps=400, env_steps=1600, stage=Stage.race
+        ),
+    )
+    (standing,) = rank_stage_one([effect])
+    loop = _Loop(
+        kb=None,
+        store=None,
+        run=run,
+        config=TINY,
+        executor=None,
+        scenario=None,
+        source=Source.verified,
+        progress=None,
+    )
+    cand = CandidatePatch(patch=HARMLESS, family=RemedyFamily.hyperparameters)
+    diag = Diagnosis(causes=[Cause(cause=RootCause.unstable_optimization, confidence=0.9)], backend="scripted")
+    report = DiagnosisReport(signature=stage_one.signature, diagnosis=diag, candidates=[cand])
+    _unscreened(loop, 1, report, [(cand, (stage_one, standing)), (cand, None)])
+    (rec,) = loop.attempts
+    assert rec.status == Status.stopped_early.value and rec.stage == Stage.race.value and loop.steps == 1600
+    assert rec.race is not None and rec.race.survived and "stopped at a confirmed fix" in rec.race.rule
