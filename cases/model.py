@@ -37,6 +37,7 @@ __all__ = [
     "Cause",
     "Diagnosis",
     "Effect",
+    "RaceStage",
     "Verification",
     "LiteratureEffect",
     "Provenance",
@@ -109,6 +110,9 @@ class Status(StrEnum):
     #: not enough evidence for a verdict: fewer than 2 training seeds in a trained arm, or a
     #: screen that cleared but was not (yet) confirmed on fresh seeds; the reason says which
     inconclusive = "inconclusive"
+    #: dropped at stage 1 of a race (cases.verify.racing): measured on a share of the budget and few
+    #: seeds only, so no verdict — never a ``no_effect`` measured at the full budget
+    stopped_early = "stopped_early"
 
 
 class Stage(StrEnum):
@@ -116,6 +120,8 @@ class Stage(StrEnum):
 
     screen = "screen"  # only a confirmation may end ``improved``
     confirm = "confirm"
+    #: stage 1 of a race: a share of the budget on few seeds, to drop candidates that cannot win
+    race = "race"
 
 
 class Source(StrEnum):
@@ -251,6 +257,28 @@ class Effect(FrozenModel):
         return f"{self.diff:+.3g} [{self.ci_low:+.3g}, {self.ci_high:+.3g}] {self.metric}"
 
 
+class RaceStage(FrozenModel):
+    """Stage 1 of a race (cases.verify.racing): one candidate measured on a share of the budget and few seeds."""
+
+    effect: Effect | None = None
+    seeds: int = Field(0, ge=0)
+    seed_base: int = 0
+    #: per-arm fine-tuning steps at stage 1, and the full budget the survivors go on to
+    budget_steps: int = Field(default=0, ge=0)
+    full_budget_steps: int = Field(default=0, ge=0)
+    #: env steps this candidate's stage 1 trained (its treatments, and controls no one had trained yet)
+    env_steps: int = Field(default=0, ge=0)
+    wall_time_s: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    #: diff / half-width of the CI (None: no effect); candidates are ranked on it, 1 = best
+    score: float | None = Field(default=None, allow_inf_nan=False)
+    rank: int = Field(default=0, ge=0)
+    of: int = Field(default=0, ge=0)
+    survived: bool = False
+    #: why it was kept or dropped
+    rule: str = ""
+    controls: list[str] = Field(default_factory=list)
+
+
 class Verification(FrozenModel):
     """Result of fine-tuning with the patch (treatment) against without (control)."""
 
@@ -289,6 +317,8 @@ class Verification(FrozenModel):
     controls: list[str] = Field(default_factory=list)
     #: how many of them an earlier verification had trained (reused here at no training cost)
     controls_reused: int = Field(default=0, ge=0)
+    #: stage 1 of a race this candidate ran (a survivor's screen, or a ``stopped_early`` case); None: not raced
+    race: RaceStage | None = None
 
 
 class LiteratureEffect(FrozenModel):

@@ -41,6 +41,7 @@ from typing import Any
 
 from remedy.cases.errors import ScenarioError
 from remedy.cases.model import Case, RootCause, Source
+from remedy.cases.verify.racing import RACE_FRACTION, RACE_SEEDS, RaceSettings
 from remedy.cases.verify.scenarios import Scenario, build, load_scenarios
 from remedy.cases.verify.verification import VerifyConfig
 
@@ -92,6 +93,13 @@ class BenchSettings:
     baselines: bool = False  # also run the no-diagnosis fixing arms (tuned defaults, random search)
     baseline_seed: int = 0
     oracle_results: str | None = None  # None: bench/data/oracle.jsonl
+    race: bool = True  # race each round's candidates (cases.verify.racing)
+    race_fraction: float = RACE_FRACTION
+    race_seeds: int = RACE_SEEDS
+
+    def race_settings(self) -> RaceSettings:
+        """How the fix loop races each round's candidates."""
+        return RaceSettings(enabled=self.race, fraction=self.race_fraction, seeds=self.race_seeds)
 
     def verify_config(self, scenario: Scenario) -> VerifyConfig:
         """The verification settings for ``scenario``."""
@@ -135,6 +143,7 @@ class ScenarioResult:
     solvable: bool | None = None  # the oracle's verdict from `bench build`; None: not checked
     budget_only_fix: bool = False  # the winning patch only added training steps
     baselines: dict[str, dict[str, Any]] | None = None  # arm -> BaselineFix as a dict
+    stopped_early: int = 0  # candidates a race dropped at stage 1 (no verdict)
 
 
 @dataclass(frozen=True)
@@ -150,6 +159,7 @@ class BenchSummary:
     mean_wall_time_to_fix_s: float | None
     total_env_steps: int
     total_wall_time_s: float
+    stopped_early: int = 0  # candidates a race dropped at stage 1, over all scenarios
 
 
 @dataclass(frozen=True)
@@ -244,6 +254,7 @@ def summarize(results: Sequence[ScenarioResult]) -> BenchSummary:
         mean_wall_time_to_fix_s=_mean([r.wall_time_to_fix_s for r in fixed]),
         total_env_steps=sum(r.total_env_steps for r in results),
         total_wall_time_s=sum(r.total_wall_time_s for r in results),
+        stopped_early=sum(r.stopped_early for r in results),
     )
 
 
@@ -321,6 +332,7 @@ def _scenario_result(s: Scenario, res: FixResult) -> ScenarioResult:
         statuses=[a.status for a in res.attempts],
         split=s.split,
         budget_only_fix=w is not None and w.patch.kinds == ["training_budget"],
+        stopped_early=res.stopped_early,
     )
 
 
@@ -393,6 +405,7 @@ def run_bench(
                 k=settings.k,
                 n_episodes=settings.diagnose_episodes,
                 out_dir=_fix_dir(store),
+                race=settings.race_settings(),
             )
             row = _scenario_result(s, res)
             arms = _baselines(s, run, settings, say) if settings.baselines else None

@@ -55,6 +55,7 @@ def _summary_rows(reports: Sequence[BenchReport]) -> list[str]:
         ("mean attempts to fix", lambda s: _fmt(s.mean_attempts_to_fix, ".2f")),
         ("mean env steps to fix", lambda s: _fmt(s.mean_env_steps_to_fix, ",.0f")),
         ("mean wall s to fix", lambda s: _fmt(s.mean_wall_time_to_fix_s, ".0f")),
+        ("candidates stopped early (race)", lambda s: str(s.stopped_early)),
         ("total env steps", lambda s: f"{s.total_env_steps:,}"),
         ("total wall s", lambda s: f"{s.total_wall_time_s:.0f}"),
     )

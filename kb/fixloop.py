@@ -12,23 +12,31 @@ see :mod:`remedy.cases.verify.stats`). The loop stops at the first confirmed
 improvement unless ``exhaustive`` (then every screen that clears is confirmed,
 within the cap, and the largest CONFIRMED effect wins); the winning patch is
 written as a YAML file the user can apply with ``remedy verify --patch``.
+
+With racing (on by default; :mod:`remedy.cases.verify.racing`) a round of two or more
+candidates first runs stage 1: each candidate on a third of the budget and two seeds; those
+that cannot win are stored as ``stopped_early`` and the others go on to the full screen. Stage 1
+never yields ``improved`` and only selects before the confirmation, whose seeds and episodes it
+never touched, so the bound above holds as it is.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from remedy.cases.evidence.rollcache import RolloutCache, RolloutSavings
 from remedy.cases.evidence.rundir import RunDir
-from remedy.cases.model import Case, Effect, Provenance, Source, Stage, Status, Verification, new_case_id
+from remedy.cases.model import Case, Effect, Provenance, RaceStage, Source, Stage, Status, Verification, new_case_id
 from remedy.cases.patches.io import save_patch
 from remedy.cases.patches.spec import Patch
+from remedy.cases.verify import racing
 from remedy.cases.verify.executors import Executor, get_executor
-from remedy.cases.verify.verification import ScenarioLike, VerifyConfig, verify_patch, versions
+from remedy.cases.verify.racing import RaceSettings
+from remedy.cases.verify.verification import ScenarioLike, VerifyConfig, declared_budget, verify_patch, versions
 from remedy.retrieval.diagnosis import Attempt, CandidatePatch, Diagnoser, DiagnosisReport
 
 from .diagnose import diagnose_run
@@ -97,6 +105,7 @@ class AttemptRecord:
     budget_steps: int = 0  # fine-tuning env steps per arm it was verified at
     budget_source: str | None = None  # user | kb | scenario | prior | patch (Verification.budget_source)
     budget_cases: tuple[str, ...] = ()  # the confirmed fixes a kb budget was learned from
+    race: RaceStage | None = None  # stage 1 of a race, when this candidate ran one
 
     @property
     def improved(self) -> bool:
@@ -133,6 +142,7 @@ class AttemptRecord:
                 "control": e.control,
             },
             "reason": self.reason,
+            "race": None if self.race is None else self.race.model_dump(mode="json"),
         }
 
 
@@ -156,6 +166,12 @@ class FixResult:
     warnings: tuple[str, ...] = field(default_factory=tuple)
     #: rollouts of the unmodified checkpoint this loop reused instead of recomputing (evidence, checkpoint controls)
     rollouts: RolloutSavings = field(default_factory=RolloutSavings)
+    race: RaceSettings = field(default_factory=RaceSettings)
+
+    @property
+    def stopped_early(self) -> int:
+        """Candidates dropped at stage 1 of a race (stored ``stopped_early``, no verdict)."""
+        return sum(a.status == Status.stopped_early.value for a in self.attempts)
 
     @property
     def fixed(self) -> bool:
@@ -193,6 +209,8 @@ class FixResult:
             "total_wall_time_s": round(self.total_wall_time_s, 2),
             "warnings": list(self.warnings),
             "rollouts": self.rollouts.as_dict(),
+            "race": self.race.as_dict(),
+            "stopped_early": self.stopped_early,
         }
 
 
@@ -217,6 +235,7 @@ class _Loop:
     max_confirmations: int = CONFIRMATIONS
     confirmations: int = 0
     rollouts: RolloutCache = field(default_factory=RolloutCache)  # one session: the checkpoint rolled out once
+    race: RaceSettings = field(default_factory=RaceSettings)
 
     def say(self, message: str, done: int = 0, total: int = 0) -> None:
         if self.progress is not None:
@@ -276,15 +295,22 @@ def _failed_case(loop: _Loop, cand: CandidatePatch, report: DiagnosisReport, err
 
 
 def _verify(
-    loop: _Loop, cand: CandidatePatch, report: DiagnosisReport, label: str, confirms: AttemptRecord | None = None
+    loop: _Loop,
+    cand: CandidatePatch,
+    report: DiagnosisReport,
+    label: str,
+    confirms: AttemptRecord | None = None,
+    race: VerifyConfig | None = None,
 ) -> Case:
-    """Screen one candidate, or confirm the screen ``confirms`` on the next fresh seed block; any exception
-    becomes a ``failed`` case (the loop records it and goes on)."""
+    """Screen one candidate, run stage 1 of a race with the config ``race``, or confirm the screen ``confirms``
+    on the next fresh seed block; any exception becomes a ``failed`` case (the loop records it and goes on)."""
 
     def tick(message: str, done: int, total: int) -> None:
         loop.say(f"{label}: {message}", done, total)
 
     config, stage = loop.config, Stage.screen
+    if race is not None:
+        config, stage = race, Stage.race
     if confirms is not None:
         config, stage = loop.config.confirmation(loop.confirmations), Stage.confirm
         loop.confirmations += 1  # counted even if it crashes: its seeds are spent
@@ -340,6 +366,7 @@ def _record(loop: _Loop, rnd: int, cand: CandidatePatch, report: DiagnosisReport
         budget_steps=v.budget_steps if v else 0,
         budget_source=v.budget_source if v else None,
         budget_cases=tuple(v.budget_cases) if v else (),
+        race=v.race if v else None,
     )
     loop.attempts.append(rec)
     loop.steps += rec.env_steps
@@ -387,6 +414,7 @@ def fix(
     n_episodes: int = 20,
     seed: int = 0,
     confirmations: int = CONFIRMATIONS,
+    race: RaceSettings | None = None,
 ) -> FixResult:
     """Diagnose, verify the top ``candidates`` patches, store every attempt, repeat up to ``rounds`` times.
 
@@ -405,11 +433,15 @@ def fix(
     budget its diagnosis learned from similar confirmed fixes in the KB (``CandidatePatch.budget``),
     unless ``config.budget_steps`` is set; the case records the source. The checkpoint's rollouts
     (evidence at the same seeds, a budget patch's checkpoint control) are computed once per loop
-    (``FixResult.rollouts`` counts what was reused).
+    (``FixResult.rollouts`` counts what was reused). ``race`` (default: on, a third of the budget
+    on two seeds) races the candidates of a round (:mod:`remedy.cases.verify.racing`);
+    ``RaceSettings(enabled=False)`` screens every candidate at the full budget.
     """
     run = run_dir if isinstance(run_dir, RunDir) else RunDir.load(run_dir)
     config = with_control_cache(config or VerifyConfig(), store, kb)
     config.check()
+    race = race or RaceSettings()
+    race.check()
     config.budget_for(run.config.train_steps)  # no budget at all is the user's to fix, not every candidate's failure
     runner = executor or get_executor(config.executor)
     loop = _Loop(
@@ -422,6 +454,7 @@ def fix(
         source=source,
         progress=progress,
         max_confirmations=confirmations,
+        race=race,
     )
     try:
         stop = _rounds(
@@ -464,20 +497,83 @@ def _rounds(
         chosen = _fresh(report, loop, k_cands)
         if not chosen:
             return f"round {rnd}: the diagnosis offered no candidate that was not tried already"
-        for i, cand in enumerate(chosen, start=1):
+        staged = _race(loop, rnd, rounds, chosen, report)
+        for i, (cand, stage_one) in enumerate(staged, start=1):
+            if stage_one is not None and not stage_one[1].survived:
+                continue  # dropped at stage 1 and stored as such by _race
             label = f"round {rnd}/{rounds}, candidate {i}/{len(chosen)} ({cand.patch.summary()})"
-            rec = _screen_then_confirm(loop, rnd, cand, report, label)
+            rec = _screen_then_confirm(loop, rnd, cand, report, label, stage_one)
             if rec is not None and rec.improved and not exhaustive:
+                _unscreened(loop, rnd, report, staged[i:])
                 return f"round {rnd}: improvement confirmed on fresh seeds"
     return f"{rounds} round(s) done" + ("" if loop.fix_at else " without a confirmed improvement")
 
 
+_StageOne = tuple[Case, racing.Standing]
+
+
+def _full_budget(loop: _Loop, cand: CandidatePatch) -> int:
+    """Fine-tuning steps per arm of ``cand``'s full screen (what a race's stage 1 takes a share of): the
+    user's budget, else the one its diagnosis learned from the KB, else the scenario's or the default."""
+    if loop.config.budget_steps is None and cand.budget is not None:
+        return cand.budget.steps
+    return loop.config.budget_for(loop.run.config.train_steps, declared_budget(loop.run, loop.scenario))
+
+
+def _race(
+    loop: _Loop, rnd: int, rounds: int, chosen: list[CandidatePatch], report: DiagnosisReport
+) -> list[tuple[CandidatePatch, _StageOne | None]]:
+    """Stage 1 of a race over ``chosen`` (when it applies); stores the dropped candidates as ``stopped_early``.
+
+    Returns every candidate in diagnosis order with its stage-1 case and standing (None: not raced).
+    """
+    if not loop.race.applies(loop.config, [c.patch for c in chosen]):
+        return [(c, None) for c in chosen]
+    raced = [c for c in chosen if racing.raceable(c.patch)]
+    cases = []
+    for i, cand in enumerate(raced, start=1):
+        stage_cfg = racing.stage_config(loop.config, _full_budget(loop, cand), loop.race)
+        label = f"round {rnd}/{rounds}, stage 1, candidate {i}/{len(raced)} ({cand.patch.summary()})"
+        loop.say(f"{label}: {stage_cfg.budget_steps:,} env steps per arm on {stage_cfg.seeds} seeds")
+        cases.append(_verify(loop, cand, report, label, race=stage_cfg))
+    standings = racing.rank_stage_one([c.verification.effect if c.verification else None for c in cases])
+    out: dict[int, _StageOne] = {}
+    for cand, case, standing in zip(raced, cases, standings):
+        out[id(cand)] = (case, standing)
+        if not standing.survived:
+            rec = _record(loop, rnd, cand, report, racing.stopped_early(case, standing, _full_budget(loop, cand)))
+            loop.say(f"round {rnd}/{rounds}, stage 1 ({cand.patch.summary()}): {standing.rule}, {rec.status}")
+    return [(c, out.get(id(c))) for c in chosen]
+
+
+def _unscreened(
+    loop: _Loop, rnd: int, report: DiagnosisReport, rest: list[tuple[CandidatePatch, _StageOne | None]]
+) -> None:
+    """Store the survivors of stage 1 the loop will not screen (it stopped at a fix): their stage-1 steps
+    were spent, so they are cases too, ``stopped_early`` with the evidence they reached."""
+    for cand, stage_one in rest:
+        if stage_one is None or not stage_one[1].survived:
+            continue
+        case, standing = stage_one
+        why = replace(standing, rule=f"{standing.rule}; survived stage 1, but the loop stopped at a confirmed fix")
+        _record(loop, rnd, cand, report, racing.stopped_early(case, why, _full_budget(loop, cand)))
+
+
 def _screen_then_confirm(
-    loop: _Loop, rnd: int, cand: CandidatePatch, report: DiagnosisReport, label: str
+    loop: _Loop,
+    rnd: int,
+    cand: CandidatePatch,
+    report: DiagnosisReport,
+    label: str,
+    stage_one: _StageOne | None = None,
 ) -> AttemptRecord | None:
-    """Screen one candidate and, if it clears and the cap allows, confirm it; the confirmation's record (or None)."""
+    """Screen one candidate (carrying its stage-1 evidence, if it raced) and, if it clears and the cap allows,
+    confirm it; the confirmation's record (or None)."""
     loop.say(f"{label}: screening at {_budget_text(loop, cand)}")
-    screen = _record(loop, rnd, cand, report, _verify(loop, cand, report, label))
+    screened = _verify(loop, cand, report, label)
+    if stage_one is not None:
+        screened = racing.with_stage_one(screened, stage_one[0], stage_one[1], _full_budget(loop, cand))
+    screen = _record(loop, rnd, cand, report, screened)
     loop.say(f"{label}: screen {'cleared, ' if screen.passed_screen else ''}{screen.status}")
     if not screen.passed_screen:
         return None
@@ -533,4 +629,5 @@ def _result(loop: _Loop, stop: str, out_dir: str | Path | None) -> FixResult:
         stop_reason=stop,
         warnings=tuple(dict.fromkeys(warnings)),
         rollouts=loop.rollouts.savings,
+        race=loop.race,
     )

@@ -5,7 +5,9 @@ tags, env traits, algorithm family, the diagnosed root cause the patch addressed
 of its patch and its verdict. Each attempt counts ONCE, at its final verdict: a screen that a
 confirmation on fresh seeds re-measured is replaced by that confirmation (whose
 ``verification.confirms`` names the screen); a screen left ``inconclusive`` that was never
-confirmed stays inconclusive, counter-evidence rather than a win.
+confirmed stays inconclusive, counter-evidence rather than a win. A candidate a race stopped
+early (``stopped_early``: measured on a share of the budget and few seeds) has no verdict and is
+not an attempt here: it is neither a win nor a loss at the full budget.
 
 The same facts are read off a subject and signature being diagnosed (:func:`subject_facts`),
 so an accepted rule can be matched against a new failure (:func:`rule_holds`).
@@ -18,7 +20,7 @@ from dataclasses import dataclass
 
 from remedy.cases.algos import is_on_policy
 from remedy.cases.errors import AlgorithmError
-from remedy.cases.model import Case, RemedyFamily, Signature, Source, Subject, patch_family
+from remedy.cases.model import Case, RemedyFamily, Signature, Source, Status, Subject, patch_family
 from remedy.cases.outcomes import final_verdicts
 
 from .model import Condition, ConditionField
@@ -97,9 +99,14 @@ def case_facts(case: Case) -> frozenset[Condition]:
 
 
 def _measured(case: Case) -> bool:
-    """A verdict backed by a measurement: a measured source and a verification with an effect."""
+    """A verdict backed by a measurement: a measured source and a verification with an effect (stopped early: none)."""
     v = case.verification
-    return case.source in MEASURED_SOURCES and v is not None and v.effect is not None
+    return (
+        case.source in MEASURED_SOURCES
+        and v is not None
+        and v.effect is not None
+        and v.status is not Status.stopped_early
+    )
 
 
 def final_attempts(cases: Iterable[Case]) -> list[Attempt]:

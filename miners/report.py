@@ -244,6 +244,7 @@ def render_report(
     seed: int = 0,
     kb_label: str = "",
     verified_cases: int | None = None,
+    stopped_early: int = 0,
 ) -> RenderedReport:
     """Render the report in memory (see :func:`write_report`); nothing touches the disk."""
     sections = _sections(rules)
@@ -254,6 +255,7 @@ def render_report(
         "date": date.isoformat(),
         "kb": kb_label or "–",
         "verified_cases": len(cases) if verified_cases is None else verified_cases,
+        "stopped_early": stopped_early,
         "n": {k: len(v) for k, v in sections.items()} | {"total": len(rules)},
         "how_to_mine": HOW_TO_MINE,
         "level": "95%",
@@ -313,19 +315,29 @@ def write_report(
     seed: int = 0,
     kb_label: str = "",
     verified_cases: int | None = None,
+    stopped_early: int = 0,
 ) -> ReportPaths:
     """Write ``heuristics-DATE.md`` (with its PNG plots) and a self-contained ``heuristics-DATE.html``.
 
     ``cases`` maps case id → case for (at least) the cases the rules cite; a cited case missing
     from it is listed as not in the KB. ``verified_cases`` is the number of verified cases in the
-    KB the rules were mined from (default: ``len(cases)``). ``seed`` fixes the jitter of the plots' seed
+    KB the rules were mined from (default: ``len(cases)``); ``stopped_early`` the candidates a race
+    dropped at stage 1 (no verdict; a summary row when any). ``seed fixes the jitter of the plots' seed
     points. Raises :class:`ReportPathError` when ``out_dir`` cannot take the files; then nothing
     is written.
     """
     date = date or dt.date.today()
     out_dir = Path(out_dir)
     _writable_dir(out_dir)
-    report = render_report(rules, cases, date=date, seed=seed, kb_label=kb_label, verified_cases=verified_cases)
+    report = render_report(
+        rules,
+        cases,
+        date=date,
+        seed=seed,
+        kb_label=kb_label,
+        verified_cases=verified_cases,
+        stopped_early=stopped_early,
+    )
     stem = out_dir / f"heuristics-{date.isoformat()}"
     plot_dir = out_dir / plot_dir_name(date)
     if report.plots:
@@ -350,7 +362,16 @@ def write_kb_report(
     rules = RuleStore(store).all()
     cited = store.get_many(ref.case_id for ref in _cited(rules))
     by_status = store.stats().by_status
-    verified = sum(n for status, n in by_status.items() if status in Status.__members__)
+    # candidates a race stopped early have no verdict: counted apart, not as verified cases
+    early = by_status.get(Status.stopped_early.value, 0)
+    verified = sum(n for status, n in by_status.items() if status in Status.__members__) - early
     return write_report(
-        rules, {c.case_id: c for c in cited}, out_dir, date=date, seed=seed, kb_label=kb_label, verified_cases=verified
+        rules,
+        {c.case_id: c for c in cited},
+        out_dir,
+        date=date,
+        seed=seed,
+        kb_label=kb_label,
+        verified_cases=verified,
+        stopped_early=early,
     )

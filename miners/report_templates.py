@@ -63,7 +63,8 @@ over the rules tested. Only accepted rules reach a diagnosis.
 | date | {{ date }} |
 | KB | {{ kb | md }} |
 | verified cases in the KB | {{ verified_cases }} |
-| accepted | {{ n.accepted }} |
+{% if stopped_early %}| candidates stopped early in a race (no verdict) | {{ stopped_early }} |
+{% endif %}| accepted | {{ n.accepted }} |
 | awaiting review (proposed) | {{ n.proposed }} |
 | rejected | {{ n.rejected }} |
 | flagged (accepted, evidence turned) | {{ n.flagged }} |
@@ -207,6 +208,7 @@ Only accepted rules reach a diagnosis.</p>
 <tr><th>date</th><td>{{ date }}</td></tr>
 <tr><th>KB</th><td>{{ kb }}</td></tr>
 <tr><th>verified cases in the KB</th><td>{{ verified_cases }}</td></tr>
+{% if stopped_early %}<tr><th>candidates stopped early in a race (no verdict)</th><td>{{ stopped_early }}</td></tr>{% endif %}
 <tr><th>accepted</th><td>{{ n.accepted }}</td></tr>
 <tr><th>awaiting review (proposed)</th><td>{{ n.proposed }}</td></tr>
 <tr><th>rejected</th><td>{{ n.rejected }}</td></tr>

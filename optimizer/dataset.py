@@ -11,7 +11,10 @@ Counting rules (DESIGN.md, "Measuring honestly"):
   counted once, at its final verdict (the confirmation's status when there is one);
 - only a confirmation can make an attempt ``improved``; a screen that says ``improved`` with
   no confirmation (cases stored before confirmations existed) counts as ``inconclusive``;
-- bundled example cases and cases without a verification are not evidence and are skipped.
+- bundled example cases and cases without a verification are not evidence and are skipped;
+- a candidate a race stopped early (``stopped_early``: a share of the budget on few seeds) stays
+  in its group (it links the loop's cases) and in ``tried`` with that status, but it is no
+  verdict: not a family verified not to help (:data:`~remedy.optimizer.metric.FAILED_STATUSES`).
 
 The cause an attempt stands for is the highest-ranked cause of the diagnosis that proposed it
 among the causes its patch family addresses in the prior rulebook (a time-limit patch that

@@ -12,8 +12,8 @@ against the families verified to fix it. So a top-1 cause (>= 0.7) beats a cause
 three (>= 0.35), which beats a family match alone (0.3 or 0.15).
 
 **Unsolved** (nothing was confirmed): the group still says which families did *not* help
-(verified ``no_effect``, ``worse`` or ``reward_hacking``; ``inconclusive`` and crashed
-attempts say nothing). The family part starts at 1 and loses 0.5 when the predicted top family
+(verified ``no_effect``, ``worse`` or ``reward_hacking``; ``inconclusive``, crashed attempts and
+candidates a race ``stopped_early`` at a share of the budget say nothing). The family part starts at 1 and loses 0.5 when the predicted top family
 is one of them and 0.25 for each of ranks 2-3 that is (floored at 0); with nothing verified as
 failed it is 1 whatever is predicted. A patch that did nothing does not show its cause was wrong
 (the budget may have been too small), so verified failures never judge causes. Then:

@@ -8,7 +8,8 @@ optimizer can tune:
   similar signatures contradict loses weight): an ``improved`` case
   votes for its root causes and its patch family; ``worse``/``no_effect``/
   ``reward_hacking`` cases vote AGAINST their family (and, more softly, their
-  causes) for a similar signature; example (literature) cases vote with a
+  causes) for a similar signature; ``inconclusive`` and ``stopped_early`` (dropped by a race
+  at a share of the budget) cases vote neither way; example (literature) cases vote with a
   smaller weight;
 - accepted rules that matched the signature;
 - the built-in prior rulebook (``remedy.retrieval.priors``), so a cold KB still answers.
@@ -296,6 +297,8 @@ class OfflineDiagnoser:
                 return -1.0 * self.settings.w_effect, status.value
             if status == Status.inconclusive:  # one seed, or a screen not confirmed: evidence neither way
                 return 0.0, "inconclusive"
+            if status == Status.stopped_early:  # dropped by a race on a share of the budget: no verdict
+                return 0.0, "stopped_early"
             return -0.25 * self.settings.w_effect, "failed"  # may be a broken patch rather than a wrong idea
         if case.source == Source.example or case.literature is not None:
             return self.settings.example_weight, "example"

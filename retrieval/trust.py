@@ -31,8 +31,8 @@ SYMPTOM_OVERLAP = 0.5
 def outcome_sign(case: Case) -> int:
     """+1 for a verified improvement, -1 for a verified non-improvement, 0 when nothing was measured."""
     v = case.verification
-    if v is None or v.status == Status.failed:
-        return 0  # a crashed job says nothing about whether the patch helps
+    if v is None or v.status in (Status.failed, Status.stopped_early):
+        return 0  # a crashed job, or a race's stage 1 on a share of the budget, says nothing about whether it helps
     return 1 if v.status == Status.improved else -1
 
 

@@ -488,6 +488,9 @@ def _verdict(ctx: _Context, primary: Effect, shaped: Effect | None, shortage: st
     status = decide_status(primary, shaped, too_few_seeds=bool(shortage))
     if shortage:
         return status, False, shortage
+    if status is Status.improved and ctx.stage is Stage.race:
+        # stage 1 of a race only ranks candidates (cases.verify.racing): neither a fix nor a cleared screen
+        return Status.inconclusive, False, "stage 1 of a race ranks candidates; it never decides improved"
     if status is Status.improved and ctx.stage is Stage.screen:
         return (
             Status.inconclusive,

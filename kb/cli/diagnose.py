@@ -237,7 +237,7 @@ class _Live:
         if self._task is not None:
             self._bar.update(self._task, description=message[:110], completed=done, total=total or None)
         if not self.disable and message.endswith(
-            ("improved", "no_effect", "worse", "reward_hacking", "failed", "inconclusive")
+            ("improved", "no_effect", "worse", "reward_hacking", "failed", "inconclusive", "stopped_early")
         ):
             self._bar.console.print(message, highlight=False)
 
@@ -293,6 +293,13 @@ def _render_fix(result) -> None:
     for a in result.attempts:
         if a.status == "failed":
             console.print(f"[red]failed[/] round {a.round} ({a.patch.summary()}): {a.reason[:300]}", highlight=False)
+    if result.stopped_early:
+        r = result.race
+        console.print(
+            f"{result.stopped_early} candidate(s) stopped early at stage 1 of a race ({r.fraction:.2g} of the "
+            f"budget, {r.seeds} seeds): no verdict, stored as stopped_early",
+            highlight=False,
+        )
     console.print(f"{result.rounds_used} round(s); stopped: {result.stop_reason}", highlight=False)
     saved = getattr(result, "rollouts", None)
     if saved is not None and saved.reused_episodes:
@@ -335,6 +342,27 @@ BudgetOption = Annotated[
         "--budget", min=1, help="Fine-tuning env steps per arm (default: 20% of train_steps, or each scenario's own)."
     ),
 ]
+RaceOption = Annotated[
+    bool,
+    typer.Option(
+        "--race/--no-race",
+        help="Race each round's candidates: stage 1 on a share of the budget drops those that cannot win.",
+    ),
+]
+RaceFractionOption = Annotated[
+    float, typer.Option("--race-fraction", help="Share of the per-candidate budget stage 1 of a race spends.")
+]
+RaceSeedsOption = Annotated[
+    int, typer.Option("--race-seeds", help="Training seeds per arm at stage 1 of a race (at least 2).")
+]
+
+
+def _race(race: bool, fraction: float, seeds: int):
+    from remedy.cases.verify.racing import RaceSettings
+
+    settings = RaceSettings(enabled=race, fraction=fraction, seeds=seeds)
+    settings.check()
+    return settings
 
 
 def fix_cmd(
@@ -360,11 +388,15 @@ def fix_cmd(
     out: Annotated[
         Path | None, typer.Option("--out", help="Where to write the winning patch (default <kb>/fixes).")
     ] = None,
+    race: RaceOption = True,
+    race_fraction: RaceFractionOption = 1 / 3,
+    race_seeds: RaceSeedsOption = 2,
     kb: KbOption = Path(DEFAULT_KB),
     as_json: JsonOption = False,
     server: ServerOption = None,
 ) -> None:
-    """Diagnose → verify the top candidates → store every attempt → repeat until a fix is verified."""
+    """Diagnose → verify the top candidates (raced) → store every attempt → repeat until a fix is verified."""
+    racing = _race(race, race_fraction, race_seeds)
     if server:
         from . import remote
 
@@ -378,6 +410,9 @@ def fix_cmd(
             seeds=seeds,
             budget=budget,
             diagnoser=diagnoser,
+            race=race,
+            race_fraction=race_fraction,
+            race_seeds=race_seeds,
         )
     from remedy.cases.evidence.rundir import RunDir
     from remedy.cases.verify.verification import VerifyConfig
@@ -401,6 +436,7 @@ def fix_cmd(
             out_dir=out or base.root / "fixes",
             progress=live.update,
             confirmations=confirmations,
+            race=racing,
         )
     if as_json:
         print_json(result.as_dict())
@@ -408,10 +444,16 @@ def fix_cmd(
     _render_fix(result)
 
 
-def _bench_settings(diagnoser, rounds, candidates, seeds, budget, executor, baselines=False, oracle_results=None):
+def _bench_settings(
+    diagnoser, rounds, candidates, seeds, budget, executor, baselines=False, oracle_results=None, race=None
+):
     from remedy.kb.bench import BenchSettings
 
+    race = race or _race(True, 1 / 3, 2)
     return BenchSettings(
+        race=race.enabled,
+        race_fraction=race.fraction,
+        race_seeds=race.seeds,
         diagnoser=diagnoser,
         rounds=rounds,
         candidates=candidates,
@@ -478,6 +520,7 @@ def _bench_table(reports) -> Table:
         ("attempts to fix (mean)", "mean_attempts_to_fix", num(".2f")),
         ("env steps to fix (mean)", "mean_env_steps_to_fix", num(",.0f")),
         ("wall s to fix (mean)", "mean_wall_time_to_fix_s", num(".0f")),
+        ("candidates stopped early (race)", "stopped_early", str),
         ("total env steps", "total_env_steps", num(",")),
         ("total wall s", "total_wall_time_s", num(".0f")),
     ):
@@ -560,6 +603,9 @@ def bench_run(
     oracle_results: OracleOption = None,
     reports: ReportsOption = Path("reports/bench"),
     cache: CacheOption = None,
+    race: RaceOption = True,
+    race_fraction: RaceFractionOption = 1 / 3,
+    race_seeds: RaceSeedsOption = 2,
     kb: KbOption = Path(DEFAULT_KB),
     as_json: JsonOption = False,
 ) -> None:
@@ -567,8 +613,11 @@ def bench_run(
     from remedy.kb.bench import run_bench, select_scenarios, write_report
     from remedy.kb.facade import KnowledgeBase
 
+    racing = _race(race, race_fraction, race_seeds)
     chosen = select_scenarios(scenarios, quick, split)
-    settings = _bench_settings(diagnoser, rounds, candidates, seeds, budget, executor, baselines, oracle_results)
+    settings = _bench_settings(
+        diagnoser, rounds, candidates, seeds, budget, executor, baselines, oracle_results, racing
+    )
     _backend(diagnoser)
     with KnowledgeBase.open(kb, create=True) as base, _Live(disable=as_json) as live:
         report = run_bench(
@@ -608,6 +657,9 @@ def bench_curve(
         Path | None,
         typer.Option("--keep-kb", help="Keep the curve's KB (cold and warm cases) here instead of a temporary folder."),
     ] = None,
+    race: RaceOption = True,
+    race_fraction: RaceFractionOption = 1 / 3,
+    race_seeds: RaceSeedsOption = 2,
     as_json: JsonOption = False,
 ) -> None:
     """The meta-learning curve: the suite cold (empty KB), then warm (KB of the other scenarios' cold cases)."""
@@ -616,8 +668,11 @@ def bench_curve(
     from remedy.kb.bench import run_curve, select_scenarios, write_report
     from remedy.kb.facade import KnowledgeBase
 
+    racing = _race(race, race_fraction, race_seeds)
     chosen = select_scenarios(scenarios, quick, split)
-    settings = _bench_settings(diagnoser, rounds, candidates, seeds, budget, executor, baselines, oracle_results)
+    settings = _bench_settings(
+        diagnoser, rounds, candidates, seeds, budget, executor, baselines, oracle_results, racing
+    )
     _backend(diagnoser)
     with tempfile.TemporaryDirectory(prefix="remedy-curve-") as tmp:
         where = keep if keep is not None else Path(tmp) / "kb"

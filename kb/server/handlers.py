@@ -158,11 +158,13 @@ def _run_verify(service: Service, params: dict[str, Any], progress: JobProgress)
 
 
 def _run_fix(service: Service, params: dict[str, Any], progress: JobProgress) -> dict[str, Any]:
+    from remedy.cases.verify.racing import RaceSettings
     from remedy.cases.verify.verification import VerifyConfig
     from remedy.kb.fixloop import fix
 
     req = FixJobIn.model_validate(params)
     config = VerifyConfig(seeds=req.seeds, budget_steps=req.budget)
+    race = RaceSettings(enabled=req.race, fraction=req.race_fraction, seeds=req.race_seeds)
     result = fix(
         service.kb,
         run_path(service.runs_dir, req.run_id),
@@ -173,6 +175,7 @@ def _run_fix(service: Service, params: dict[str, Any], progress: JobProgress) ->
         diagnoser=_backend(req.diagnoser),
         out_dir=service.kb.root / "fixes",
         progress=progress,
+        race=race,
     )
     return json.loads(to_json_bytes(result.as_dict()))
 

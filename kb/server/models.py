@@ -197,6 +197,10 @@ class FixJobIn(_In):
     seeds: int = Field(3, ge=1, le=20)
     budget: int | None = Field(None, ge=1, le=50_000_000)
     diagnoser: DiagnoserName = "offline"
+    #: race each round's candidates (stage 1 on ``race_fraction`` of the budget and ``race_seeds`` seeds)
+    race: bool = True
+    race_fraction: float = Field(1 / 3, gt=0, lt=1)
+    race_seeds: int = Field(2, ge=2, le=20)
 
 
 class JobProgressOut(BaseModel):
