@@ -72,7 +72,7 @@ def patient_signatures(cache: Path, n_episodes: int = 20) -> list[dict]:
 
 def wrong_cases(base: list, truths: dict[str, set[str]], n: int, rng: random.Random, source: str) -> list:
     """``n`` cases with wrong outcomes, each copied from a random base case (see the module doc)."""
-    from remedy.cases.model import Cause, Diagnosis, Effect, Provenance, RootCause, Status, Verification
+    from remedy.cases.model import Cause, Diagnosis, Effect, Provenance, RootCause, Source, Status, Verification
     from remedy.retrieval.diagnosis import patch_family
 
     earliest = min(c.provenance.created_at for c in base)
@@ -97,7 +97,7 @@ def wrong_cases(base: list, truths: dict[str, set[str]], n: int, rng: random.Ran
             src.model_copy(
                 update={
                     "case_id": f"wrong-{i}",
-                    "source": source,
+                    "source": Source(source),  # model_copy does not validate
                     "scenario": None,
                     "parent_id": None,
                     "diagnosis": Diagnosis(
