@@ -29,11 +29,11 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from run_split import _order, load_rows, open_kb, run_scenarios
+from run_split import _order, load_rows, open_kb, report_of, run_scenarios
 
 from remedy.cases.verify.scenarios import build
 from remedy.cases.verify.solvability import ORACLE_FILE, latest_results
-from remedy.kb.bench import BenchReport, BenchSettings, _baselines, select_scenarios, split_summaries, summarize
+from remedy.kb.bench import BenchSettings, _baselines, select_scenarios
 from remedy.kb.bench_report import render_passes
 
 COLUMNS = ("cold", "warm", "opt")
@@ -71,18 +71,7 @@ def _report(chosen, settings: BenchSettings, out: Path, oracle: Path) -> Path:
     for column in COLUMNS:
         rows = load_rows(out / column, chosen, oracle)
         rows = [replace(r, baselines=arms.get(r.scenario)) for r in rows]
-        passes.append(
-            BenchReport(
-                label=column,
-                kb=None,
-                settings=settings,
-                scenarios=rows,
-                summary=summarize(rows),
-                started_at="(per scenario)",
-                wall_time_s=sum(r.total_wall_time_s for r in rows),
-                splits=split_summaries(rows),
-            )
-        )
+        passes.append(report_of(rows, settings, column))
     out.mkdir(parents=True, exist_ok=True)
     path = out / "holdout-curve.md"
     path.write_text(render_passes(passes, "Meta-learning curve on holdout: cold, warm, warm + optimized"))
@@ -106,6 +95,10 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("reports/kb/curve"))
     ap.add_argument("--work", type=Path, default=Path("bench/out/curve"), help="KBs and control caches")
     ap.add_argument("--oracle-results", type=Path, default=ORACLE_FILE)
+    ap.add_argument(
+        "--race", action=argparse.BooleanOptionalAction, default=False,
+        help="race each round's candidates (the committed curve ran without racing, before it existed)",
+    )  # fmt: skip
     ap.add_argument("--report-only", action="store_true")
     args = ap.parse_args()
     settings = BenchSettings(
@@ -114,6 +107,7 @@ def main() -> None:
         seeds=args.seeds,
         baselines=False,
         oracle_results=str(args.oracle_results),
+        race=args.race,
     )
     chosen = _order(select_scenarios(args.scenarios, split=args.split), args.oracle_results)
     if not args.report_only and args.column is None:

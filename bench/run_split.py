@@ -104,6 +104,20 @@ def load_rows(folder: Path, chosen, oracle: Path) -> list[ScenarioResult]:
     ]
 
 
+def report_of(rows: list[ScenarioResult], settings: BenchSettings, label: str) -> BenchReport:
+    """One pass's report from scenario results written one at a time."""
+    return BenchReport(
+        label=label,
+        kb=None,
+        settings=settings,
+        scenarios=rows,
+        summary=summarize(rows),
+        started_at="(per scenario)",
+        wall_time_s=sum(r.total_wall_time_s for r in rows),
+        splits=split_summaries(rows),
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--split", choices=["dev", "holdout"], required=True)
@@ -134,16 +148,7 @@ def main() -> None:
     if not args.report_only:
         run_scenarios(chosen, settings, folder, args.oracle_results, store=kb, export=args.export)
     done = load_rows(folder, chosen, args.oracle_results)
-    report = BenchReport(
-        label="cold",
-        kb=None,
-        settings=settings,
-        scenarios=done,
-        summary=summarize(done),
-        started_at="(per scenario)",
-        wall_time_s=sum(r.total_wall_time_s for r in done),
-        splits=split_summaries(done),
-    )
+    report = report_of(done, settings, "cold")
     (args.out / f"{args.split}-report.md").write_text(render_markdown(report))
     (args.out / f"{args.split}-report.json").write_text(json.dumps(report.as_dict(), indent=2, default=str) + "\n")
     print(f"{len(done)}/{len(chosen)} scenarios of {args.split} done; report in {args.out}/{args.split}-report.md")
