@@ -291,12 +291,8 @@ def _run_llm(
 
 
 def _llm_module() -> Any:
-    try:
-        return importlib.import_module("remedy.optimizer.llm")
-    except ImportError:
-        raise OptimizeError(
-            "--backend llm is not available in this build (remedy.optimizer.llm is missing); use --backend offline"
-        ) from None
+    """``remedy.optimizer.llm``, imported only when asked for (it loads DSPy, which the offline path never needs)."""
+    return importlib.import_module("remedy.optimizer.llm")
 
 
 def _with_report(result: OptimizeResult, path: Path) -> OptimizeResult:

@@ -5,7 +5,6 @@ A small KB of fix-loop cases (real DuckDB, LanceDB and embedder) stands in for a
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from datetime import UTC, datetime
 from pathlib import Path
@@ -193,9 +192,3 @@ def test_cli_refuses_bad_options(kb, tmp_path, args, message) -> None:
     res = _cli("optimize", "--kb", kb.root, "--reports", tmp_path / "r", *args)
     assert isinstance(res.exception, OptimizeError) and message in str(res.exception)
     assert ProgramStore(kb.store).list() == []
-
-
-@pytest.mark.skipif(importlib.util.find_spec("remedy.optimizer.llm") is not None, reason="the llm backend exists")
-def test_llm_backend_missing_is_a_clear_error(kb, tmp_path) -> None:
-    res = _cli("optimize", "--kb", kb.root, "--backend", "llm", "--optimizer", "gepa", "--reports", tmp_path)
-    assert isinstance(res.exception, OptimizeError) and "--backend llm is not available" in str(res.exception)
