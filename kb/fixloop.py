@@ -588,7 +588,7 @@ def _screen_then_confirm(
 
 def _budget_text(loop: _Loop, cand: CandidatePatch) -> str:
     """Where this candidate's fine-tuning budget comes from, for the progress line."""
-    if set(cand.patch.kinds) == {"training_budget"}:
+    if cand.patch.budget_only:
         return "its own extra steps (more training vs none)"
     if loop.config.budget_steps is not None:
         return f"the user's budget ({loop.config.budget_steps:,} steps)"

@@ -16,7 +16,6 @@ Too few examples raise :class:`OptimizeError` before anything is stored.
 
 from __future__ import annotations
 
-import importlib
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
@@ -292,7 +291,9 @@ def _run_llm(
 
 def _llm_module() -> Any:
     """``remedy.optimizer.llm``, imported only when asked for (it loads DSPy, which the offline path never needs)."""
-    return importlib.import_module("remedy.optimizer.llm")
+    from . import llm
+
+    return llm
 
 
 def _with_report(result: OptimizeResult, path: Path) -> OptimizeResult:

@@ -55,10 +55,6 @@ VERIFY_FRACTION_BOUNDS = (0.02, 1.0)
 EXTRA_FRACTION_BOUNDS = (0.05, 2 * MAX_BUDGET_MULTIPLE)
 
 
-def _pure_budget(patch: Patch) -> bool:
-    return set(patch.kinds) == {"training_budget"}
-
-
 def _extra(patch: Patch) -> int:
     return sum(int(p.extra_steps) for p in patch.parts if isinstance(p, TrainingBudget))
 
@@ -81,7 +77,7 @@ def verify_fraction(case: Case) -> float | None:
     """The case's verification budget per arm over its patient's training steps (None: not a same-budget comparison
     or unknown)."""
     v, steps = case.verification, case.subject.train_steps
-    if v is None or not steps or _pure_budget(case.patch):
+    if v is None or not steps or case.patch.budget_only:
         return None
     base = v.budget_steps - _extra(case.patch)  # budget_steps counts a combined budget part's steps too
     return base / steps if base > 0 else None
@@ -90,7 +86,7 @@ def verify_fraction(case: Case) -> float | None:
 def extra_fraction(case: Case) -> float | None:
     """A pure budget patch's extra steps over its patient's training steps (None for other patches)."""
     steps = case.subject.train_steps
-    if not steps or not _pure_budget(case.patch):
+    if not steps or not case.patch.budget_only:
         return None
     return _extra(case.patch) / steps or None
 
@@ -165,7 +161,7 @@ def size_candidates(report: DiagnosisReport, neighbours: Sequence[RetrievedCase]
     extra = learned_extra_steps(neighbours, subject.train_steps)
     sized, seen = [], set()
     for cand in report.candidates:
-        if _pure_budget(cand.patch):
+        if cand.patch.budget_only:
             cand = _resized(cand, extra, subject)
         else:
             budget = learned_budget(neighbours, cand.family, subject.train_steps)

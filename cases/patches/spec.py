@@ -211,6 +211,11 @@ class Patch(BaseModel):
         """The ``kind`` of each part, in order."""
         return [p.kind for p in self.parts]
 
+    @property
+    def budget_only(self) -> bool:
+        """Whether the patch only adds training steps (its comparison is more training vs none)."""
+        return set(self.kinds) == {"training_budget"}
+
     def summary(self) -> str:
         """One line for tables: the description, or the parts' summaries joined."""
         return self.description or "; ".join(p.summary() for p in self.parts)

@@ -101,7 +101,7 @@ class RaceSettings:
 
 def raceable(patch: Patch) -> bool:
     """False for a patch that only adds training steps (a share of its steps would be another patch)."""
-    return set(patch.kinds) != {"training_budget"}
+    return not patch.budget_only
 
 
 def stage_config(config: VerifyConfig, full_budget: int, settings: RaceSettings) -> VerifyConfig:

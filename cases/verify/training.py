@@ -219,7 +219,7 @@ def arm_budgets(patch: Patch | None, budget_steps: int) -> tuple[int, int]:
     Both arms are then held to the same number of ENV steps by :func:`finetune`
     (action repeat included).
     """
-    if patch is not None and set(patch.kinds) == {"training_budget"}:
+    if patch is not None and patch.budget_only:
         return 0, 0
     extra = sum(int(getattr(p, "extra_steps", 0)) for p in (patch.parts if patch is not None else ()))
     return budget_steps, budget_steps + extra
@@ -227,7 +227,7 @@ def arm_budgets(patch: Patch | None, budget_steps: int) -> tuple[int, int]:
 
 def arm_comparison(patch: Patch | None) -> str:
     """What a verification of ``patch`` compares: ``budget_vs_none`` for a pure budget patch, else ``same_budget_control``."""
-    if patch is not None and set(patch.kinds) == {"training_budget"}:
+    if patch is not None and patch.budget_only:
         return "budget_vs_none"
     return "same_budget_control"
 
