@@ -1,41 +1,47 @@
-"""Verification cost: own controls, shared controls, shared controls + racing (issue 9, parts 1-2), in one run.
+"""Verification cost per confirmed fix: own controls, shared controls, shared controls + racing (issue 9).
 
-For each scenario, the same cold fix loop (same diagnosis, candidates, seeds and budgets) runs
-three times: every candidate training its own controls; controls shared through a fresh cache;
-and shared controls with racing (stage 1 on ``--race-fraction`` of the budget and
-``--race-seeds`` seeds drops the candidates that cannot win; :mod:`remedy.cases.verify.racing`).
-Training is deterministic given the seed, so the first two passes reach the same statuses;
-racing screens fewer candidates at the full budget and may differ. Prints one row per scenario
-and column, then per column the totals: env steps, wall time, confirmed fixes, env steps per
-confirmed fix; then, for the racing column, where each verification's budget came from (part 3:
-``user``/``kb``/``scenario``/``prior``/``patch``) and the rollouts of the checkpoint each loop reused
-instead of recomputing (part 4: evidence episodes and the budget patches' checkpoint controls).
+For each scenario, the same cold fix loop (same diagnosis, candidates, seeds and budgets) runs once
+per column: ``own`` (every candidate trains its own controls, no racing: the "before"); ``shared``
+(controls shared through a fresh cache per scenario: part 1); ``shared+racing`` (shared controls,
+and a race whose stage 1 on ``--race-fraction`` of the budget and ``--race-seeds`` seeds drops the
+candidates that cannot win: part 2, :mod:`remedy.cases.verify.racing`). Training is deterministic
+given the seed, so ``own`` and ``shared`` reach the same statuses; racing screens fewer candidates
+at the full budget and may differ. Part 3 (budgets learned from the KB) shows as the budget sources
+of the racing column, part 4 (rollouts once) as the checkpoint rollouts each loop reused.
+
+Resumable: one JSON line per (scenario, column) is appended to ``--out`` as it finishes, and
+lines already there (same settings) are skipped, so a long run can stop and go on in chunks
+(``--shard I/N`` takes every N-th scenario from the I-th, ``--columns`` one column at a time).
+Patients the oracle records found not failing at their budget are skipped (no fault to fix).
+``--report-only`` renders the tables from the file.
 
 ``--kb DIR`` lets retrieval read a KB (read-only; attempts are stored nowhere) in every pass, so
-budgets can be learned from its confirmed fixes; the default is cold (priors only, so no budget
-can come from the KB).
+budgets can be learned from its confirmed fixes; the default is cold (priors only).
 
-    .venv/bin/python bench/cost.py --scenarios 'cartpole_lr_too_low,acrobot_undertrained' --candidates 3 --seeds 3
+    .venv/bin/python bench/cost.py --split dev --columns own --out bench/data/cost-dev.jsonl
+    .venv/bin/python bench/cost.py --scenarios 'cartpole_lr_too_low' --candidates 3 --seeds 3
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import fnmatch
 import json
+import sys
 import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
 
 from remedy.cases.verify.racing import RACE_FRACTION, RACE_SEEDS, RaceSettings
-from remedy.cases.verify.scenarios import build, load_scenarios
-from remedy.kb.bench import BenchSettings
+from remedy.cases.verify.scenarios import build
+from remedy.cases.verify.solvability import ORACLE_FILE, latest_results
+from remedy.kb.bench import BenchSettings, select_scenarios
 from remedy.kb.fixloop import fix, one_torch_thread
 
 #: the columns: (name, shared controls, racing)
 COLUMNS = (("own", False, False), ("shared", True, False), ("shared+racing", True, True))
+NAMES = tuple(name for name, _, _ in COLUMNS)
 
 
 def _pass(s, run, settings: BenchSettings, cache: str | None, race: RaceSettings, kb=None) -> dict:
@@ -59,98 +65,188 @@ def _pass(s, run, settings: BenchSettings, cache: str | None, race: RaceSettings
         "statuses": [a.status for a in res.attempts],
         "stages": [a.stage for a in res.attempts],
         "fixed": res.fixed,
+        "env_steps_to_fix": res.env_steps_to_fix,
         "stopped_early": res.stopped_early,
         "budget_sources": [a.budget_source for a in res.attempts],
         "rollouts": res.rollouts.as_dict(),
     }
 
 
-def _scenario(s, settings: BenchSettings, race: RaceSettings, kb=None) -> dict:
-    """The three passes on one scenario; each shared pass starts from an empty control cache."""
+def _column(s, name: str, settings: BenchSettings, race: RaceSettings, kb=None) -> dict:
+    """One column's fix loop on one scenario; a shared column starts from an empty control cache."""
+    _, shared, racing = next(c for c in COLUMNS if c[0] == name)
+    how = race if racing else RaceSettings(enabled=False)
     run = build(s)
-    row: dict = {"scenario": s.name}
-    for name, shared, racing in COLUMNS:
-        how = race if racing else RaceSettings(enabled=False)
-        if not shared:
-            row[name] = _pass(s, run, settings, None, how, kb)
-            continue
-        with tempfile.TemporaryDirectory(prefix="remedy-controls-") as cache:
-            row[name] = _pass(s, run, settings, cache, how, kb)
-    return row
+    if not shared:
+        return _pass(s, run, settings, None, how, kb)
+    with tempfile.TemporaryDirectory(prefix="remedy-controls-") as cache:
+        return _pass(s, run, settings, cache, how, kb)
 
 
-def _table(rows: list[dict]) -> None:
+def _settings_key(args: argparse.Namespace) -> dict:
+    """What makes two lines comparable: a line written under other settings is neither skipped nor reported."""
+    return {
+        "rounds": args.rounds,
+        "candidates": args.candidates,
+        "seeds": args.seeds,
+        "race_fraction": round(args.race_fraction, 4),
+        "race_seeds": args.race_seeds,
+        "kb": None if args.kb is None else str(args.kb),
+    }
+
+
+def _read(path: Path, key: dict) -> dict[tuple[str, str], dict]:
+    """The lines of ``path`` written under ``key``, by (scenario, column); the last line wins."""
+    done: dict[tuple[str, str], dict] = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            if line.strip():
+                row = json.loads(line)
+                if row.get("settings") == key:
+                    done[(row["scenario"], row["column"])] = row
+    return done
+
+
+def _table(rows: dict[tuple[str, str], dict], scenarios: list[str], columns: list[str]) -> None:
     print("\n| scenario | column | env steps | wall s | confirmed fix | stopped early | statuses |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
-    for r in rows:
-        for name, _, _ in COLUMNS:
-            c = r[name]
-            print(
-                f"| {r['scenario']} | {name} | {c['env_steps']:,} | {c['wall_s']} | {'yes' if c['fixed'] else 'no'} "
-                f"| {c['stopped_early']} | {', '.join(f'{st}:{s}' for st, s in zip(c['stages'], c['statuses']))} |"
-            )
-    print("\n| column | env steps | ratio to own | wall s | confirmed fixes | env steps per confirmed fix |")
+    for name in scenarios:
+        for col in columns:
+            c = rows.get((name, col))
+            if c is None:
+                continue
+            steps = ", ".join(f"{st}:{s}" for st, s in zip(c["stages"], c["statuses"]))
+            fixed = "yes" if c["fixed"] else "no"
+            print(f"| {name} | {col} | {c['env_steps']:,} | {c['wall_s']} | {fixed} | {c['stopped_early']} | {steps} |")
+
+
+def _totals(rows: dict[tuple[str, str], dict], scenarios: list[str], columns: list[str]) -> None:
+    """Per column, over the scenarios every listed column has finished (so the columns compare like for like)."""
+    common = [n for n in scenarios if all((n, c) in rows for c in columns)]
+    print(f"\nTotals over the {len(common)} scenario(s) every column has finished:")
+    print("\n| column | env steps | ratio to first | wall s | confirmed fixes | env steps per confirmed fix |")
     print("| --- | --- | --- | --- | --- | --- |")
-    own = sum(r["own"]["env_steps"] for r in rows)
-    for name, _, _ in COLUMNS:
-        steps = sum(r[name]["env_steps"] for r in rows)
-        wall = sum(r[name]["wall_s"] for r in rows)
-        fixes = sum(bool(r[name]["fixed"]) for r in rows)
+    first = sum(rows[(n, columns[0])]["env_steps"] for n in common) if columns else 0
+    for col in columns:
+        steps = sum(rows[(n, col)]["env_steps"] for n in common)
+        wall = sum(rows[(n, col)]["wall_s"] for n in common)
+        fixes = sum(bool(rows[(n, col)]["fixed"]) for n in common)
         per_fix = f"{steps / fixes:,.0f}" if fixes else "- (no fix)"
-        ratio = f"{steps / own:.2f}" if own else "-"
-        print(f"| {name} | {steps:,} | {ratio} | {wall:.0f} | {fixes} of {len(rows)} | {per_fix} |")
+        ratio = f"{steps / first:.2f}" if first else "-"
+        print(f"| {col} | {steps:,} | {ratio} | {wall:.0f} | {fixes} of {len(common)} | {per_fix} |")
 
 
-def _budgets_and_rollouts(rows: list[dict], column: str = "shared+racing") -> None:
+def _budgets_and_rollouts(rows: dict[tuple[str, str], dict], scenarios: list[str], column: str) -> None:
     """Parts 3 and 4 per scenario: budget sources used, rollouts of the checkpoint reused."""
     print(
         f"\n| scenario ({column}) | budget sources (attempts) | episodes computed | episodes reused | env steps reused |"
     )
     print("| --- | --- | --- | --- | --- |")
-    for r in rows:
-        c = r[column]
+    for name in scenarios:
+        c = rows.get((name, column))
+        if c is None:
+            continue
         counts: dict[str, int] = {}
         for src in c["budget_sources"]:
             counts[str(src)] = counts.get(str(src), 0) + 1
         ro = c["rollouts"]
         sources = ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "-"
         print(
-            f"| {r['scenario']} | {sources} | {ro['computed_episodes']:,} | {ro['reused_episodes']:,} "
+            f"| {name} | {sources} | {ro['computed_episodes']:,} | {ro['reused_episodes']:,} "
             f"| {ro['reused_env_steps']:,} |"
         )
 
 
+def _chosen(globs: list[str | None], split: str | None, shard: tuple[int, int]) -> list:
+    """The scenarios matching ``globs`` (None: all) in ``split``, minus patients the oracle found not failing,
+    then every N-th from the I-th (``shard``)."""
+    chosen: dict[str, object] = {}
+    for g in globs:
+        for s in select_scenarios(g, split=split or "all"):
+            chosen.setdefault(s.name, s)
+    records = latest_results(list(chosen.values()), ORACLE_FILE)
+    kept = [s for name, s in chosen.items() if not (name in records and records[name].verdict == "not_failing")]
+    i, n = shard
+    return kept[i::n]
+
+
+def _shard(text: str) -> tuple[int, int]:
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--shard takes I/N, e.g. 0/2 (got {text!r})") from None
+    if not 0 <= i < n:
+        raise argparse.ArgumentTypeError(f"--shard I/N needs 0 <= I < N (got {text!r})")
+    return i, n
+
+
+def _columns(text: str) -> list[str]:
+    cols = [c.strip() for c in text.split(",") if c.strip()]
+    bad = [c for c in cols if c not in NAMES]
+    if bad or not cols:
+        raise argparse.ArgumentTypeError(f"unknown column(s) {bad or text!r}; choose from {', '.join(NAMES)}")
+    return cols
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--scenarios", required=True, help="comma-separated names or globs")
+    which = ap.add_mutually_exclusive_group(required=True)
+    which.add_argument("--scenarios", help="comma-separated names or globs")
+    which.add_argument("--split", choices=("dev", "holdout"), help="every failing scenario of a split")
+    ap.add_argument("--columns", type=_columns, default=list(NAMES), help=f"comma-separated, of {', '.join(NAMES)}")
+    ap.add_argument("--shard", type=_shard, default=(0, 1), help="I/N: every N-th scenario from the I-th")
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--candidates", type=int, default=2)
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--race-fraction", type=float, default=RACE_FRACTION)
     ap.add_argument("--race-seeds", type=int, default=RACE_SEEDS)
-    ap.add_argument("--out", type=Path, default=Path("bench/out/cost.json"))
+    ap.add_argument("--out", type=Path, default=Path("bench/out/cost.jsonl"), help="JSON lines, appended (resume)")
     ap.add_argument("--kb", type=Path, default=None, help="a KB directory retrieval reads (default: cold)")
+    ap.add_argument("--report-only", action="store_true", help="render the tables from --out; run nothing")
     args = ap.parse_args()
-    one_torch_thread()
     race = RaceSettings(fraction=args.race_fraction, seeds=args.race_seeds)
     race.check()
-    globs = args.scenarios.split(",")
-    chosen = [s for s in load_scenarios() if any(fnmatch.fnmatch(s.name, g) for g in globs)]
-    settings = BenchSettings(rounds=args.rounds, candidates=args.candidates, seeds=args.seeds, baselines=False)
-    rows = []
-    with contextlib.ExitStack() as stack:
-        kb = None
-        if args.kb is not None:
-            from remedy.kb.facade import KnowledgeBase
+    key = _settings_key(args)
+    globs = args.scenarios.split(",") if args.scenarios else [None]
+    chosen = _chosen(globs, args.split, args.shard)
+    done = _read(args.out, key)
+    if not args.report_only:
+        one_torch_thread()
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.ExitStack() as stack:
+            kb = None
+            if args.kb is not None:
+                from remedy.kb.facade import KnowledgeBase
 
-            kb = stack.enter_context(KnowledgeBase.open(args.kb))
-        for s in chosen:
-            rows.append(_scenario(s, settings, race, kb))
-            print(json.dumps(rows[-1]), flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(rows, indent=2) + "\n")
-    _table(rows)
-    _budgets_and_rollouts(rows)
+                kb = stack.enter_context(KnowledgeBase.open(args.kb))
+            for s in chosen:
+                for col in args.columns:
+                    if (s.name, col) in done:
+                        continue
+                    row = {
+                        "scenario": s.name,
+                        "column": col,
+                        "settings": key,
+                        **_column(s, col, args_settings(args), race, kb),
+                    }
+                    with args.out.open(
+                        "a"
+                    ) as fh:  # one whole line per finished pass: a kill loses only the running one
+                        fh.write(json.dumps(row) + "\n")
+                    done[(s.name, col)] = row
+                    print(f"{s.name} {col}: {row['env_steps']:,} env steps, fixed={row['fixed']}", flush=True)
+    names = [s.name for s in chosen]
+    _table(done, names, args.columns)
+    _totals(done, names, args.columns)
+    if "shared+racing" in args.columns:
+        _budgets_and_rollouts(done, names, "shared+racing")
+    if not done:
+        sys.exit(f"no finished lines in {args.out} under these settings; run without --report-only first")
+
+
+def args_settings(args: argparse.Namespace) -> BenchSettings:
+    """The bench settings of the fix loops (no baselines: this bench compares verification costs only)."""
+    return BenchSettings(rounds=args.rounds, candidates=args.candidates, seeds=args.seeds, baselines=False)
 
 
 if __name__ == "__main__":
