@@ -122,8 +122,26 @@ class RemedyClient:
         ).json()
 
     def diagnose(self, **body: Any) -> dict[str, Any]:
-        """A DiagnosisReport's JSON for ``run_id=...`` or ``subject=..., signature=...``."""
+        """A DiagnosisReport's JSON for ``run_id=...``, ``subject=..., signature=...`` or ``describe=...``."""
         return self._request("POST", "/v1/diagnose", json=_given(body)).json()
+
+    # -- rules ------------------------------------------------------------------------------
+
+    def rules(self, status: str | None = None) -> list[dict[str, Any]]:
+        """Stored rules (only those in review state ``status`` when given), each as `remedy rules show --json`."""
+        return self._request("GET", "/v1/rules", params=_given({"status": status})).json()
+
+    def rule(self, rule_id: str) -> dict[str, Any]:
+        """One rule's JSON."""
+        return self._request("GET", f"/v1/rules/{_quote(rule_id)}").json()
+
+    def review(self, rule_id: str, decision: str, note: str = "") -> dict[str, Any]:
+        """Accept or reject a rule (``decision``: "accept" or "reject"); the service records the token's name."""
+        return self._request("POST", f"/v1/rules/{_quote(rule_id)}/{decision}", json={"note": note}).json()
+
+    def mine(self, **params: Any) -> dict[str, Any]:
+        """Mine and store rules (``min_support``, ``fdr``, ``max_conditions``, ``seed``); the `remedy mine --json` shape."""
+        return self._request("POST", "/v1/mine", json=_given(params)).json()
 
     def submit(self, kind: str, **params: Any) -> dict[str, Any]:
         """Queue a ``verify`` or ``fix`` job; returns the job."""

@@ -65,17 +65,22 @@ def diagnose(
     ] = None,
     kb: KbOption = Path(DEFAULT_KB),
     as_json: JsonOption = False,
+    server: ServerOption = None,
 ) -> None:
     """Say why the agent in RUN_DIR (or the one described with --describe) fails: ranked root causes and patches.
 
     The llm backend reads REMEDY_LM (a litellm model string such as openai/gpt-4o-mini or
     ollama_chat/llama3.1), REMEDY_LM_API_BASE (e.g. http://localhost:8000/v1 for a local
-    OpenAI-compatible server) and REMEDY_LM_API_KEY.
+    OpenAI-compatible server) and REMEDY_LM_API_KEY. With --server the service diagnoses (with
+    its own LM settings); a RUN_DIR is uploaded to it first.
     """
     from remedy.kb.diagnose import diagnose_description, diagnose_run
 
     text_opts = {"--env": env, "--algo": algo, "--action-space": action_space, "--tags": tags}
     _check_source(run_dir, describe, text_opts)
+    if server:
+        report = _diagnose_remote(server, run_dir, describe, text_opts, diagnoser, k, episodes, seed, exclude_scenario)
+        return _show(report, [], write_patches_dir, as_json)
     backend = _backend(diagnoser)
     store, warnings = _open_kb(kb)
     try:
@@ -97,6 +102,11 @@ def diagnose(
     finally:
         if store is not None:
             store.close()
+    _show(report, warnings, write_patches_dir, as_json)
+
+
+def _show(report, warnings: list[str], write_patches_dir: Path | None, as_json: bool) -> None:
+    """Write the candidate patches when asked, then print the report (JSON or tables)."""
     report = report.model_copy(update={"warnings": [*warnings, *report.warnings]})
     written = write_patches(report.candidates, write_patches_dir) if write_patches_dir else []
     if as_json:
@@ -105,6 +115,30 @@ def diagnose(
         print_json(data)
         return
     _render(report, written)
+
+
+def _diagnose_remote(server, run_dir, describe, text_opts, diagnoser, k, episodes, seed, exclude_scenario):
+    """The report from the service at ``server``: of a description, or of RUN_DIR (uploaded)."""
+    from remedy.cases.errors import ValidationError
+
+    from . import remote
+
+    if exclude_scenario is not None:
+        raise ValidationError("--exclude-scenario is for local benchmarks; drop it or drop --server")
+    if describe is not None:
+        tags = text_opts["--tags"]
+        return remote.diagnose(
+            server,
+            None,
+            describe=describe,
+            env=text_opts["--env"],
+            algo=text_opts["--algo"],
+            action_space=text_opts["--action-space"],
+            tags=None if tags is None else tags.split(","),
+            diagnoser=diagnoser,
+            k=k,
+        )
+    return remote.diagnose(server, run_dir, diagnoser=diagnoser, k=k, episodes=episodes, seed=seed)
 
 
 def _check_source(run_dir: Path | None, describe: str | None, text_opts: dict) -> None:

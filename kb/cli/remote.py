@@ -2,18 +2,24 @@
 
 Each function mirrors a command of :mod:`.kb`: it calls the service with
 ``$REMEDY_TOKEN`` and renders the answer with the same table or JSON shape, so
-output does not depend on where the KB lives.
+output does not depend on where the KB lives. The rule and diagnosis functions
+return what the local path computes (rules, the mining JSON, a report), and
+their commands render it as they render a local result.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
 from .common import console, print_json
+
+if TYPE_CHECKING:
+    from remedy.miners import Rule
+    from remedy.retrieval.diagnosis import DiagnosisReport
 
 __all__ = [
     "query",
@@ -27,6 +33,11 @@ __all__ = [
     "jobs_list",
     "jobs_show",
     "jobs_cancel",
+    "rules_list",
+    "rule_show",
+    "rule_review",
+    "mine",
+    "diagnose",
 ]
 
 _err = Console(stderr=True)
@@ -258,3 +269,47 @@ def jobs_cancel(server: str, job_id: str) -> None:
     """`remedy jobs cancel`."""
     with _client(server) as client:
         _print_job(client.cancel(job_id), False)
+
+
+# -- rules and diagnosis ----------------------------------------------------------------------
+
+
+def rules_list(server: str, status: str | None) -> list[Rule]:
+    """The service's rules (only those in review state ``status`` when given)."""
+    from remedy.miners import Rule
+
+    with _client(server) as client:
+        return [Rule.model_validate(r) for r in client.rules(status)]
+
+
+def rule_show(server: str, rule_id: str) -> Rule:
+    """One rule from the service (its 404 names close ids)."""
+    from remedy.miners import Rule
+
+    with _client(server) as client:
+        return Rule.model_validate(client.rule(rule_id))
+
+
+def rule_review(server: str, rule_id: str, decision: str, note: str) -> Rule:
+    """Accept or reject (``decision``: "accepted" or "rejected") on the service, as the token's name."""
+    from remedy.miners import Rule
+
+    verb = {"accepted": "accept", "rejected": "reject"}[decision]
+    with _client(server) as client:
+        return Rule.model_validate(client.review(rule_id, verb, note))
+
+
+def mine(server: str, **params: Any) -> dict[str, Any]:
+    """Mine on the service; the `remedy mine --json` shape."""
+    with _client(server) as client:
+        return client.mine(**params)
+
+
+def diagnose(server: str, run_dir: Path | None, **body: Any) -> DiagnosisReport:
+    """A diagnosis on the service: of ``run_dir`` (uploaded first) or of a description (``describe=...``)."""
+    from remedy.retrieval.diagnosis import DiagnosisReport
+
+    with _client(server) as client:
+        if run_dir is not None:
+            body["run_id"] = client.upload_run(run_dir)["run_id"]
+        return DiagnosisReport.model_validate(client.diagnose(**body))

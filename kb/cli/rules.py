@@ -1,19 +1,22 @@
 """`remedy mine` and `remedy rules list|show|accept|reject` (the meta-rule issue).
 
 Each command opens the KB's store, calls one function of ``remedy.miners`` and renders the
-result. The miner and the store are imported inside the commands so `remedy --help` stays fast.
+result; with ``--server URL`` (or ``$REMEDY_SERVER``) it asks a running `remedy serve`
+instead (:mod:`.remote`) and renders the answer the same way. The miner and the store are
+imported inside the commands so `remedy --help` stays fast.
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 
-from .common import DEFAULT_KB, JsonOption, KbOption, add_columns, console, print_json, status_markup
+from . import remote
+from .common import DEFAULT_KB, JsonOption, KbOption, ServerOption, add_columns, console, print_json, status_markup
 
 if TYPE_CHECKING:
     from remedy.miners import Rule, RuleStore
@@ -30,7 +33,10 @@ class _Status(StrEnum):
 
 IdArgument = Annotated[str, typer.Argument(help="Rule id, as `remedy rules list` shows it.")]
 ReviewerOption = Annotated[
-    str | None, typer.Option("--reviewer", help="Who reviews (default: $USER, or the login name).")
+    str | None,
+    typer.Option(
+        "--reviewer", help="Who reviews (default: $USER, or the login name; with --server: the token's name)."
+    ),
 ]
 
 
@@ -52,37 +58,45 @@ def mine_cmd(
     seed: Annotated[int, typer.Option("--seed", help="Seed of the bootstrap intervals.")] = 0,
     kb: KbOption = Path(DEFAULT_KB),
     as_json: JsonOption = False,
+    server: ServerOption = None,
 ) -> None:
     """Mine rules from the KB's measured cases and store them as proposed (re-mining updates their evidence)."""
+    params = {"min_support": min_support, "fdr": fdr, "max_conditions": max_conditions, "seed": seed}
+    data = remote.mine(server, **params) if server else _mine_local(kb, **params)
+    if as_json:
+        print_json(data)
+        return
+    _render_mine(data, fdr)
+
+
+def _mine_local(kb: Path, **params: Any) -> dict[str, Any]:
+    """Mine the KB at ``kb``; the `remedy mine --json` shape (also what ``POST /v1/mine`` answers)."""
     from remedy.miners.store import mine_into
 
-    rules = _rules(kb)
-    result, report = mine_into(rules, min_support=min_support, fdr=fdr, max_conditions=max_conditions, seed=seed)
-    if as_json:
-        print_json(
-            {
-                "attempts": result.n_attempts,
-                "tested": result.n_tested,
-                "rules": [r.model_dump(mode="json") for r in result.rules],
-                "new": report.new,
-                "updated": report.updated,
-                "flagged": report.flagged,
-            }
-        )
-        return
-    head = (
-        f"{result.n_attempts} measured attempts, {result.n_tested} candidate rules tested, "
-        f"{len(result.rules)} kept at q ≤ {fdr:g}"
-    )
-    if not result.rules:
+    result, report = mine_into(_rules(kb), **params)
+    return {
+        "attempts": result.n_attempts,
+        "tested": result.n_tested,
+        "rules": [r.model_dump(mode="json") for r in result.rules],
+        "new": report.new,
+        "updated": report.updated,
+        "flagged": report.flagged,
+    }
+
+
+def _render_mine(data: dict[str, Any], fdr: float) -> None:
+    from remedy.miners import Rule
+
+    rules = [Rule.model_validate(r) for r in data["rules"]]
+    head = f"{data['attempts']} measured attempts, {data['tested']} candidate rules tested, {len(rules)} kept at q ≤ {fdr:g}"
+    if not rules:
         console.print(f"nothing to mine: {head}; no rule beats the 5% false-improved rate often enough", soft_wrap=True)
     else:
         console.print(head, soft_wrap=True)
-        console.print(_rule_table(result.rules, title="mined rules"))
-    console.print(
-        f"new {len(report.new)} / updated {len(report.updated)} / flagged {len(report.flagged)}", highlight=False
-    )
-    for rid, flag in report.flagged.items():
+        console.print(_rule_table(rules, title="mined rules"))
+    new, updated, flagged = data["new"], data["updated"], data["flagged"]
+    console.print(f"new {len(new)} / updated {len(updated)} / flagged {len(flagged)}", highlight=False)
+    for rid, flag in flagged.items():
         console.print(f"[yellow]flagged[/] {rid}: {flag}", highlight=False, soft_wrap=True)
 
 
@@ -126,9 +140,11 @@ def rules_list(
     status: Annotated[_Status | None, typer.Option("--status", help="Only rules in this review state.")] = None,
     kb: KbOption = Path(DEFAULT_KB),
     as_json: JsonOption = False,
+    server: ServerOption = None,
 ) -> None:
     """Stored rules with their evidence and review state."""
-    rules = _rules(kb).all(status.value if status else None)
+    wanted = status.value if status else None
+    rules = remote.rules_list(server, wanted) if server else _rules(kb).all(wanted)
     if as_json:
         print_json([r.model_dump(mode="json") for r in rules])
         return
@@ -138,9 +154,11 @@ def rules_list(
     console.print(_rule_table(rules, title=f"{len(rules)} rules", status=True))
 
 
-def rules_show(rule_id: IdArgument, kb: KbOption = Path(DEFAULT_KB), as_json: JsonOption = False) -> None:
+def rules_show(
+    rule_id: IdArgument, kb: KbOption = Path(DEFAULT_KB), as_json: JsonOption = False, server: ServerOption = None
+) -> None:
     """One rule: condition, remedy, evidence, supporting and counter cases, reviews."""
-    rule = _rules(kb).get(rule_id)
+    rule = remote.rule_show(server, rule_id) if server else _rules(kb).get(rule_id)
     if as_json:
         print_json(rule.model_dump(mode="json"))
         return
@@ -181,16 +199,33 @@ def _refs_table(title: str, refs: list[CaseRef]) -> Table:
     return table
 
 
+def _review(kb: Path, server: str | None, rule_id: str, decision: str, reviewer: str | None, note: str) -> None:
+    """Record the review here or on the service (which records its token's name), and say so."""
+    if server and reviewer is not None:
+        from remedy.cases.errors import ValidationError
+
+        raise ValidationError(
+            "--reviewer does not apply with --server: the service records the name of the token in $REMEDY_TOKEN"
+        )
+    if server:
+        rule = remote.rule_review(server, rule_id, decision, note)
+    else:
+        rule = _rules(kb).review(rule_id, decision, reviewer, note)
+    r = rule.reviews[-1]
+    console.print(
+        f"{decision} {rule.id} ({rule.condition_text} → {rule.family.value}) by {r.reviewer}", highlight=False
+    )
+
+
 def rules_accept(
     rule_id: IdArgument,
     note: Annotated[str, typer.Option("--note", help="Why (kept with the rule).")] = "",
     reviewer: ReviewerOption = None,
     kb: KbOption = Path(DEFAULT_KB),
+    server: ServerOption = None,
 ) -> None:
     """Accept a rule: from now on it votes in `remedy diagnose` when its conditions hold."""
-    rule = _rules(kb).review(rule_id, "accepted", reviewer, note)
-    r = rule.reviews[-1]
-    console.print(f"accepted {rule.id} ({rule.condition_text} → {rule.family.value}) by {r.reviewer}", highlight=False)
+    _review(kb, server, rule_id, "accepted", reviewer, note)
 
 
 def rules_reject(
@@ -198,8 +233,7 @@ def rules_reject(
     note: Annotated[str, typer.Option("--note", help="Why the rule is wrong or useless (required).")],
     reviewer: ReviewerOption = None,
     kb: KbOption = Path(DEFAULT_KB),
+    server: ServerOption = None,
 ) -> None:
     """Reject a rule (kept with the note, so re-mining does not propose it again as new)."""
-    rule = _rules(kb).review(rule_id, "rejected", reviewer, note)
-    r = rule.reviews[-1]
-    console.print(f"rejected {rule.id} ({rule.condition_text} → {rule.family.value}) by {r.reviewer}", highlight=False)
+    _review(kb, server, rule_id, "rejected", reviewer, note)

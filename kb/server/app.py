@@ -82,6 +82,7 @@ class Service:
     runner: JobRunner
     settings: ServiceSettings
     interrupted: list[str] = field(default_factory=list)
+    symptoms: Any = None  # the SymptomReader of described failures, built on the first one
     # DuckDB refuses concurrent transactions that touch the same rows: imports take turns.
     write_lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -165,6 +166,8 @@ def create_app(
 
 _STATUS: list[tuple[type[Exception], int]] = [
     (E.CaseNotFoundError, 404),
+    (E.RuleNotFoundError, 404),
+    (E.MiningError, 409),
     (JobNotFoundError, 404),
     (UploadTooLargeError, 413),
     (E.KBLockedError, 503),
@@ -181,7 +184,8 @@ _STATUS: list[tuple[type[Exception], int]] = [
 
 
 def status_of(err: Exception) -> int:
-    """The HTTP status for a RemedyError: 404 unknown id, 413 too large, 422 bad input, 503 unavailable, else 400."""
+    """The HTTP status for a RemedyError: 404 unknown id, 409 too few cases to mine, 413 too large,
+    422 bad input, 503 unavailable, else 400."""
     return next((code for cls, code in _STATUS if isinstance(err, cls)), 400)
 
 

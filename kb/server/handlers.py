@@ -17,15 +17,27 @@ from remedy.cases.errors import ImportFileError, ValidationError
 from remedy.cases.io import case_to_json
 
 from .jobs import Handler, JobProgress
-from .models import DiagnoseIn, FixJobIn, Hit, ImportOut, ImportProblem, VerifyJobIn
+from .models import DiagnoseIn, FixJobIn, Hit, ImportOut, ImportProblem, MineIn, MineOut, VerifyJobIn
 from .uploads import run_path
 
 if TYPE_CHECKING:
     from remedy.kb.facade import SimilarCase
+    from remedy.miners import Rule, RuleStore
 
     from .app import Service
 
-__all__ = ["hits_out", "import_body", "diagnose", "job_handlers", "check_verify", "check_fix", "to_json_bytes"]
+__all__ = [
+    "hits_out",
+    "import_body",
+    "diagnose",
+    "job_handlers",
+    "check_verify",
+    "check_fix",
+    "to_json_bytes",
+    "rules",
+    "review",
+    "mine",
+]
 
 
 def to_json_bytes(data: Any) -> bytes:
@@ -88,24 +100,107 @@ def _backend(name: str) -> Any:
     return backend
 
 
-def diagnose(service: Service, req: DiagnoseIn) -> bytes:
-    """A DiagnosisReport as JSON, for an uploaded run or for a subject and signature."""
-    from remedy.kb.diagnose import diagnose_run, diagnose_signature
+#: the fields of a description, refused with a run or a signature (a run states its own subject)
+_DESCRIBE_ONLY = ("env", "algo", "action_space", "tags")
 
+
+def _check_source(req: DiagnoseIn) -> None:
+    """Exactly one thing to diagnose (a run, a signature, a description); the description's fields only with it."""
+    given = [
+        name
+        for name, there in (
+            ("run_id", req.run_id is not None),
+            ("subject/signature", req.subject is not None or req.signature is not None),
+            ("describe", req.describe is not None),
+        )
+        if there
+    ]
+    if len(given) != 1:
+        raise ValidationError(
+            "send exactly one of: run_id (an uploaded run, POST /v1/runs), subject and signature, "
+            "or describe (the failure in words)" + (f"; got {' and '.join(given)}" if given else "")
+        )
+    stray = [name for name in _DESCRIBE_ONLY if getattr(req, name) is not None]
+    if req.describe is None and stray:
+        raise ValidationError(
+            f"{', '.join(stray)} only apply with describe; a run or a subject states its own env, "
+            "algorithm and action space"
+        )
+
+
+def _symptom_reader(service: Service) -> Any:
+    """The service's one SymptomReader (its phrase table is embedded once, with the KB's embedder)."""
+    from remedy.retrieval.describe import SymptomReader
+
+    if service.symptoms is None:
+        service.symptoms = SymptomReader(service.kb.embedder)
+    return service.symptoms
+
+
+def diagnose(service: Service, req: DiagnoseIn) -> bytes:
+    """A DiagnosisReport as JSON, for an uploaded run, a subject and signature, or a description."""
+    from remedy.kb.diagnose import diagnose_description, diagnose_run, diagnose_signature
+
+    _check_source(req)
+    backend = _backend(req.diagnoser)
     if req.run_id is not None:
         report = diagnose_run(
             service.kb,
             run_path(service.runs_dir, req.run_id),
-            diagnoser=_backend(req.diagnoser),
+            diagnoser=backend,
             k=req.k,
             n_episodes=req.episodes,
             seed=req.seed,
         )
+    elif req.describe is not None:
+        report = diagnose_description(
+            service.kb,
+            req.describe,
+            env_id=req.env,
+            algo=req.algo,
+            action_space=req.action_space,
+            tags=req.tags,
+            diagnoser=backend,
+            k=req.k,
+            reader=_symptom_reader(service),
+        )
     elif req.subject is not None and req.signature is not None:
-        report = diagnose_signature(service.kb, req.subject, req.signature, diagnoser=_backend(req.diagnoser), k=req.k)
+        report = diagnose_signature(service.kb, req.subject, req.signature, diagnoser=backend, k=req.k)
     else:
-        raise ValidationError("send either run_id (an uploaded run, POST /v1/runs) or both subject and signature")
+        raise ValidationError("send both subject and signature (`remedy signature RUN --json` prints a signature)")
     return to_json_bytes(report.model_dump(mode="python"))
+
+
+# -- rules ------------------------------------------------------------------------------------
+
+
+def rules(service: Service) -> RuleStore:
+    """The service KB's rule store (its table is made on first use)."""
+    from remedy.miners import RuleStore
+
+    return RuleStore(service.kb.store)
+
+
+def review(service: Service, rule_id: str, decision: str, reviewer: str, note: str) -> Rule:
+    """Record a review by ``reviewer`` (the caller's token name); reviews and mining take turns."""
+    with service.write_lock:
+        return rules(service).review(rule_id, decision, reviewer, note)
+
+
+def mine(service: Service, req: MineIn) -> MineOut:
+    """Mine the KB's cases and store the rules (the shape of `remedy mine --json`)."""
+    from remedy.miners.store import mine_into
+
+    with service.write_lock:
+        result, report = mine_into(rules(service), **req.model_dump())
+    return MineOut(
+        attempts=result.n_attempts,
+        tested=result.n_tested,
+        rules=result.rules,
+        new=report.new,
+        updated=report.updated,
+        flagged=report.flagged,
+    )
 
 
 # -- jobs -------------------------------------------------------------------------------------

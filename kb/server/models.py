@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from remedy.cases.model import Signature, Subject
+from remedy.miners.model import Rule
 
 __all__ = [
     "Health",
@@ -25,6 +26,10 @@ __all__ = [
     "StoreStatsOut",
     "RunOut",
     "DiagnoseIn",
+    "ReviewIn",
+    "RejectIn",
+    "MineIn",
+    "MineOut",
     "VerifyJobIn",
     "FixJobIn",
     "JobOut",
@@ -165,15 +170,67 @@ class RunOut(BaseModel):
 
 
 class DiagnoseIn(_In):
-    """``POST /v1/diagnose``: an uploaded run (``run_id``) or a signature with its subject."""
+    """``POST /v1/diagnose``: exactly one of an uploaded run (``run_id``), a signature with its subject,
+    or a failure described in words (``describe``, with the optional ``env``, ``algo``,
+    ``action_space`` and ``tags`` of `remedy diagnose --describe`)."""
 
     run_id: str | None = Field(None, max_length=40)
     subject: Subject | None = None
     signature: Signature | None = None
+    describe: str | None = Field(
+        None, min_length=1, max_length=4000, description="The failure in words (what `--describe` takes)."
+    )
+    env: str | None = Field(None, max_length=200, description="With describe: the env id, if known.")
+    algo: str | None = Field(None, max_length=100, description="With describe: the algorithm, if known.")
+    action_space: Space | None = Field(None, description="With describe: the action space, if known.")
+    tags: list[str] | None = Field(
+        None,
+        max_length=32,
+        description="With describe: symptom tags to use instead of reading them off the text.",
+    )
     diagnoser: DiagnoserName = "offline"
     k: int = Field(10, ge=0, le=200, description="Similar cases to retrieve.")
     episodes: int = Field(20, ge=1, le=500, description="Evaluation episodes for a run's signature.")
     seed: int = Field(0, ge=0, le=2**31 - 1)
+
+
+class ReviewIn(_In):
+    """``POST /v1/rules/{id}/accept``: an optional note. The reviewer is the token's name, never sent."""
+
+    note: str = Field("", max_length=4000, description="Why (kept with the rule).")
+
+
+class RejectIn(_In):
+    """``POST /v1/rules/{id}/reject``: why the rule is wrong or useless (required)."""
+
+    note: str = Field(..., max_length=4000, description="Why the rule is wrong or useless (kept with the rule).")
+
+    @field_validator("note")
+    @classmethod
+    def _said(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("say why the rule is rejected (kept with the rule for later readers)")
+        return v
+
+
+class MineIn(_In):
+    """``POST /v1/mine``: the parameters of `remedy mine`."""
+
+    min_support: int = Field(3, ge=1, le=10_000, description="Fewest matching attempts per rule.")
+    fdr: float = Field(0.1, gt=0, le=1, description="False-discovery rate (Benjamini–Hochberg) to keep a rule.")
+    max_conditions: int = Field(2, ge=1, le=3, description="Most conditions in one rule.")
+    seed: int = Field(0, ge=0, le=2**31 - 1, description="Seed of the bootstrap intervals.")
+
+
+class MineOut(BaseModel):
+    """``POST /v1/mine``: the shape of `remedy mine --json`: the kept rules and what storing them changed."""
+
+    attempts: int = Field(description="Measured attempts at their final verdict (what support counts).")
+    tested: int = Field(description="Candidate rules tested (the Benjamini–Hochberg family).")
+    rules: list[Rule]
+    new: list[str] = Field(description="Ids stored as new proposed rules.")
+    updated: list[str] = Field(description="Ids whose evidence was updated (status and reviews kept).")
+    flagged: dict[str, str] = Field(description="Ids flagged by this run, with how the evidence turned.")
 
 
 class VerifyJobIn(_In):

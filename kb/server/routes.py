@@ -1,8 +1,10 @@
 """The HTTP routes: each parses its input, checks the caller's role, calls one function, returns JSON.
 
 Every route but ``/health`` needs ``Authorization: Bearer <token>``: ``reader`` for
-reads (open to anyone with ``--public-read``), ``writer`` for imports, uploads
-and jobs. Wrong or missing token: 401; a role too low: 403; nothing is written.
+reads (open to anyone with ``--public-read``), ``writer`` for imports, uploads,
+jobs and mining, ``reviewer`` for accepting and rejecting rules (the review is
+recorded under the token's name). Wrong or missing token: 401; a role too low:
+403; nothing is written.
 """
 
 from __future__ import annotations
@@ -11,12 +13,14 @@ import shutil
 from collections.abc import Callable, Iterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
+from fastapi import APIRouter, Body, Depends, HTTPException, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from remedy.cases.io import case_to_json
+from remedy.miners.model import Rule, RuleStatus
+from remedy.retrieval.diagnosis import DiagnosisReport
 
 from . import handlers
 from .app import Service, remedy_version
@@ -29,7 +33,11 @@ from .models import (
     Hit,
     ImportOut,
     JobOut,
+    MineIn,
+    MineOut,
     QueryIn,
+    RejectIn,
+    ReviewIn,
     RunOut,
     SimilarIn,
     StatsOut,
@@ -79,6 +87,16 @@ def _require(role: Role) -> Callable[..., TokenRecord | None]:
 Svc = Annotated[Service, Depends(_service)]
 Reader = Annotated[TokenRecord | None, Depends(_require(Role.reader))]
 Writer = Annotated[TokenRecord | None, Depends(_require(Role.writer))]
+
+
+def _reviewer(token: Annotated[TokenRecord | None, Depends(_require(Role.reviewer))]) -> TokenRecord:
+    """The reviewer's token: its name is who the review is recorded under."""
+    if token is None:  # only reads are ever open without a token; kept so a review always has a name
+        raise HTTPException(401, "a review needs a reviewer token", headers={"WWW-Authenticate": "Bearer"})
+    return token
+
+
+Reviewer = Annotated[TokenRecord, Depends(_reviewer)]
 
 
 @router.get("/health", response_model=Health, tags=["service"])
@@ -180,10 +198,55 @@ def _unpack(service: Service, body: bytes) -> RunOut:
     return RunOut(run_id=run_id, env_id=cfg.env_id, algo=cfg.algo)
 
 
-@router.post("/v1/diagnose", tags=["diagnosis"], responses={200: {"description": "A DiagnosisReport."}})
+# The report is sent as written (NaN features as "NaN" strings, as case files do); the model documents it.
+_REPORT = {200: {"model": DiagnosisReport, "description": "A DiagnosisReport (what `remedy diagnose --json` prints)."}}
+
+
+@router.post("/v1/diagnose", tags=["diagnosis"], responses=_REPORT)
 def diagnose(req: DiagnoseIn, service: Svc, _: Reader) -> Response:
-    """Root causes and candidate patches for an uploaded run, or for a subject and signature."""
+    """Root causes and candidate patches for exactly one of: an uploaded run, a subject and signature,
+    or a failure described in words (``describe``, as `remedy diagnose --describe`)."""
     return Response(handlers.diagnose(service, req), media_type="application/json")
+
+
+# -- rules --------------------------------------------------------------------------------------
+
+
+@router.get("/v1/rules", response_model=list[Rule], tags=["rules"])
+def list_rules(
+    service: Svc,
+    _: Reader,
+    status: Annotated[RuleStatus | None, Query(description="Only rules in this review state.")] = None,
+) -> list[Rule]:
+    """Stored rules with their evidence and review state, by id (`remedy rules list`)."""
+    return handlers.rules(service).all(status)
+
+
+@router.get("/v1/rules/{rule_id}", response_model=Rule, tags=["rules"])
+def get_rule(rule_id: str, service: Svc, _: Reader) -> Rule:
+    """One rule: condition, remedy, evidence, supporting and counter cases, reviews (404 with close ids)."""
+    return handlers.rules(service).get(rule_id)
+
+
+@router.post("/v1/rules/{rule_id}/accept", response_model=Rule, tags=["rules"])
+def accept_rule(
+    rule_id: str, service: Svc, token: Reviewer, req: Annotated[ReviewIn | None, Body()] = None
+) -> Rule:
+    """Accept a rule (reviewer token): from now on it votes in diagnoses when its conditions hold."""
+    return handlers.review(service, rule_id, "accepted", token.name, (req or ReviewIn()).note)
+
+
+@router.post("/v1/rules/{rule_id}/reject", response_model=Rule, tags=["rules"])
+def reject_rule(rule_id: str, req: RejectIn, service: Svc, token: Reviewer) -> Rule:
+    """Reject a rule with a note (reviewer token); it is kept, so re-mining does not propose it as new."""
+    return handlers.review(service, rule_id, "rejected", token.name, req.note)
+
+
+@router.post("/v1/mine", response_model=MineOut, tags=["rules"], responses={409: {"model": ErrorOut}})
+def mine(service: Svc, _: Writer, req: Annotated[MineIn | None, Body()] = None) -> MineOut:
+    """Mine rules from the KB's measured cases and store them as proposed (`remedy mine`); seconds, so
+    answered directly. Too few measured cases: 409, saying how many are needed."""
+    return handlers.mine(service, req or MineIn())
 
 
 @router.post("/v1/jobs/verify", response_model=JobOut, status_code=202, tags=["jobs"])
