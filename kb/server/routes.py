@@ -229,9 +229,7 @@ def get_rule(rule_id: str, service: Svc, _: Reader) -> Rule:
 
 
 @router.post("/v1/rules/{rule_id}/accept", response_model=Rule, tags=["rules"])
-def accept_rule(
-    rule_id: str, service: Svc, token: Reviewer, req: Annotated[ReviewIn | None, Body()] = None
-) -> Rule:
+def accept_rule(rule_id: str, service: Svc, token: Reviewer, req: Annotated[ReviewIn | None, Body()] = None) -> Rule:
     """Accept a rule (reviewer token): from now on it votes in diagnoses when its conditions hold."""
     return handlers.review(service, rule_id, "accepted", token.name, (req or ReviewIn()).note)
 

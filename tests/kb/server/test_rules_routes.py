@@ -74,9 +74,7 @@ def test_unknown_rule_is_404_with_close_ids(mined):
     for call in (
         lambda bad: served.client.get(f"/v1/rules/{bad}", headers=served.auth("reader")),
         lambda bad: served.client.post(f"/v1/rules/{bad}/accept", json={}, headers=served.auth("reviewer")),
-        lambda bad: served.client.post(
-            f"/v1/rules/{bad}/reject", json={"note": "no"}, headers=served.auth("reviewer")
-        ),
+        lambda bad: served.client.post(f"/v1/rules/{bad}/reject", json={"note": "no"}, headers=served.auth("reviewer")),
     ):
         r = call(rid[:-1] + "x")
         assert r.status_code == 404 and r.json()["error"] == "RuleNotFoundError"
