@@ -74,13 +74,13 @@ def diagnose(
     OpenAI-compatible server) and REMEDY_LM_API_KEY. With --server the service diagnoses (with
     its own LM settings); a RUN_DIR is uploaded to it first.
     """
-    from remedy.kb.diagnose import diagnose_description, diagnose_run
-
     text_opts = {"--env": env, "--algo": algo, "--action-space": action_space, "--tags": tags}
     _check_source(run_dir, describe, text_opts)
     if server:
         report = _diagnose_remote(server, run_dir, describe, text_opts, diagnoser, k, episodes, seed, exclude_scenario)
         return _show(report, [], write_patches_dir, as_json)
+    from remedy.kb.diagnose import diagnose_description, diagnose_run
+
     backend = _backend(diagnoser)
     store, warnings = _open_kb(kb)
     try:

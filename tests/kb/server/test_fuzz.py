@@ -2,8 +2,9 @@
 
 The schema comes from the in-process app's ``/openapi.json``; every operation is
 called with a bounded number of generated requests (valid and invalid ones)
-carrying a writer token, against a fresh KB holding the five corpus cases. Jobs
-are recorded but not run (``run_jobs=False``): no training starts.
+carrying a reviewer token (which may do everything), against a fresh KB holding
+the five corpus cases and enough measured cases to mine, with their rules mined.
+Jobs are recorded but not run (``run_jobs=False``): no training starts.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from schemathesis.python import asgi  # noqa: E402
 
 from remedy.kb.server import create_app  # noqa: E402
 
+from ...miners.conftest import planted_cases  # noqa: E402
 from ..conftest import corpus_cases  # noqa: E402
 
 #: generated requests per operation (positive and negative); the whole test stays well under a minute
@@ -42,12 +44,16 @@ schemathesis.serializer("application/x-ndjson", "application/gzip")(_raw_body)
 
 @pytest.fixture(scope="module")
 def fuzz_app(tmp_path_factory, embedder) -> Iterator[tuple[object, dict[str, str]]]:
-    """The app on a fresh KB holding the corpus, its lifespan started, and a writer token's headers."""
+    """The app on a fresh KB holding the corpus and mined rules, its lifespan started, and a reviewer token's headers."""
+    from remedy.miners import RuleStore
+    from remedy.miners.store import mine_into
+
     app = create_app(tmp_path_factory.mktemp("fuzz") / "kb", embedder=embedder, run_jobs=False)
     schema = schemathesis.openapi.from_asgi("/openapi.json", app)  # starts the app's lifespan
     service = app.state.service
-    service.kb.add_many(corpus_cases())
-    headers = {"Authorization": f"Bearer {service.tokens.create('writer', 'fuzz')[1]}"}
+    service.kb.add_many([*corpus_cases(), *planted_cases()])
+    mine_into(RuleStore(service.kb.store))
+    headers = {"Authorization": f"Bearer {service.tokens.create('reviewer', 'fuzz')[1]}"}
     try:
         yield schema, headers
     finally:

@@ -8,6 +8,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -17,6 +19,7 @@ from remedy.cases.store import SERVE_MARKER, CaseStore
 from remedy.kb import KnowledgeBase
 from remedy.kb.server.tokens import TokenStore
 
+from ...miners.conftest import planted_cases
 from ..conftest import corpus_cases
 
 REMEDY = Path(sys.executable).parent / "remedy"
@@ -33,14 +36,9 @@ def _cli(*args: str, token: str = "") -> subprocess.CompletedProcess:
     return subprocess.run([str(REMEDY), *map(str, args)], capture_output=True, text=True, env=env, timeout=300)
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory, embedder):
-    """A KB with the corpus and a writer token, served by `remedy serve` (one per module); stopped at the end."""
-    tmp_path = tmp_path_factory.mktemp("e2e")
-    kb = tmp_path / "kb"
-    with KnowledgeBase.open(kb, embedder=embedder) as base:  # built in process: cold CLI runs are slow
-        base.add_many(corpus_cases())
-    _, token = TokenStore(CaseStore(kb / "remedy.duckdb")).create("writer", "e2e")
+@contextmanager
+def _running(kb: Path) -> Iterator[str]:
+    """`remedy serve` on ``kb`` at a free loopback port, answering /health; yields its URL, stops it after."""
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     proc = subprocess.Popen(
@@ -60,10 +58,22 @@ def server(tmp_path_factory, embedder):
                 time.sleep(0.2)
         else:
             raise AssertionError("remedy serve never answered /health")
-        yield url, token, kb, tmp_path
+        yield url
     finally:
         proc.terminate()
         proc.wait(timeout=60)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, embedder):
+    """A KB with the corpus and a writer token, served by `remedy serve` (one per module); stopped at the end."""
+    tmp_path = tmp_path_factory.mktemp("e2e")
+    kb = tmp_path / "kb"
+    with KnowledgeBase.open(kb, embedder=embedder) as base:  # built in process: cold CLI runs are slow
+        base.add_many(corpus_cases())
+    _, token = TokenStore(CaseStore(kb / "remedy.duckdb")).create("writer", "e2e")
+    with _running(kb) as url:
+        yield url, token, kb, tmp_path
     assert not (kb / SERVE_MARKER).exists()  # a clean stop removes the marker
 
 
@@ -94,3 +104,38 @@ def test_direct_access_to_a_served_kb_names_the_service_and_bad_tokens_fail(serv
     assert denied.returncode == 1 and "401" in denied.stderr and "Traceback" not in denied.stderr
     missing = _cli("case", "show", "nope", "--server", url, token=token)
     assert missing.returncode == 1 and "404" in missing.stderr
+
+
+@pytest.fixture(scope="module")
+def rules_server(tmp_path_factory, embedder):
+    """A KB with measured cases to mine (one planted rule) and a writer, reviewer and reader token, served."""
+    kb = tmp_path_factory.mktemp("e2e-rules") / "kb"
+    with KnowledgeBase.open(kb, embedder=embedder) as base:
+        base.add_many(planted_cases())
+    tokens = TokenStore(CaseStore(kb / "remedy.duckdb"))
+    names = {"writer": "ci", "reviewer": "ada", "reader": "bob"}
+    issued = {role: tokens.create(role, name)[1] for role, name in names.items()}
+    with _running(kb) as url:
+        yield url, issued
+
+
+@pytest.mark.slow
+def test_a_reviewer_works_on_rules_through_the_running_service(rules_server):
+    url, token = rules_server
+    mined = _cli("mine", "--server", url, "--json", token=token["writer"])
+    assert mined.returncode == 0, mined.stderr
+    rid = next(r["id"] for r in json.loads(mined.stdout)["rules"] if r["family"] == "action_smoothness")
+    describe = ["diagnose", "--describe", "the torque chatters", "--env", "Pendulum-v1", "--tags", "jerky_actions"]
+    before = _cli(*describe, "--server", url, "--json", token=token["reader"])
+    assert before.returncode == 0 and rid not in json.loads(before.stdout)["diagnosis"]["cited_rules"], before.stderr
+
+    denied = _cli("rules", "accept", rid, "--server", url, token=token["reader"])
+    assert denied.returncode == 1 and "403" in denied.stderr and "Traceback" not in denied.stderr
+    accepted = _cli("rules", "accept", rid, "--note", "seen it", "--server", url, token=token["reviewer"])
+    assert accepted.returncode == 0 and f"accepted {rid}" in accepted.stdout and "by ada" in accepted.stdout
+
+    shown = _cli("rules", "show", rid, "--server", url, "--json", token=token["reader"])
+    (review,) = json.loads(shown.stdout)["reviews"]
+    assert review["reviewer"] == "ada" and review["note"] == "seen it"
+    after = _cli(*describe, "--server", url, "--json", token=token["reader"])
+    assert rid in json.loads(after.stdout)["diagnosis"]["cited_rules"], after.stderr
