@@ -140,7 +140,7 @@ class RemedyClient:
         return self._request("POST", f"/v1/rules/{_quote(rule_id)}/{decision}", json={"note": note}).json()
 
     def mine(self, **params: Any) -> dict[str, Any]:
-        """Mine and store rules (``min_support``, ``fdr``, ``max_conditions``, ``seed``); the `remedy mine --json` shape."""
+        """Mine and store rules (min_support, fdr, max_conditions, seed); the shape of `remedy mine --json`."""
         return self._request("POST", "/v1/mine", json=_given(params)).json()
 
     def submit(self, kind: str, **params: Any) -> dict[str, Any]:

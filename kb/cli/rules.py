@@ -88,7 +88,10 @@ def _render_mine(data: dict[str, Any], fdr: float) -> None:
     from remedy.miners import Rule
 
     rules = [Rule.model_validate(r) for r in data["rules"]]
-    head = f"{data['attempts']} measured attempts, {data['tested']} candidate rules tested, {len(rules)} kept at q ≤ {fdr:g}"
+    head = (
+        f"{data['attempts']} measured attempts, {data['tested']} candidate rules tested, "
+        f"{len(rules)} kept at q ≤ {fdr:g}"
+    )
     if not rules:
         console.print(f"nothing to mine: {head}; no rule beats the 5% false-improved rate often enough", soft_wrap=True)
     else:

@@ -199,7 +199,9 @@ def _unpack(service: Service, body: bytes) -> RunOut:
 
 
 # The report is sent as written (NaN features as "NaN" strings, as case files do); the model documents it.
-_REPORT = {200: {"model": DiagnosisReport, "description": "A DiagnosisReport (what `remedy diagnose --json` prints)."}}
+_REPORT: dict[int | str, dict[str, Any]] = {
+    200: {"model": DiagnosisReport, "description": "A DiagnosisReport (what `remedy diagnose --json` prints)."}
+}
 
 
 @router.post("/v1/diagnose", tags=["diagnosis"], responses=_REPORT)

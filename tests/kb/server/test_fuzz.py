@@ -44,7 +44,7 @@ schemathesis.serializer("application/x-ndjson", "application/gzip")(_raw_body)
 
 @pytest.fixture(scope="module")
 def fuzz_app(tmp_path_factory, embedder) -> Iterator[tuple[object, dict[str, str]]]:
-    """The app on a fresh KB holding the corpus and mined rules, its lifespan started, and a reviewer token's headers."""
+    """The app on a fresh KB holding the corpus and mined rules, its lifespan started, and reviewer headers."""
     from remedy.miners import RuleStore
     from remedy.miners.store import mine_into
 
