@@ -214,7 +214,8 @@ def _install_error_handlers(app: FastAPI) -> None:
         parts = []
         for e in err.errors():
             loc = ".".join(str(p) for p in e.get("loc", ()) if p != "body") or "body"
-            parts.append(f"{loc}: {e.get('msg', 'invalid')}")
+            # pydantic prefixes a validator's own message with "Value error, "; the message is what matters
+            parts.append(f"{loc}: {e.get('msg', 'invalid').removeprefix('Value error, ')}")
         return _error(422, "; ".join(parts)[:1000], "ValidationError")
 
 

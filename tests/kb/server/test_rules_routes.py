@@ -114,9 +114,9 @@ def test_reviewer_is_the_name_of_whichever_token_calls(mined):
 def test_reject_needs_a_note_and_keeps_the_rule(mined):
     served, answer = mined
     rid = _planted_id(answer)
-    for body in ({}, {"note": "   "}):
+    for body, says in (({}, "note: Field required"), ({"note": "   "}, "note: say why the rule is rejected")):
         r = served.client.post(f"/v1/rules/{rid}/reject", json=body, headers=served.auth("reviewer"))
-        assert r.status_code == 422 and "note" in r.json()["detail"]
+        assert r.status_code == 422 and r.json()["detail"].startswith(says), r.json()
     assert served.client.get(f"/v1/rules/{rid}", headers=served.auth("reader")).json()["status"] == "proposed"
     r = served.client.post(f"/v1/rules/{rid}/reject", json={"note": "pendulum only"}, headers=served.auth("reviewer"))
     assert r.status_code == 200 and r.json()["status"] == "rejected"
