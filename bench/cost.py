@@ -3,7 +3,7 @@
 For each scenario, the same cold fix loop (same diagnosis, candidates, seeds and budgets) runs
 three times: every candidate training its own controls; controls shared through a fresh cache;
 and shared controls with racing (stage 1 on ``--race-fraction`` of the budget and
-``--race-seeds`` seeds drops the candidates that cannot win; :mod:`remedy.cases.verify.racing`).
+``--race-seeds`` seeds drops the candidates that show no gain or cannot win; :mod:`remedy.cases.verify.racing`).
 Training is deterministic given the seed, so the first two passes reach the same statuses;
 racing screens fewer candidates at the full budget and may differ. Prints one row per scenario
 and column, then per column the totals: env steps, wall time, confirmed fixes, env steps per

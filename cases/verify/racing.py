@@ -37,8 +37,9 @@ halving needs no decisive evidence, only a ranking, but it never stops the best 
 a round's only candidate. The futility stop needs no decisive evidence either: a candidate whose
 point estimate after a third of its budget is no better than the control shows no sign of
 helping, and it is dropped alone or in company. A fine-tune is a path: the full run passes
-through the shorter one (same checkpoint, same seeds, same patch; more training only continues
-it), so a patch that helps usually shows some gain on the way. Dropping one whose gains appear
+through the shorter one (same checkpoint, seeds and patch; more training continues it, up to
+schedules that depend on the total budget), so a patch that helps usually shows some gain on the
+way. Dropping one whose gains appear
 only late costs fix rate, never correctness: selection happens before the confirmation, whose
 data (fresh training seeds, fresh evaluation episodes) nothing in the race touched, so the
 family-wise bound of :mod:`remedy.cases.verify.stats` (at most ``confirmations × 2.5%`` false

@@ -149,7 +149,11 @@ def test_a_stage_one_case_records_the_full_budgets_source_and_the_candidates_pat
     def stage_case(patch, source):
         v = Verification(status=Status.no_effect, stage=Stage.race, seeds=2, budget_steps=171, budget_source=source)
         return Case(
-            case_id="s1", source=Source.verified, subject=subject, signature=Signature(summary="x"), patch=patch,
+            case_id="s1",
+            source=Source.verified,
+            subject=subject,
+            signature=Signature(summary="x"),
+            patch=patch,
             verification=v,
         )
 
