@@ -39,16 +39,16 @@ point estimate after a third of its budget is no better than the control shows n
 helping, and it is dropped alone or in company. A fine-tune is a path: the full run passes
 through the shorter one (same checkpoint, seeds and patch; more training continues it, up to
 schedules that depend on the total budget), so a patch that helps usually shows some gain on the
-way. Dropping one whose gains appear
-only late costs fix rate, never correctness: selection happens before the confirmation, whose
-data (fresh training seeds, fresh evaluation episodes) nothing in the race touched, so the
-family-wise bound of :mod:`remedy.cases.verify.stats` (at most ``confirmations × 2.5%`` false
-fixes per loop) holds unchanged, however the race picks. Stage-1 seeds are the first ``seeds`` of
-the screen's block (never more than the screen has), so a confirmation's block stays disjoint
-from them. The same argument covers budget-only patches: "+fraction·X steps" is the prefix of
-"+X steps" on the same seeds; the old objection that a share of the steps is another patch is
-true of the stage-1 run, as it is of every stage-1 run at a share of its budget, and it only
-ever selects.
+way. That holds for a budget-only patch too: "+fraction·X steps vs the checkpoint" is the start
+of "+X steps vs the checkpoint" on the same seeds, so more training passes through the shorter
+run. Dropping a candidate whose gains appear only late costs fix rate, never correctness (measured
+on the tiny CartPole patient of the fix-loop tests: "+8,192 steps" clears its screen, +0.5 success,
+while "+2,731 steps" shows none, -0.1, so a race stops it). Selection happens before the
+confirmation, whose data (fresh training seeds, fresh evaluation episodes) nothing in the race
+touched, so the family-wise bound of :mod:`remedy.cases.verify.stats` (at most
+``confirmations × 2.5%`` false fixes per loop) holds unchanged, however the race picks. Stage-1
+seeds are the first ``seeds`` of the screen's block (never more than the screen has), so a
+confirmation's block stays disjoint from them.
 
 Stage-1 runs are not pooled into the full screen: they are at a different budget, and mixing
 budgets would measure neither. A stage-1 case records the candidate's own patch (a budget-only
