@@ -4,7 +4,7 @@ For each scenario, the same cold fix loop (same diagnosis, candidates, seeds and
 per column: ``own`` (every candidate trains its own controls, no racing: the "before"); ``shared``
 (controls shared through a fresh cache per scenario: part 1); ``shared+racing`` (shared controls,
 and a race whose stage 1 on ``--race-fraction`` of the budget and ``--race-seeds`` seeds drops the
-candidates that cannot win: part 2, :mod:`remedy.cases.verify.racing`). Training is deterministic
+candidates that show no gain or cannot win: part 2, :mod:`remedy.cases.verify.racing`). Training is deterministic
 given the seed, so ``own`` and ``shared`` reach the same statuses; racing screens fewer candidates
 at the full budget and may differ. Part 3 (budgets learned from the KB) shows as the budget sources
 of the racing column, part 4 (rollouts once) as the checkpoint rollouts each loop reused.

@@ -307,7 +307,8 @@ class Verification(FrozenModel):
     comparison: Literal["same_budget_control", "budget_vs_none"] = "same_budget_control"
     #: where ``budget_steps`` came from: "user" (--budget), "kb" (learned from the confirmed fixes in
     #: ``budget_cases``), "scenario" (declared by the fault scenario), "prior" (a fraction of training),
-    #: or "patch" (a pure budget patch: its own extra steps); None on cases stored before it was recorded
+    #: or "patch" (a pure budget patch: its own extra steps); None on cases stored before it was recorded.
+    #: A stage-1 (race) case trains a share of its full budget and records the FULL budget's source
     budget_source: Literal["user", "kb", "scenario", "prior", "patch"] | None = None
     budget_cases: list[str] = Field(default_factory=list)
     #: the pre-training trajectory check of a reward-changing patch: "passed", "refused",

@@ -13,11 +13,11 @@ improvement unless ``exhaustive`` (then every screen that clears is confirmed,
 within the cap, and the largest CONFIRMED effect wins); the winning patch is
 written as a YAML file the user can apply with ``remedy verify --patch``.
 
-With racing (on by default; :mod:`remedy.cases.verify.racing`) a round of two or more
-candidates first runs stage 1: each candidate on a third of the budget and two seeds; those
-that cannot win are stored as ``stopped_early`` and the others go on to the full screen. Stage 1
-never yields ``improved`` and only selects before the confirmation, whose seeds and episodes it
-never touched, so the bound above holds as it is.
+With racing (on by default; :mod:`remedy.cases.verify.racing`) every round first runs stage 1:
+each candidate on a third of its budget (a budget-only patch: a third of its extra steps) and two
+seeds; those that show no gain (difference ≤ 0) or cannot win are stored as ``stopped_early`` and
+the others go on to the full screen. Stage 1 never yields ``improved`` and only selects before the
+confirmation, whose seeds and episodes it never touched, so the bound above holds as it is.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from remedy.cases.model import Case, Effect, Provenance, RaceStage, Source, Stag
 from remedy.cases.patches.io import save_patch
 from remedy.cases.patches.spec import Patch
 from remedy.cases.verify import racing
+from remedy.cases.verify.budgets import BudgetChoice, choose_budget
 from remedy.cases.verify.executors import Executor, get_executor
 from remedy.cases.verify.racing import RaceSettings
 from remedy.cases.verify.verification import ScenarioLike, VerifyConfig, declared_budget, verify_patch, versions
@@ -512,12 +513,16 @@ def _rounds(
 _StageOne = tuple[Case, racing.Standing]
 
 
+def _full_choice(loop: _Loop, cand: CandidatePatch) -> BudgetChoice:
+    """The fine-tuning budget per arm of ``cand``'s full screen and its source: the user's budget, else the
+    one its diagnosis learned from the KB, else the scenario's or the default (as its screen chooses it)."""
+    declared = declared_budget(loop.run, loop.scenario)
+    return choose_budget(loop.config, loop.run.config.train_steps, declared, cand.budget)
+
+
 def _full_budget(loop: _Loop, cand: CandidatePatch) -> int:
-    """Fine-tuning steps per arm of ``cand``'s full screen (what a race's stage 1 takes a share of): the
-    user's budget, else the one its diagnosis learned from the KB, else the scenario's or the default."""
-    if loop.config.budget_steps is None and cand.budget is not None:
-        return cand.budget.steps
-    return loop.config.budget_for(loop.run.config.train_steps, declared_budget(loop.run, loop.scenario))
+    """What a race's stage 1 takes a share of: the screen's budget per arm, or a budget-only patch's extra steps."""
+    return racing.full_budget(cand.patch, _full_choice(loop, cand).steps)
 
 
 def _race(
@@ -529,14 +534,12 @@ def _race(
     """
     if not loop.race.applies(loop.config, [c.patch for c in chosen]):
         return [(c, None) for c in chosen]
-    raced = [c for c in chosen if racing.raceable(c.patch)]
-    cases = []
-    for i, cand in enumerate(raced, start=1):
-        stage_cfg = racing.stage_config(loop.config, _full_budget(loop, cand), loop.race)
-        label = f"round {rnd}/{rounds}, stage 1, candidate {i}/{len(raced)} ({cand.patch.summary()})"
-        loop.say(f"{label}: {stage_cfg.budget_steps:,} env steps per arm on {stage_cfg.seeds} seeds")
-        cases.append(_verify(loop, cand, report, label, race=stage_cfg))
-    standings = racing.rank_stage_one([c.verification.effect if c.verification else None for c in cases])
+    raced = [c for c in chosen if racing.raceable(c.patch, loop.race.fraction)]
+    cases = [_stage_one(loop, rnd, rounds, i, len(raced), cand, report) for i, cand in enumerate(raced, start=1)]
+    standings = racing.rank_stage_one(
+        [c.verification.effect if c.verification else None for c in cases],
+        [c.verification.secondary.get("return_iqm") if c.verification else None for c in cases],
+    )
     out: dict[int, _StageOne] = {}
     for cand, case, standing in zip(raced, cases, standings):
         out[id(cand)] = (case, standing)
@@ -544,6 +547,20 @@ def _race(
             rec = _record(loop, rnd, cand, report, racing.stopped_early(case, standing, _full_budget(loop, cand)))
             loop.say(f"round {rnd}/{rounds}, stage 1 ({cand.patch.summary()}): {standing.rule}, {rec.status}")
     return [(c, out.get(id(c))) for c in chosen]
+
+
+def _stage_one(
+    loop: _Loop, rnd: int, rounds: int, i: int, n: int, cand: CandidatePatch, report: DiagnosisReport
+) -> Case:
+    """Stage 1 of one candidate: its share of the full budget (a budget-only patch: of its extra steps) on the
+    race seeds; the case keeps the candidate's own patch and the full budget's source."""
+    full = _full_choice(loop, cand)
+    stage_cfg = racing.stage_config(loop.config, racing.full_budget(cand.patch, full.steps), loop.race)
+    staged = cand.model_copy(update={"patch": racing.stage_patch(cand.patch, loop.race)})
+    label = f"round {rnd}/{rounds}, stage 1, candidate {i}/{n} ({cand.patch.summary()})"
+    what = staged.patch.summary() if cand.patch.budget_only else f"{stage_cfg.budget_steps:,} env steps per arm"
+    loop.say(f"{label}: {what} on {stage_cfg.seeds} seeds")
+    return racing.as_stage_one(_verify(loop, staged, report, label, race=stage_cfg), cand.patch, full)
 
 
 def _unscreened(

@@ -1,44 +1,59 @@
-"""Racing candidates: a cheap first stage drops the candidates of a round that cannot win (issue 9, part 2).
+"""Racing candidates: a cheap first stage drops the candidates of a round that show no sign of helping (issue 9).
 
 A fix-loop round verifies its top K candidates. Most do nothing (55 of the 66 dev bench cases
 were ``no_effect``), yet each paid a full screen. Racing verifies a round in two stages:
 
-1. **Stage 1** gives every candidate ``fraction`` of the per-candidate budget (default 1/3 of
-   the env steps) on ``seeds`` training seeds (default 2, never fewer: one seed says nothing
-   about seed-to-seed spread), against the shared control at THAT budget (the control cache
-   keys by budget, so the candidates of a round share one control per seed, and later rounds
-   and ``remedy verify`` calls reuse it). It is a verification at ``Stage.race``, which can
+1. **Stage 1** gives every candidate ``fraction`` of its full budget (default 1/3 of the env
+   steps) on ``seeds`` training seeds (default 2, never fewer: one seed says nothing about
+   seed-to-seed spread), against the control at THAT budget. For most patches the full budget is
+   the per-candidate fine-tuning budget and the control is the shared, cached same-budget
+   control (the control cache keys by budget, so the candidates of a round share one control per
+   seed, and later rounds and ``remedy verify`` calls reuse it). For a patch that only adds
+   training steps ("+X steps vs the checkpoint") the full budget is its X extra steps: stage 1
+   is "+round(fraction·X) steps vs the checkpoint", and its control is the checkpoint itself,
+   evaluated once as in the full screen. Stage 1 is a verification at ``Stage.race``, which can
    never end ``improved`` (verification turns its ``improved`` into ``inconclusive`` and does
-   not mark a cleared screen).
-2. A candidate is **dropped** when it cannot win: its stage-1 interval lies wholly below zero,
-   or it ranks in the bottom half by its standardized effect (difference over the half-width
-   of its 95% CI; the top ``max(1, m // 2)`` of the ``m`` candidates measured at stage 1 go
-   on). A dropped candidate is stored with the evidence it reached (effect, CI, seeds, env
-   steps at the stage budget) as ``stopped_early`` — no verdict, never a ``no_effect``
-   measured at full budget. A candidate whose stage 1 crashed or was refused is ``failed``
-   as before.
+   not mark a cleared screen). A round races whenever it has a raceable candidate, one or many.
+2. A candidate is **dropped** when it shows no sign of helping or cannot win
+   (:func:`rank_stage_one`): its stage-1 interval lies wholly below zero; or its stage-1
+   difference is ≤ 0 on the verification's metric (the **futility stop**, whatever the number
+   of candidates); or it ranks in the bottom half by its standardized effect (difference over
+   the half-width of its 95% CI; the top ``max(1, m // 2)`` of the ``m`` candidates measured at
+   stage 1 go on, so a lone candidate is only ever dropped by futility). A dropped candidate is
+   stored with the evidence it reached (effect, CI, seeds, env steps at the stage budget) as
+   ``stopped_early`` — no verdict, never a ``no_effect`` measured at full budget. A candidate
+   whose stage 1 crashed or was refused is ``failed`` as before.
 3. The **survivors** get the full screen (full budget and seeds, on the same seed block; the
    full-budget controls come from the cache when any earlier verification trained them), and
    a survivor whose screen clears is confirmed on fresh seeds exactly as without racing. The
    survivor's screen case carries its stage-1 evidence (``verification.race``), and its
    ``env_steps`` include the stage-1 steps.
 
-**Why successive halving and not a sequential test.** A sequential test (e.g. a group-sequential
-boundary on the seed-level Welch statistic) stops a candidate only when its evidence is already
-decisive; with 2 seeds the Welch interval has one degree of freedom (t = 12.7), so almost
-nothing is ever decisive at stage 1 and nothing would be saved. Successive halving needs no
-decisive evidence, only a ranking, and its saving is known in advance (half the candidates skip
-the full screen). Its risk is dropping a real fix that started slowly, which costs fix rate,
-never correctness: selection happens before the confirmation, whose data (fresh training seeds,
-fresh evaluation episodes) nothing in the race touched, so the family-wise bound of
-:mod:`remedy.cases.verify.stats` (at most ``confirmations × 2.5%`` false fixes per loop) holds
-unchanged, however the race picks. Stage-1 seeds are the first ``seeds`` of the screen's block
-(never more than the screen has), so a confirmation's block stays disjoint from them.
+**Why a futility stop, and why successive halving rather than a sequential test.** A sequential
+test (e.g. a group-sequential boundary on the seed-level Welch statistic) stops a candidate only
+when its evidence is already decisive; with 2 seeds the Welch interval has one degree of freedom
+(t = 12.7), so almost nothing is ever decisive at stage 1 and nothing would be saved. Successive
+halving needs no decisive evidence, only a ranking, but it never stops the best of a round, nor
+a round's only candidate. The futility stop needs no decisive evidence either: a candidate whose
+point estimate after a third of its budget is no better than the control shows no sign of
+helping, and it is dropped alone or in company. A fine-tune is a path: the full run passes
+through the shorter one (same checkpoint, seeds and patch; more training continues it, up to
+schedules that depend on the total budget), so a patch that helps usually shows some gain on the
+way. That holds for a budget-only patch too: "+fraction·X steps vs the checkpoint" is the start
+of "+X steps vs the checkpoint" on the same seeds, so more training passes through the shorter
+run. Dropping a candidate whose gains appear only late costs fix rate, never correctness (measured
+on the tiny CartPole patient of the fix-loop tests: "+8,192 steps" clears its screen, +0.5 success,
+while "+2,731 steps" shows none, -0.1, so a race stops it). Selection happens before the
+confirmation, whose data (fresh training seeds, fresh evaluation episodes) nothing in the race
+touched, so the family-wise bound of :mod:`remedy.cases.verify.stats` (at most
+``confirmations × 2.5%`` false fixes per loop) holds unchanged, however the race picks. Stage-1
+seeds are the first ``seeds`` of the screen's block (never more than the screen has), so a
+confirmation's block stays disjoint from them.
 
 Stage-1 runs are not pooled into the full screen: they are at a different budget, and mixing
-budgets would measure neither. A candidate that is only a ``training_budget`` patch is not raced
-(its extra steps ARE the patch; a share of them would be a different patch): it goes straight
-to the full screen, and a round with fewer than two raceable candidates is not raced at all.
+budgets would measure neither. A stage-1 case records the candidate's own patch (a budget-only
+candidate trained a share of its steps; ``verification.budget_steps`` says how many) and the
+budget source of the FULL budget it is a share of (:func:`as_stage_one`).
 """
 
 from __future__ import annotations
@@ -48,7 +63,8 @@ from dataclasses import dataclass, replace
 
 from ..errors import VerificationError
 from ..model import Case, Effect, RaceStage, Stage, Status
-from ..patches.spec import Patch
+from ..patches.spec import Patch, TrainingBudget
+from .budgets import BudgetChoice
 from .verification import VerifyConfig
 
 __all__ = [
@@ -56,9 +72,13 @@ __all__ = [
     "RACE_FRACTION",
     "RACE_SEEDS",
     "raceable",
+    "full_budget",
+    "stage_patch",
     "stage_config",
+    "as_stage_one",
     "standardized",
     "Standing",
+    "shows_gain",
     "rank_stage_one",
     "stopped_early",
     "with_stage_one",
@@ -91,26 +111,66 @@ class RaceSettings:
             )
 
     def applies(self, config: VerifyConfig, patches: Sequence[Patch]) -> bool:
-        """True when a round with these candidates races: enabled, 2+ seeds per arm, 2+ raceable candidates."""
-        return self.enabled and config.seeds >= 2 and sum(raceable(p) for p in patches) >= 2
+        """True when a round with these candidates races: enabled, 2+ seeds per arm, a raceable candidate
+        (one is enough: the futility stop drops a lone candidate that shows no gain)."""
+        return self.enabled and config.seeds >= 2 and any(raceable(p, self.fraction) for p in patches)
 
     def as_dict(self) -> dict[str, object]:
         """JSON-ready settings."""
         return {"enabled": self.enabled, "fraction": self.fraction, "seeds": self.seeds}
 
 
-def raceable(patch: Patch) -> bool:
-    """False for a patch that only adds training steps (a share of its steps would be another patch)."""
-    return not patch.budget_only
+def raceable(patch: Patch, fraction: float = RACE_FRACTION) -> bool:
+    """Whether stage 1 can run ``patch`` on ``fraction`` of its budget: every patch can, except a patch that
+    only adds training steps so few that a share of them rounds to none (a prefix of nothing says nothing)."""
+    if not patch.budget_only:
+        return True
+    return all(round(fraction * p.extra_steps) >= 1 for p in patch.parts if isinstance(p, TrainingBudget))
+
+
+def full_budget(patch: Patch, budget_steps: int) -> int:
+    """The budget stage 1 takes a share of: a budget-only patch's extra steps, else ``budget_steps`` per arm."""
+    if patch.budget_only:
+        return sum(p.extra_steps for p in patch.parts if isinstance(p, TrainingBudget))
+    return budget_steps
+
+
+def stage_patch(patch: Patch, settings: RaceSettings) -> Patch:
+    """The patch stage 1 trains: ``patch`` itself, or, for a budget-only patch, ``fraction`` of its extra steps
+    ("+X steps vs the checkpoint" becomes "+round(fraction·X) steps vs the checkpoint")."""
+    if not patch.budget_only:
+        return patch
+    parts = [
+        p.model_copy(update={"extra_steps": max(1, round(settings.fraction * p.extra_steps))})
+        if isinstance(p, TrainingBudget)
+        else p
+        for p in patch.parts
+    ]
+    return patch.model_copy(update={"parts": parts})
 
 
 def stage_config(config: VerifyConfig, full_budget: int, settings: RaceSettings) -> VerifyConfig:
-    """The stage-1 config: ``fraction`` of ``full_budget`` per arm, on the first ``seeds`` seeds of the screen's block."""
+    """The stage-1 config: ``fraction`` of ``full_budget`` per arm, on the first ``seeds`` seeds of the screen's block.
+
+    (A budget-only patch's arms ignore the budget: :func:`stage_patch` carries its share of the steps.)
+    """
     return replace(
         config,
         budget_steps=max(1, round(settings.fraction * full_budget)),
         seeds=min(settings.seeds, config.seeds),
     )
+
+
+def as_stage_one(case: Case, patch: Patch, full: BudgetChoice) -> Case:
+    """A stage-1 case as stored: the candidate's own ``patch`` (not a budget-only patch's share of its steps),
+    and the source of the FULL budget ``full`` it is a share of (the stage config sets ``budget_steps``, which
+    alone would read as the user's). A pure budget patch's source stays ``patch``: its own steps."""
+    v = case.verification
+    if v is None:
+        return case.model_copy(update={"patch": patch})
+    if v.budget_source not in (None, "patch"):
+        v = v.model_copy(update={"budget_source": full.source, "budget_cases": list(full.cases)})
+    return case.model_copy(update={"patch": patch, "verification": v})
 
 
 def standardized(effect: Effect | None) -> float | None:
@@ -136,12 +196,31 @@ class Standing:
     rule: str
 
 
-def rank_stage_one(effects: Sequence[Effect | None]) -> list[Standing]:
+def shows_gain(effect: Effect, returns: Effect | None = None) -> bool:
+    """Whether a stage-1 effect shows any sign of helping: a difference > 0 on the verification's metric.
+
+    A difference of exactly 0 on a success rate is a tie, not a loss, and success is coarse at
+    stage 1 (a few evaluation episodes of an agent trained a third as long); when the verification
+    also measured the return (``returns``, its ``return_iqm`` secondary) and that rose, the
+    candidate is moving toward success and is kept. (When every episode of both arms fails, the
+    verification's metric already is the return IQM, so "both arms score 0" is judged on return.)
+    A success rate that fell is no sign of gain, whatever the return did: success is the task.
+    """
+    if effect.diff > 0:
+        return True
+    return effect.diff == 0 and effect.metric == "success_rate" and returns is not None and returns.diff > 0
+
+
+def rank_stage_one(effects: Sequence[Effect | None], returns: Sequence[Effect | None] | None = None) -> list[Standing]:
     """Who survives stage 1, in the order of ``effects`` (None: the candidate's stage 1 failed).
 
     Measured candidates are ranked by :func:`standardized` (ties keep the diagnosis order); the
-    top ``max(1, m // 2)`` of the ``m`` measured go on, except those whose CI lies wholly below zero.
+    top ``max(1, m // 2)`` of the ``m`` measured go on, except those whose CI lies wholly below
+    zero and those that show no sign of gain (:func:`shows_gain`; ``returns``, when given, holds
+    each candidate's return-IQM effect, read only on a success-rate tie). The futility stop
+    applies to every candidate, the best of a round and a round's only candidate included.
     """
+    rets = list(returns) if returns is not None else [None] * len(effects)
     scores = [standardized(e) for e in effects]
     measured = [i for i, s in enumerate(scores) if s is not None]
     order = sorted(measured, key=lambda i: -(scores[i] or 0.0))  # stable: the diagnosis order breaks ties
@@ -151,14 +230,21 @@ def rank_stage_one(effects: Sequence[Effect | None]) -> list[Standing]:
     for i, (e, s) in enumerate(zip(effects, scores)):
         if e is None or s is None:
             out.append(Standing(None, 0, len(measured), False, "stage 1 produced no measurement"))
-        elif e.ci_high < 0:
+            continue
+        ranked = f"ranked {rank[i]} of {len(measured)}"
+        if e.ci_high < 0:
             out.append(Standing(s, rank[i], len(measured), False, "its stage-1 CI lies wholly below zero"))
+        elif not shows_gain(e, rets[i]):
+            why = f"no sign of gain at stage 1 ({e.metric} difference {e.diff:+.3g} <= 0; {ranked})"
+            out.append(Standing(s, rank[i], len(measured), False, why))
         elif rank[i] > quota:
-            out.append(
-                Standing(s, rank[i], len(measured), False, f"ranked {rank[i]} of {len(measured)} (top {quota} go on)")
-            )
+            out.append(Standing(s, rank[i], len(measured), False, f"{ranked} (top {quota} go on)"))
+        elif e.diff <= 0:  # kept on a success tie by its return (shows_gain)
+            ret = rets[i]
+            gain = f"return_iqm {ret.diff:+.3g}" if ret is not None else "return"
+            out.append(Standing(s, rank[i], len(measured), True, f"{ranked}; success rate tied, {gain} > 0"))
         else:
-            out.append(Standing(s, rank[i], len(measured), True, f"ranked {rank[i]} of {len(measured)}"))
+            out.append(Standing(s, rank[i], len(measured), True, ranked))
     return out
 
 
@@ -194,9 +280,14 @@ def stopped_early(case: Case, standing: Standing, full_budget: int) -> Case:
     race = _stage_one(case, standing, full_budget)
     if v.status is Status.failed:
         return case.model_copy(update={"verification": v.model_copy(update={"race": race})})
+    spent = (
+        f"+{v.budget_steps:,} of its +{full_budget:,} training steps vs the checkpoint"
+        if v.comparison == "budget_vs_none"
+        else f"{v.budget_steps:,} of {full_budget:,} env steps per arm"
+    )
     reason = (
-        f"stopped early at stage 1 of a race ({v.budget_steps:,} of {full_budget:,} env steps per arm, "
-        f"{v.seeds} seeds): {standing.rule}; not measured at the full budget; {v.reason}"
+        f"stopped early at stage 1 of a race ({spent}, {v.seeds} seeds): {standing.rule}; "
+        f"not measured at the full budget; {v.reason}"
     )
     update = {"status": Status.stopped_early, "reason": reason, "passed_screen": False, "race": race}
     return case.model_copy(update={"verification": v.model_copy(update=update)})

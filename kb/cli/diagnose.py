@@ -380,7 +380,7 @@ RaceOption = Annotated[
     bool,
     typer.Option(
         "--race/--no-race",
-        help="Race each round's candidates: stage 1 on a share of the budget drops those that cannot win.",
+        help="Race each round's candidates: stage 1 on a share of the budget drops those showing no gain.",
     ),
 ]
 RaceFractionOption = Annotated[

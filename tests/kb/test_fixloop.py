@@ -16,6 +16,7 @@ from remedy.cases.evidence.rundir import RunConfig
 from remedy.cases.model import Cause, Diagnosis, Effect, RemedyFamily, RootCause, Source, Stage, Status
 from remedy.cases.patches.io import load_patch
 from remedy.cases.patches.spec import Patch
+from remedy.cases.verify.racing import RaceSettings
 from remedy.cases.verify.verification import ScenarioRef, VerifyConfig
 from remedy.kb.fixloop import AttemptRecord, FixResult, fix, one_torch_thread
 from remedy.retrieval.diagnosis import CandidatePatch, DiagnosisContext, DiagnosisReport
@@ -197,7 +198,11 @@ def test_only_a_confirmation_can_win():
 
 # A budget patch against the unpatched checkpoint: 8k more steps lift this 1k-step patient far above its
 # own evaluation spread, so the screen clears at two seeds (seeded fine-tunes: the same result every run).
+# These tests are about confirmations, so they screen without a race: at a third of its steps (+2,731) this
+# patch shows no gain yet (success 0.1 vs the checkpoint's 0.2, measured), and the futility stop would drop
+# it at stage 1 - a late gain, the cost racing pays in fix rate (cases.verify.racing).
 SCREEN = VerifyConfig(seeds=2, budget_steps=256, eval_episodes=10, n_envs=2)
+NO_RACE = RaceSettings(enabled=False)
 
 
 @pytest.mark.slow
@@ -215,6 +220,7 @@ def test_a_cleared_screen_is_confirmed_on_fresh_seeds(kb, patient, tmp_path):
         scenario=ScenarioRef("tiny_confirm"),
         out_dir=tmp_path / "fixes",
         n_episodes=3,
+        race=NO_RACE,
     )
     screen, confirmation = result.attempts
     assert screen.stage == "screen" and screen.passed_screen and screen.status == Status.inconclusive.value
@@ -251,6 +257,7 @@ def test_confirmations_are_capped(kb, patient, tmp_path):
         n_episodes=3,
         confirmations=0,
         exhaustive=True,
+        race=NO_RACE,
     )
     assert [a.stage for a in result.attempts] == ["screen"] and result.attempts[0].passed_screen
     assert not result.fixed and "without a confirmed improvement" in result.stop_reason

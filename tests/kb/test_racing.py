@@ -1,9 +1,15 @@
-"""Racing in the fix loop (issue 9, part 2) on a tiny CartPole patient, with real fine-tunes in worker processes.
+"""Racing in the fix loop (issue 9) on a tiny CartPole patient, with real fine-tunes in worker processes.
 
-A scripted diagnoser offers a clearly harmful candidate (a learning rate that wrecks the
-policy within a few updates) next to a harmless one; stage 1 must drop the harmful one and
-store it ``stopped_early`` with the evidence it reached, and the other must go on to the
-full screen. With ``--no-race`` both are screened at the full budget, as before.
+The patient was trained at a learning rate too low to learn much (1e-5). A scripted diagnoser
+offers a clearly harmful candidate (a learning rate that wrecks the policy within a few updates)
+next to a helpful one (learning rate 1e-3); stage 1 must drop the harmful one and store it
+``stopped_early`` with the evidence it reached, and the helpful one must go on to the full
+screen. With ``--no-race`` both are screened at the full budget, as before. The futility stop:
+a lone candidate that changes nothing (an entropy bonus of 0.001 leaves the arms bit-identical
+at these budgets) is stopped at stage 1 and never screened, and its stage-1 case records the
+source of the full budget (learned from the KB), not the stage's share; a lone budget-only
+candidate ("+1,200 steps vs the checkpoint") races on a third of its extra steps, and, showing a
+gain, goes on to the full screen.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import pytest
 from remedy.cases.evidence.rundir import RunConfig
 from remedy.cases.model import Cause, Diagnosis, RemedyFamily, RootCause, Stage, Status
 from remedy.cases.patches.spec import Patch
+from remedy.cases.verify.budgets import LearnedBudget
 from remedy.cases.verify.racing import RaceSettings
 from remedy.cases.verify.verification import ScenarioRef, VerifyConfig
 from remedy.kb.fixloop import fix, one_torch_thread
@@ -21,15 +28,23 @@ from remedy.retrieval.diagnosis import CandidatePatch, DiagnosisContext, Diagnos
 PATIENT = RunConfig(
     env_id="CartPole-v1",
     algo="PPO",
-    train_steps=3000,
+    train_steps=2000,
     n_envs=4,
-    hyperparams={"n_steps": 64, "batch_size": 64, "n_epochs": 2, "policy_kwargs": {"net_arch": [32, 32]}},
+    hyperparams={
+        "n_steps": 64,
+        "batch_size": 64,
+        "n_epochs": 2,
+        "learning_rate": 1e-5,
+        "policy_kwargs": {"net_arch": [32, 32]},
+    },
     success={"kind": "return_threshold", "threshold": 100},
 )
 #: full screens of 1,200 env steps per arm on 2 seeds; stage 1 takes a third (rounded up to whole rollouts)
 TINY = VerifyConfig(seeds=2, budget_steps=1200, eval_episodes=5, n_envs=2)
 HARMFUL = Patch.from_data({"kind": "hyperparameters", "changes": {"learning_rate": 0.5}})
 HARMLESS = Patch.from_data({"kind": "hyperparameters", "changes": {"ent_coef": 0.001}})
+HELPFUL = Patch.from_data({"kind": "hyperparameters", "changes": {"learning_rate": 0.001}})
+BUDGET = Patch.from_data({"kind": "training_budget", "extra_steps": 1200})
 
 
 class Scripted:
@@ -37,12 +52,13 @@ class Scripted:
 
     name = "scripted"
 
-    def __init__(self, patches: list[Patch]) -> None:
-        self.patches = patches
+    def __init__(self, patches: list[Patch], budget: LearnedBudget | None = None) -> None:
+        self.patches, self.budget = patches, budget
 
     def diagnose(self, ctx: DiagnosisContext) -> DiagnosisReport:
         cands = [
-            CandidatePatch(patch=p, family=RemedyFamily.hyperparameters, rationale="scripted") for p in self.patches
+            CandidatePatch(patch=p, family=RemedyFamily.hyperparameters, rationale="scripted", budget=self.budget)
+            for p in self.patches
         ]
         diag = Diagnosis(causes=[Cause(cause=RootCause.unstable_optimization, confidence=0.9)], backend="scripted")
         return DiagnosisReport(signature=ctx.signature, diagnosis=diag, candidates=cands)
@@ -56,15 +72,15 @@ def patient(tmp_path_factory):
     return train(PATIENT, tmp_path_factory.mktemp("racing") / "run", seed=0).path
 
 
-def _fix(kb, patient, tmp_path, race: RaceSettings):
+def _fix(kb, patient, tmp_path, race: RaceSettings, diagnoser=None, config: VerifyConfig = TINY):
     return fix(
         kb,
         patient,
         store=kb,
         rounds=1,
         candidates=2,
-        diagnoser=Scripted([HARMFUL, HARMLESS]),
-        config=TINY,
+        diagnoser=diagnoser or Scripted([HARMFUL, HELPFUL]),
+        config=config,
         scenario=ScenarioRef("tiny_race"),
         out_dir=tmp_path / "fixes",
         n_episodes=3,
@@ -76,7 +92,7 @@ def _fix(kb, patient, tmp_path, race: RaceSettings):
 def test_a_harmful_candidate_is_stopped_early_and_the_other_goes_on(kb, patient, tmp_path):
     result = _fix(kb, patient, tmp_path, RaceSettings())
     dropped, screen = result.attempts[0], result.attempts[1]
-    assert dropped.patch == HARMFUL and screen.patch == HARMLESS
+    assert dropped.patch == HARMFUL and screen.patch == HELPFUL
     # the harmful one: stopped at stage 1 with the evidence it reached, never a full-budget no_effect
     assert dropped.status == Status.stopped_early.value and dropped.stage == Stage.race.value
     case = kb.get(dropped.case_id)
@@ -86,10 +102,11 @@ def test_a_harmful_candidate_is_stopped_early_and_the_other_goes_on(kb, patient,
     assert v.budget_steps == 400 and v.race is not None and not v.race.survived
     assert v.race.full_budget_steps == 1200 and v.race.env_steps == v.env_steps > 0
     assert "stopped early" in v.reason
-    # the harmless one: screened at the full budget, carrying its stage-1 evidence and steps
+    # the helpful one: a gain at stage 1, so screened at the full budget, carrying its stage-1 evidence and steps
     assert screen.stage == Stage.screen.value and screen.status != Status.stopped_early.value
     sv = kb.get(screen.case_id).verification
     assert sv is not None and sv.race is not None and sv.race.survived and sv.race.rank == 1
+    assert sv.race.effect is not None and sv.race.effect.diff > 0
     assert sv.budget_steps == 1200 and sv.race.budget_steps == 400
     assert sv.env_steps > sv.race.env_steps > 0  # stage-1 steps are part of the case's account
     # stage 1 never yields improved; the loop's account includes every stage-1 step
@@ -103,12 +120,49 @@ def test_a_harmful_candidate_is_stopped_early_and_the_other_goes_on(kb, patient,
 
 def test_no_race_screens_every_candidate_at_the_full_budget(kb, patient, tmp_path):
     result = _fix(kb, patient, tmp_path, RaceSettings(enabled=False))
-    assert [a.patch for a in result.attempts[:2]] == [HARMFUL, HARMLESS]
+    assert [a.patch for a in result.attempts[:2]] == [HARMFUL, HELPFUL]
     assert [a.stage for a in result.attempts[:2]] == [Stage.screen.value] * 2
     assert all(a.race is None and a.status != Status.stopped_early.value for a in result.attempts)
     budgets = [kb.get(a.case_id).verification.budget_steps for a in result.attempts[:2]]
     assert budgets == [1200, 1200] and result.stopped_early == 0
     assert result.as_dict()["race"]["enabled"] is False
+
+
+def test_a_lone_candidate_that_changes_nothing_is_stopped_and_never_screened(kb, patient, tmp_path):
+    learned = LearnedBudget(steps=1200, fraction=0.6, cases=["fix-a", "fix-b", "fix-c"])
+    result = _fix(
+        kb, patient, tmp_path, RaceSettings(), Scripted([HARMLESS], budget=learned), VerifyConfig(**_no_budget())
+    )
+    (only,) = result.attempts  # one candidate was raced (the halving quota would keep it) and never screened
+    assert only.patch == HARMLESS and only.status == Status.stopped_early.value and only.stage == Stage.race.value
+    v = kb.get(only.case_id).verification
+    assert v is not None and v.effect is not None and v.effect.diff == 0  # bit-identical arms: no sign of gain
+    assert v.race is not None and (v.race.rank, v.race.of, v.race.survived) == (1, 1, False)
+    assert "no sign of gain" in v.race.rule and "no sign of gain" in v.reason
+    # a third of the full budget, whose source (the KB) the stage-1 case records, not "user"
+    assert (v.budget_steps, v.race.full_budget_steps) == (400, 1200)
+    assert v.budget_source == "kb" and v.budget_cases == ["fix-a", "fix-b", "fix-c"]
+    assert only.budget_source == "kb" and result.total_env_steps == v.env_steps == v.race.env_steps > 0
+
+
+def test_a_budget_only_candidate_races_on_a_share_of_its_steps_and_a_gain_goes_on(kb, patient, tmp_path):
+    result = _fix(kb, patient, tmp_path, RaceSettings(), Scripted([BUDGET]))
+    (screen,) = result.attempts
+    assert screen.patch == BUDGET and screen.stage == Stage.screen.value
+    v = kb.get(screen.case_id).verification
+    assert v is not None and v.comparison == "budget_vs_none" and v.budget_source == "patch"
+    assert v.budget_steps == 1200  # the full screen: all of its extra steps
+    race = v.race
+    assert race is not None and race.survived and race.effect is not None and race.effect.diff > 0
+    # stage 1 was "+400 steps vs the checkpoint": a third of its extra steps, the checkpoint as control
+    assert (race.budget_steps, race.full_budget_steps, race.seeds) == (400, 1200, 2)
+    assert race.controls == []  # the checkpoint control trains nothing and is no shared control
+    assert 0 < race.env_steps < v.env_steps - race.env_steps  # only the two treatments trained, a third as long
+
+
+def _no_budget() -> dict:
+    """TINY's settings without the user's budget (so a learned budget decides)."""
+    return {"seeds": TINY.seeds, "eval_episodes": TINY.eval_episodes, "n_envs": TINY.n_envs}
 
 
 @pytest.mark.parametrize(

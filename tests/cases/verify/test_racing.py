@@ -14,13 +14,14 @@ from remedy.cases.verify.racing import RaceSettings, rank_stage_one, stage_confi
 from remedy.cases.verify.verification import VerifyConfig, _verdict
 
 
-def eff(diff: float, low: float, high: float) -> Effect:
-    return Effect(metric="return_iqm", treatment=diff, control=0.0, diff=diff, ci_low=low, ci_high=high)
+def eff(diff: float, low: float, high: float, metric: str = "return_iqm") -> Effect:
+    return Effect(metric=metric, treatment=diff, control=0.0, diff=diff, ci_low=low, ci_high=high)
 
 
 LR = Patch.from_data({"kind": "hyperparameters", "changes": {"learning_rate": 0.001}})
 ENT = Patch.from_data({"kind": "hyperparameters", "changes": {"ent_coef": 0.01}})
 BUDGET = Patch.from_data({"kind": "training_budget", "extra_steps": 512})
+TINY_BUDGET = Patch.from_data({"kind": "training_budget", "extra_steps": 1})
 
 
 def test_standardized_is_the_difference_over_the_half_width():
@@ -40,7 +41,7 @@ def test_bottom_half_and_intervals_below_zero_are_dropped():
 
 
 def test_four_measured_keep_two_but_never_one_wholly_below_zero():
-    out = rank_stage_one([eff(-3.0, -4.0, -2.0), eff(-4.0, -5.0, -3.0), eff(-0.1, -1.0, 0.8), eff(0.0, -1.0, 1.0)])
+    out = rank_stage_one([eff(-3.0, -4.0, -2.0), eff(-4.0, -5.0, -3.0), eff(0.2, -1.0, 1.4), eff(0.5, -1.0, 2.0)])
     assert [s.survived for s in out] == [False, False, True, True]
     # top half by score would keep candidate 0 (rank 3 of 4 is not top 2) - and its CI is below zero anyway
     two = rank_stage_one([eff(-3.0, -4.0, -2.0), eff(-4.0, -5.0, -3.0)])
@@ -48,8 +49,37 @@ def test_four_measured_keep_two_but_never_one_wholly_below_zero():
 
 
 def test_ties_keep_the_diagnosis_order():
-    out = rank_stage_one([eff(0.0, -1.0, 1.0), eff(0.0, -1.0, 1.0)])
+    out = rank_stage_one([eff(0.5, -1.0, 2.0), eff(0.5, -1.0, 2.0)])
     assert [s.survived for s in out] == [True, False]
+
+
+def test_futility_drops_any_candidate_without_a_gain_even_the_best_or_a_lone_one():
+    # one candidate: the halving quota keeps it, futility does not (difference <= 0 on its metric)
+    (lone,) = rank_stage_one([eff(-0.1, -1.0, 0.8)])
+    assert not lone.survived and "no sign of gain" in lone.rule and lone.rank == 1
+    (tie,) = rank_stage_one([eff(0.0, -1.0, 1.0)])
+    assert not tie.survived and "+0 <= 0" in tie.rule  # exactly no gain is no sign of gain
+    (gain,) = rank_stage_one([eff(0.01, -5.0, 5.0)])
+    assert gain.survived and gain.rule == "ranked 1 of 1"  # any gain goes on, however wide the interval
+    # two candidates: the best of the round is dropped too when it shows no gain
+    out = rank_stage_one([eff(-0.5, -2.0, 1.0), eff(0.0, -0.2, 0.2)])
+    assert [s.survived for s in out] == [False, False] and [s.rank for s in out] == [2, 1]
+    assert all("no sign of gain" in s.rule for s in out)
+
+
+def test_a_success_tie_is_decided_by_the_return_effect():
+    tied = eff(0.0, -0.3, 0.3, metric="success_rate")
+    up, down = eff(12.0, -5.0, 29.0), eff(-3.0, -9.0, 3.0)
+    kept, dropped, unknown = rank_stage_one([tied, tied, tied], [up, down, None])
+    assert kept.survived and "success rate tied, return_iqm +12 > 0" in kept.rule
+    assert not dropped.survived and "no sign of gain" in dropped.rule
+    assert not unknown.survived  # no return measured: a tie is no sign of gain
+    # a success rate that fell is no gain whatever the return did; a return tie is not rescued by anything
+    (fell,) = rank_stage_one([eff(-0.1, -0.4, 0.2, metric="success_rate")], [up])
+    (flat,) = rank_stage_one([eff(0.0, -1.0, 1.0)], [up])
+    assert not fell.survived and not flat.survived
+    assert racing.shows_gain(tied, up) and not racing.shows_gain(tied, down)
+    assert not racing.shows_gain(eff(0.0, -1.0, 1.0), up)  # the return itself tied: nothing else to read
 
 
 def test_settings_refuse_what_cannot_rank():
@@ -65,8 +95,10 @@ def test_when_a_round_races():
     s = RaceSettings()
     assert s.applies(VerifyConfig(seeds=3), [LR, ENT])
     assert not s.applies(VerifyConfig(seeds=1), [LR, ENT])  # one seed per arm: nothing to rank on
-    assert not s.applies(VerifyConfig(seeds=3), [LR, BUDGET])  # one raceable candidate
-    assert not s.applies(VerifyConfig(seeds=3), [LR])
+    assert s.applies(VerifyConfig(seeds=3), [LR, BUDGET])  # budget-only patches race too
+    assert s.applies(VerifyConfig(seeds=3), [LR])  # one candidate: futility only
+    assert s.applies(VerifyConfig(seeds=3), [BUDGET])
+    assert not s.applies(VerifyConfig(seeds=3), [TINY_BUDGET])  # a third of 1 step rounds to none
     assert not RaceSettings(enabled=False).applies(VerifyConfig(seeds=3), [LR, ENT])
 
 
@@ -88,3 +120,47 @@ def test_only_a_confirmation_turns_a_clear_interval_into_improved(stage):
         assert (status, passed) == (Status.inconclusive, True)
     else:  # stage 1 of a race: neither a fix nor a cleared screen
         assert (status, passed) == (Status.inconclusive, False) and "race" in note
+
+
+def test_a_budget_only_patch_races_on_a_share_of_its_extra_steps():
+    assert racing.raceable(BUDGET) and racing.raceable(LR) and not racing.raceable(TINY_BUDGET)
+    assert racing.raceable(TINY_BUDGET, fraction=0.6)  # 0.6 of a step rounds to one
+    staged = racing.stage_patch(BUDGET, RaceSettings())
+    assert staged.budget_only and staged.parts[0].extra_steps == 171  # round(512 / 3)
+    assert racing.stage_patch(BUDGET, RaceSettings(fraction=0.5)).parts[0].extra_steps == 256
+    assert racing.stage_patch(LR, RaceSettings()) == LR  # other patches train as they are, on a share of the budget
+    assert racing.full_budget(BUDGET, 9000) == 512 and racing.full_budget(LR, 9000) == 9000
+    two = Patch.from_data(
+        {"parts": [{"kind": "training_budget", "extra_steps": 300}, {"kind": "training_budget", "extra_steps": 90}]}
+    )
+    assert racing.full_budget(two, 1) == 390
+    assert [p.extra_steps for p in racing.stage_patch(two, RaceSettings()).parts] == [100, 30]
+    mixed = Patch.from_data({"parts": [{"kind": "training_budget", "extra_steps": 300}, LR.parts[0].model_dump()]})
+    assert racing.stage_patch(mixed, RaceSettings()) == mixed and racing.full_budget(mixed, 1000) == 1000
+
+
+def test_a_stage_one_case_records_the_full_budgets_source_and_the_candidates_patch():
+    from remedy.cases.model import ActionSpaceType, Case, EnvTraits, Signature, Source, Subject, Verification
+    from remedy.cases.verify.budgets import BudgetChoice
+
+    traits = EnvTraits(action_space=ActionSpaceType.discrete, obs_dim=4, action_dim=2)
+    subject = Subject(env_id="CartPole-v1", algo="PPO", traits=traits)
+
+    def stage_case(patch, source):
+        v = Verification(status=Status.no_effect, stage=Stage.race, seeds=2, budget_steps=171, budget_source=source)
+        return Case(
+            case_id="s1",
+            source=Source.verified,
+            subject=subject,
+            signature=Signature(summary="x"),
+            patch=patch,
+            verification=v,
+        )
+
+    full = BudgetChoice(900, "kb", ("c1", "c2"))
+    case = racing.as_stage_one(stage_case(LR, "user"), LR, full)
+    assert case.verification.budget_source == "kb" and case.verification.budget_cases == ["c1", "c2"]
+    staged = racing.stage_patch(BUDGET, RaceSettings())
+    case = racing.as_stage_one(stage_case(staged, "patch"), BUDGET, full)
+    assert case.patch == BUDGET and case.verification.budget_source == "patch"  # its own steps, whatever the budget
+    assert case.verification.budget_steps == 171  # what stage 1 trained, a share of the patch's 512
