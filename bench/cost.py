@@ -33,7 +33,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from remedy.cases.verify.racing import RACE_FRACTION, RACE_SEEDS, RaceSettings
+from remedy.cases.verify.racing import RACE_FRACTION, RACE_SEEDS, RULE_VERSION, RaceSettings
 from remedy.cases.verify.scenarios import build
 from remedy.cases.verify.solvability import ORACLE_FILE, latest_results
 from remedy.kb.bench import BenchSettings, select_scenarios
@@ -83,26 +83,28 @@ def _column(s, name: str, settings: BenchSettings, race: RaceSettings, kb=None) 
         return _pass(s, run, settings, cache, how, kb)
 
 
-def _settings_key(args: argparse.Namespace) -> dict:
-    """What makes two lines comparable: a line written under other settings is neither skipped nor reported."""
-    return {
+def _settings_key(args: argparse.Namespace, column: str) -> dict:
+    """What makes two lines of a column comparable: a line written under other settings is neither skipped
+    nor reported. Only racing columns depend on the race settings and the racing rule's version."""
+    key: dict = {
         "rounds": args.rounds,
         "candidates": args.candidates,
         "seeds": args.seeds,
-        "race_fraction": round(args.race_fraction, 4),
-        "race_seeds": args.race_seeds,
         "kb": None if args.kb is None else str(args.kb),
     }
+    if dict((n, r) for n, _, r in COLUMNS)[column]:
+        key.update(race_fraction=round(args.race_fraction, 4), race_seeds=args.race_seeds, race_rule=RULE_VERSION)
+    return key
 
 
-def _read(path: Path, key: dict) -> dict[tuple[str, str], dict]:
-    """The lines of ``path`` written under ``key``, by (scenario, column); the last line wins."""
+def _read(path: Path, args: argparse.Namespace) -> dict[tuple[str, str], dict]:
+    """The lines of ``path`` written under the current settings, by (scenario, column); the last line wins."""
     done: dict[tuple[str, str], dict] = {}
     if path.exists():
         for line in path.read_text().splitlines():
             if line.strip():
                 row = json.loads(line)
-                if row.get("settings") == key:
+                if row.get("column") in NAMES and row.get("settings") == _settings_key(args, row["column"]):
                     done[(row["scenario"], row["column"])] = row
     return done
 
@@ -206,10 +208,9 @@ def main() -> None:
     args = ap.parse_args()
     race = RaceSettings(fraction=args.race_fraction, seeds=args.race_seeds)
     race.check()
-    key = _settings_key(args)
     globs = args.scenarios.split(",") if args.scenarios else [None]
     chosen = _chosen(globs, args.split, args.shard)
-    done = _read(args.out, key)
+    done = _read(args.out, args)
     if not args.report_only:
         one_torch_thread()
         args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -226,12 +227,11 @@ def main() -> None:
                     row = {
                         "scenario": s.name,
                         "column": col,
-                        "settings": key,
+                        "settings": _settings_key(args, col),
                         **_column(s, col, args_settings(args), race, kb),
                     }
-                    with args.out.open(
-                        "a"
-                    ) as fh:  # one whole line per finished pass: a kill loses only the running one
+                    # one whole line per finished pass: a kill loses only the pass that was running
+                    with args.out.open("a") as fh:
                         fh.write(json.dumps(row) + "\n")
                     done[(s.name, col)] = row
                     print(f"{s.name} {col}: {row['env_steps']:,} env steps, fixed={row['fixed']}", flush=True)

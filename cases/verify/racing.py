@@ -17,7 +17,8 @@ were ``no_effect``), yet each paid a full screen. Racing verifies a round in two
 2. A candidate is **dropped** when it shows no sign of helping or cannot win
    (:func:`rank_stage_one`): its stage-1 interval lies wholly below zero; or its stage-1
    difference is ≤ 0 on the verification's metric (the **futility stop**, whatever the number
-   of candidates); or it ranks in the bottom half by its standardized effect (difference over
+   of candidates), unless that is a flat tie (every seed of both arms scored the same: no
+   evidence either way, :func:`uninformative`); or it ranks in the bottom half by its standardized effect (difference over
    the half-width of its 95% CI; the top ``max(1, m // 2)`` of the ``m`` candidates measured at
    stage 1 go on, so a lone candidate is only ever dropped by futility). A dropped candidate is
    stored with the evidence it reached (effect, CI, seeds, env steps at the stage budget) as
@@ -43,7 +44,9 @@ way. That holds for a budget-only patch too: "+fraction·X steps vs the checkpoi
 of "+X steps vs the checkpoint" on the same seeds, so more training passes through the shorter
 run. Dropping a candidate whose gains appear only late costs fix rate, never correctness (measured
 on the tiny CartPole patient of the fix-loop tests: "+8,192 steps" clears its screen, +0.5 success,
-while "+2,731 steps" shows none, -0.1, so a race stops it). Selection happens before the
+while "+2,731 steps" shows none, -0.1, so a race stops it). A flat tie is not evidence of no
+gain: in the demo, "+10,000 steps" on the Acrobot patient scored -500 in every episode of both arms
+at +3,333 and was confirmed +0.84 success at the full budget, so flat ties go on. Selection happens before the
 confirmation, whose data (fresh training seeds, fresh evaluation episodes) nothing in the race
 touched, so the family-wise bound of :mod:`remedy.cases.verify.stats` (at most
 ``confirmations × 2.5%`` false fixes per loop) holds unchanged, however the race picks. Stage-1
@@ -71,6 +74,7 @@ __all__ = [
     "RaceSettings",
     "RACE_FRACTION",
     "RACE_SEEDS",
+    "RULE_VERSION",
     "raceable",
     "full_budget",
     "stage_patch",
@@ -79,6 +83,8 @@ __all__ = [
     "standardized",
     "Standing",
     "shows_gain",
+    "uninformative",
+    "futile",
     "rank_stage_one",
     "stopped_early",
     "with_stage_one",
@@ -87,6 +93,9 @@ __all__ = [
 #: share of the per-candidate budget stage 1 spends, and its training seeds (at least 2)
 RACE_FRACTION = 1 / 3
 RACE_SEEDS = 2
+#: the version of the rule that drops candidates (2: halving and the futility stop, flat ties go on);
+#: benches key their results by it, so results of another rule are not mixed in
+RULE_VERSION = 2
 #: standardized effects are clipped here: an interval of zero width would make them infinite
 SCORE_CAP = 1000.0
 
@@ -211,13 +220,29 @@ def shows_gain(effect: Effect, returns: Effect | None = None) -> bool:
     return effect.diff == 0 and effect.metric == "success_rate" and returns is not None and returns.diff > 0
 
 
+def uninformative(effect: Effect) -> bool:
+    """A stage-1 tie with no spread at all: every seed of both arms scored the same (typically both
+    still at the floor a third of the way in). It is no evidence either way, so the futility stop
+    does not act on it: measured in the demo, "+10,000 steps" on the Acrobot patient ties flat at
+    +3,333 (every episode times out in both arms) and is confirmed +0.84 at the full budget."""
+    return effect.diff == 0 and effect.ci_low == 0 and effect.ci_high == 0
+
+
+def futile(effect: Effect, returns: Effect | None = None) -> bool:
+    """The futility stop: stage 1 shows no sign of gain (:func:`shows_gain`) and is informative
+    (not a flat tie on the metric and, when measured, on the return)."""
+    if shows_gain(effect, returns):
+        return False
+    return not (uninformative(effect) and (returns is None or uninformative(returns)))
+
+
 def rank_stage_one(effects: Sequence[Effect | None], returns: Sequence[Effect | None] | None = None) -> list[Standing]:
     """Who survives stage 1, in the order of ``effects`` (None: the candidate's stage 1 failed).
 
     Measured candidates are ranked by :func:`standardized` (ties keep the diagnosis order); the
     top ``max(1, m // 2)`` of the ``m`` measured go on, except those whose CI lies wholly below
-    zero and those that show no sign of gain (:func:`shows_gain`; ``returns``, when given, holds
-    each candidate's return-IQM effect, read only on a success-rate tie). The futility stop
+    zero and those that show no sign of gain (:func:`futile`; ``returns``, when given, holds
+    each candidate's return-IQM effect, read only on a success-rate tie; a flat tie goes on). The futility stop
     applies to every candidate, the best of a round and a round's only candidate included.
     """
     rets = list(returns) if returns is not None else [None] * len(effects)
@@ -234,15 +259,18 @@ def rank_stage_one(effects: Sequence[Effect | None], returns: Sequence[Effect | 
         ranked = f"ranked {rank[i]} of {len(measured)}"
         if e.ci_high < 0:
             out.append(Standing(s, rank[i], len(measured), False, "its stage-1 CI lies wholly below zero"))
-        elif not shows_gain(e, rets[i]):
+        elif futile(e, rets[i]):
             why = f"no sign of gain at stage 1 ({e.metric} difference {e.diff:+.3g} <= 0; {ranked})"
             out.append(Standing(s, rank[i], len(measured), False, why))
         elif rank[i] > quota:
             out.append(Standing(s, rank[i], len(measured), False, f"{ranked} (top {quota} go on)"))
-        elif e.diff <= 0:  # kept on a success tie by its return (shows_gain)
+        elif e.diff <= 0 and shows_gain(e, rets[i]):  # a success tie, kept by its return
             ret = rets[i]
             gain = f"return_iqm {ret.diff:+.3g}" if ret is not None else "return"
             out.append(Standing(s, rank[i], len(measured), True, f"{ranked}; success rate tied, {gain} > 0"))
+        elif e.diff <= 0:  # not futile, so a flat tie (uninformative)
+            why = f"{ranked}; a flat tie at stage 1 (every seed of both arms scored the same): nothing to judge yet"
+            out.append(Standing(s, rank[i], len(measured), True, why))
         else:
             out.append(Standing(s, rank[i], len(measured), True, ranked))
     return out

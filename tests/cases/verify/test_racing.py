@@ -164,3 +164,17 @@ def test_a_stage_one_case_records_the_full_budgets_source_and_the_candidates_pat
     case = racing.as_stage_one(stage_case(staged, "patch"), BUDGET, full)
     assert case.patch == BUDGET and case.verification.budget_source == "patch"  # its own steps, whatever the budget
     assert case.verification.budget_steps == 171  # what stage 1 trained, a share of the patch's 512
+
+
+def test_a_flat_tie_is_no_evidence_so_the_futility_stop_lets_it_go_on():
+    flat = Effect(diff=0.0, ci_low=0.0, ci_high=0.0, treatment=-500.0, control=-500.0, metric="return_iqm")
+    spread = Effect(diff=0.0, ci_low=-3.0, ci_high=3.0, treatment=-90.0, control=-90.0, metric="return_iqm")
+    assert racing.uninformative(flat) and not racing.futile(flat)
+    assert racing.futile(spread)  # an informative tie: no sign of gain
+    alone, tied = racing.rank_stage_one([flat]), racing.rank_stage_one([spread])
+    assert alone[0].survived and "flat tie" in alone[0].rule
+    assert not tied[0].survived and "no sign of gain" in tied[0].rule
+    # a flat success tie whose return fell is evidence against
+    success = Effect(diff=0.0, ci_low=0.0, ci_high=0.0, treatment=0.0, control=0.0, metric="success_rate")
+    fell = Effect(diff=-5.0, ci_low=-9.0, ci_high=-1.0, treatment=-95.0, control=-90.0, metric="return_iqm")
+    assert racing.futile(success, fell) and not racing.futile(success, None)
