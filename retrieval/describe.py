@@ -269,7 +269,10 @@ TAG_OPPOSITES: dict[str, tuple[str, ...]] = {
     "saturated_actions": ("the actions stay well inside their limits",),
     "reward_hacking_suspected": ("it gets no reward at all", "the reward stays at zero"),
     # the tag is about the reward per step; a flat learning curve is about the return over training
-    "sparse_signal": ("the mean reward hardly changes over the whole run", "the episode return does not improve during training"),
+    "sparse_signal": (
+        "the mean reward hardly changes over the whole run",
+        "the episode return does not improve during training",
+    ),
     # training steps are not episode steps: "after 700k steps no progress" says nothing of the time limit
     "short_time_limit": ("after many training steps there is still no progress", "it has trained for a long time"),
     "timeouts": ("after many training steps there is still no progress",),
@@ -283,9 +286,7 @@ _NEGATION = re.compile(r"\b(?:not|no|never|none|nothing|nor|neither|without|cann
 # a point or comma between digits is a number ("0.02", "12,000"), not the end of a sentence or clause
 _SENTENCES = re.compile(r"(?:(?<!\d)\.|\.(?!\d)|[!?;:\n])+")
 # contrast words start a new clause: "it reaches the goal but does not jitter" reads as two claims
-_CLAUSES = re.compile(
-    r"((?<!\d),|,(?!\d)|\b(?:but|however|although|though|whereas|while|yet|except)\b)", re.IGNORECASE
-)
+_CLAUSES = re.compile(r"((?<!\d),|,(?!\d)|\b(?:but|however|although|though|whereas|while|yet|except)\b)", re.IGNORECASE)
 # a comma inside brackets lists details ("(PPO, SAC)", "(Humanoid, seed 0)"), it does not end a claim
 _BRACKETED = re.compile(r"\([^()]*\)")
 #: a comma-separated piece this short is an item of a list ("the architecture, learning rate, batch
