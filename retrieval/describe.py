@@ -46,6 +46,7 @@ __all__ = [
     "DEFAULT_MARGIN",
     "SymptomReader",
     "split_clauses",
+    "reading_units",
     "is_negated",
     "parse_tags",
     "text_subject",
@@ -56,14 +57,17 @@ __all__ = [
 ]
 
 #: cosine a clause must reach with one of a tag's phrasings for the tag to fire. Chosen on the dev
-#: split only by ``bench/describe.py`` (grid 0.45..0.55, with the two below and the offline
+#: split only by ``bench/describe.py`` (grid 0.40..0.55, with the two below and the offline
 #: diagnoser's text_sim_floor and text_case_weight); re-run it after changing the phrase tables.
-DEFAULT_THRESHOLD = 0.5
+#: 0.5 until the second batch of reports; with 39 dev reports, sentence units and the look-alike
+#: phrasings the grid chose 0.45.
+DEFAULT_THRESHOLD = 0.45
 #: cosine a clause must reach with a phrasing of :data:`CAUSE_PHRASES` for the cause to count as stated
 #: (0.55 and 0.65 scored the same on dev; the stricter one is kept).
 DEFAULT_CAUSE_THRESHOLD = 0.65
-#: how much higher a negated clause must score for a tag to fire (chosen on dev by ``bench/describe.py``).
-DEFAULT_NEGATED_EXTRA = 0.1
+#: how much higher a negated clause must score for a tag to fire (chosen on dev by ``bench/describe.py``;
+#: 0.1 until the second batch of reports, then 0.15 from a grid of 0, 0.1, 0.15).
+DEFAULT_NEGATED_EXTRA = 0.15
 #: share of a retrieved case's similarity that comes from its best clause-to-clause match
 #: (:func:`rerank_by_clauses`); 0 keeps the whole-text cosine. Off: on the dev split of
 #: ``bench/describe.py`` a weight of 0.5 scored below 0 at every other setting of the grid.
@@ -86,6 +90,7 @@ TAG_PHRASES: dict[str, tuple[str, ...]] = {
         "the agent just stands still instead of doing the task",
         "the robot stands still instead of moving toward the goal",
         "it stays in place instead of making progress",
+        "the agent prefers to stay still and do nothing",
     ),
     "timeouts": (
         "every episode runs until the time limit",
@@ -160,6 +165,9 @@ TAG_PHRASES: dict[str, tuple[str, ...]] = {
         "it keeps colliding and breaking limits",
         "the behaviour is unsafe",
         "it crashes into obstacles and other vehicles",
+        # constrained RL measures violations as a cost with a limit (Safety Gym, OmniSafe)
+        "the constraint cost stays above the cost limit",
+        "the safety cost does not go down during training",
     ),
     "early_termination": (
         "episodes end early because the agent falls or crashes",
@@ -205,6 +213,7 @@ TAG_PHRASES: dict[str, tuple[str, ...]] = {
         "a policy trained in one simulator fails in another simulator",
         "the sim-to-real transfer fails",
         "it does well on the training levels but fails on test levels",
+        "the policy behaves well in simulation but badly on the real robot",
     ),
     "undertrained": (
         "it improves slowly and needs more training",
@@ -212,6 +221,7 @@ TAG_PHRASES: dict[str, tuple[str, ...]] = {
         "not enough training steps",
         "learning is very slow",
         "training was stopped too early",
+        "it has only been trained for a few episodes",
     ),
     "numerical_instability": ("NaN values appear in the actions or the loss", "the network outputs NaN or infinity"),
     "short_time_limit": (
@@ -258,13 +268,30 @@ TAG_OPPOSITES: dict[str, tuple[str, ...]] = {
     "unscaled_observations": ("the observations are normalized",),
     "saturated_actions": ("the actions stay well inside their limits",),
     "reward_hacking_suspected": ("it gets no reward at all", "the reward stays at zero"),
+    # the tag is about the reward per step; a flat learning curve is about the return over training
+    "sparse_signal": (
+        "the mean reward hardly changes over the whole run",
+        "the episode return does not improve during training",
+    ),
+    # training steps are not episode steps: "after 700k steps no progress" says nothing of the time limit
+    "short_time_limit": ("after many training steps there is still no progress", "it has trained for a long time"),
+    "timeouts": ("after many training steps there is still no progress",),
+    "short_episodes": (
+        "episodes last longer than they should",
+        "after many training steps the score is still low",
+    ),
 }
 
 _NEGATION = re.compile(r"\b(?:not|no|never|none|nothing|nor|neither|without|cannot)\b|n't\b", re.IGNORECASE)
 # a point or comma between digits is a number ("0.02", "12,000"), not the end of a sentence or clause
 _SENTENCES = re.compile(r"(?:(?<!\d)\.|\.(?!\d)|[!?;:\n])+")
 # contrast words start a new clause: "it reaches the goal but does not jitter" reads as two claims
-_CLAUSES = re.compile(r"(?<!\d),|,(?!\d)|\b(?:but|however|although|though|whereas|while|yet|except)\b", re.IGNORECASE)
+_CLAUSES = re.compile(r"((?<!\d),|,(?!\d)|\b(?:but|however|although|though|whereas|while|yet|except)\b)", re.IGNORECASE)
+# a comma inside brackets lists details ("(PPO, SAC)", "(Humanoid, seed 0)"), it does not end a claim
+_BRACKETED = re.compile(r"\([^()]*\)")
+#: a comma-separated piece this short is an item of a list ("the architecture, learning rate, batch
+#: size"), not a claim of its own: it stays with the piece before it.
+_LIST_ITEM_WORDS = 2
 
 
 _AND = re.compile(r"\band\b", re.IGNORECASE)
@@ -284,11 +311,43 @@ def split_clauses(text: str) -> list[str]:
     """
     out: list[str] = []
     for sentence in _SENTENCES.split(text or ""):
-        for clause in _CLAUSES.split(sentence):
-            for part in _split_polarity(" ".join(clause.split())):
-                if len(part.split()) >= 2 and part not in out:
-                    out.append(part)
+        for part in _sentence_clauses(sentence):
+            if part not in out:
+                out.append(part)
     return out
+
+
+def reading_units(text: str) -> list[str]:
+    """The clauses of ``text`` (:func:`split_clauses`), plus each sentence cut into several clauses of one polarity.
+
+    A contrast often carries the meaning that neither half has alone: "it reaches a high reward,
+    but it drives in circles" (reward hacking), "it walks in one simulator, but falls in another"
+    (a generalization gap). A whole sentence is read too when all its clauses agree in negation, so
+    a negated half never lends its polarity to a plain one.
+    """
+    out = split_clauses(text)
+    for sentence in _SENTENCES.split(text or ""):
+        parts = _sentence_clauses(sentence)
+        whole = " ".join(sentence.split())
+        if len(parts) > 1 and len({is_negated(p) for p in parts}) == 1 and whole not in out:
+            out.append(whole)
+    return out
+
+
+def _sentence_clauses(sentence: str) -> list[str]:
+    """One sentence cut into clauses (see :func:`split_clauses`); list items stay with the clause before them."""
+    hidden = _BRACKETED.sub(lambda m: m.group(0).replace(",", "\x00"), sentence)
+    pieces = _CLAUSES.split(hidden)
+    merged: list[str] = []
+    for i in range(0, len(pieces), 2):
+        piece = " ".join(pieces[i].replace("\x00", ",").split())
+        after_comma = i > 0 and pieces[i - 1] == ","
+        list_item = 0 < len(piece.split()) <= _LIST_ITEM_WORDS and not is_negated(piece)
+        if after_comma and merged and list_item:
+            merged[-1] = f"{merged[-1]}, {piece}"
+        elif piece:
+            merged.append(piece)
+    return [part for clause in merged for part in _split_polarity(clause) if len(part.split()) >= 2]
 
 
 def _split_polarity(clause: str) -> list[str]:
@@ -343,7 +402,7 @@ class SymptomReader:
 
     def _label_scores(self, text: str) -> tuple[list[str], dict[str, int], np.ndarray]:
         """(clauses, label -> column, cosine matrix clauses x labels): each label's best same-polarity phrasing."""
-        clauses = split_clauses(text)
+        clauses = reading_units(text)
         labels, _, vecs, neg = self._phrase_table()
         index = {t: k for k, t in enumerate(dict.fromkeys(labels))}
         table = np.full((len(clauses), len(index)), -1.0)
