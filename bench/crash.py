@@ -309,45 +309,51 @@ def _ids(lines: list[str], kind: str) -> set[str]:
     return {ln.split()[1] for ln in lines if ln.startswith(kind + " ")}
 
 
-def fix_trials(kb_dir: Path, trials: int, rng: random.Random, max_delay: float, loops: int = 8) -> list[dict]:
-    """Kill processes running fix loops back to back at random moments (see the module docstring)."""
+def fix_trial(kb_dir: Path, trial: int, plan: dict, loops: int = 8, timeout: float = 600.0) -> dict:
+    """One fix trial: start the child, kill it as ``plan`` says (:func:`_draw_kill`), reopen and check the KB.
+
+    ``trial`` also picks the child's training seeds; ``timeout`` (s) bounds a wait for a target line.
+    """
     from remedy.kb.facade import KnowledgeBase
 
+    with tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _FIX_CHILD, str(kb_dir), str(PATIENT), str(trial), str(loops)],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            env=_env(),
+            start_new_session=True,
+        )
+        finished, lines = _run_until_kill(proc, plan, timeout)
+        err.seek(0)
+        stderr_tail = err.read()[-500:] if finished and proc.returncode else ""
+    acked, added = _ids(lines, "ACK"), _ids(lines, "ADD")
+    res = _check(kb_dir, acked, None)
+    with KnowledgeBase.open(kb_dir, reconcile=False) as kb:
+        readable = {c.case_id for c in kb.store.get_many(sorted(acked))}
+        stored = kb.store.ids()
+    return {
+        "kind": "fix",
+        "trial": trial,
+        **plan,
+        "phase": _phase(lines),
+        "last_line": lines[-1][:160] if lines else "",
+        "finished": finished,
+        "acked": len(acked),
+        "acked_ids": sorted(acked),
+        "stored_unacked": len((added - acked) & stored),  # store write done, killed before the ACK
+        "unreadable": sorted(acked - readable),
+        **res,
+        **({"stderr": stderr_tail} if stderr_tail else {}),
+    }
+
+
+def fix_trials(kb_dir: Path, trials: int, rng: random.Random, max_delay: float, loops: int = 8) -> list[dict]:
+    """Kill processes running fix loops back to back at random moments (see the module docstring)."""
     out = []
     for t in range(trials):
-        plan = _draw_kill(rng, max_delay)
-        with tempfile.TemporaryFile("w+") as err:
-            proc = subprocess.Popen(
-                [sys.executable, "-c", _FIX_CHILD, str(kb_dir), str(PATIENT), str(t), str(loops)],
-                stdout=subprocess.PIPE,
-                stderr=err,
-                text=True,
-                env=_env(),
-                start_new_session=True,
-            )
-            finished, lines = _run_until_kill(proc, plan, timeout=max(max_delay, 600.0))
-            err.seek(0)
-            stderr_tail = err.read()[-500:] if finished and proc.returncode else ""
-        acked, added = _ids(lines, "ACK"), _ids(lines, "ADD")
-        res = _check(kb_dir, acked, None)
-        with KnowledgeBase.open(kb_dir, reconcile=False) as kb:
-            readable = {c.case_id for c in kb.store.get_many(sorted(acked))}
-            stored = kb.store.ids()
-        out.append(
-            {
-                "kind": "fix",
-                "trial": t,
-                **plan,
-                "phase": _phase(lines),
-                "last_line": lines[-1][:160] if lines else "",
-                "finished": finished,
-                "acked": len(acked),
-                "stored_unacked": len((added - acked) & stored),  # store write done, killed before the ACK
-                "unreadable": sorted(acked - readable),
-                **res,
-                **({"stderr": stderr_tail} if stderr_tail else {}),
-            }
-        )
+        out.append(fix_trial(kb_dir, t, _draw_kill(rng, max_delay), loops, timeout=max(max_delay, 600.0)))
         print(json.dumps(out[-1]), flush=True)
     return out
 
