@@ -247,12 +247,17 @@ def _is_training(line: str) -> bool:
     return line.endswith(" jobs") or 0 < int(done) < int(total)
 
 
-def _draw_kill(rng: random.Random, max_delay: float) -> dict:
-    """When this trial kills: ``timer`` seconds after start, or a random moment after the k-th target line."""
-    target = rng.choice(["timer", *_FIX_TARGETS])
+def _draw_kill(rng: random.Random, max_delay: float, after_ack: bool = False) -> dict:
+    """When this trial kills: ``timer`` seconds after start, or a random moment after the k-th target line.
+
+    ``after_ack``: no timer, and the second training batch, ``ADD`` or ``STORED`` line (the first
+    add was acknowledged), so that on a loaded machine every trial has a case to lose.
+    """
+    target = rng.choice(list(_FIX_TARGETS) if after_ack else ["timer", *_FIX_TARGETS])
     if target == "timer":
         return {"target": "timer", "k": 0, "delay_s": round(rng.uniform(5.0, max_delay), 2)}
-    return {"target": target, "k": rng.randint(1, 2), "delay_s": round(rng.uniform(0.0, _FIX_TARGETS[target]), 3)}
+    k = 2 if after_ack and target != "ACK" else rng.randint(1, 2)
+    return {"target": target, "k": k, "delay_s": round(rng.uniform(0.0, _FIX_TARGETS[target]), 3)}
 
 
 def _matches(target: str, line: str) -> bool:
@@ -349,11 +354,14 @@ def fix_trial(kb_dir: Path, trial: int, plan: dict, loops: int = 8, timeout: flo
     }
 
 
-def fix_trials(kb_dir: Path, trials: int, rng: random.Random, max_delay: float, loops: int = 8) -> list[dict]:
+def fix_trials(
+    kb_dir: Path, trials: int, rng: random.Random, max_delay: float, loops: int = 8, after_ack: bool = False
+) -> list[dict]:
     """Kill processes running fix loops back to back at random moments (see the module docstring)."""
     out = []
     for t in range(trials):
-        out.append(fix_trial(kb_dir, t, _draw_kill(rng, max_delay), loops, timeout=max(max_delay, 600.0)))
+        plan = _draw_kill(rng, max_delay, after_ack)
+        out.append(fix_trial(kb_dir, t, plan, loops, timeout=max(max_delay, 600.0)))
         print(json.dumps(out[-1]), flush=True)
     return out
 
@@ -391,6 +399,9 @@ def main() -> None:
     parser.add_argument("--import-max-delay", type=float, default=20.0)
     parser.add_argument("--fix-max-delay", type=float, default=90.0, help="longest timer kill of a fix trial (s)")
     parser.add_argument("--fix-loops", type=int, default=8, help="fix loops a fix trial's child runs at most")
+    parser.add_argument(
+        "--fix-after-ack", action="store_true", help="fix kills only after the child's first acknowledged case"
+    )
     parser.add_argument("--kinds", default="import,fix", help="which trials: import, fix, or both")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
@@ -406,7 +417,7 @@ def main() -> None:
         if "import" in args.kinds:
             rows += import_trials(kb_dir, Path(tmp), args.trials, args.cases, rng, args.import_max_delay)
         if "fix" in args.kinds:
-            rows += fix_trials(kb_dir, args.trials, rng, args.fix_max_delay, args.fix_loops)
+            rows += fix_trials(kb_dir, args.trials, rng, args.fix_max_delay, args.fix_loops, args.fix_after_ack)
     summary = summarize(rows)
     print(json.dumps(summary, indent=2))
     if "fix" in summary:
