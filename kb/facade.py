@@ -3,13 +3,19 @@
 A KB is a directory holding ``remedy.duckdb`` (the store of record) and
 ``index/`` (derived: every row can be rebuilt from the store). Writes go to the
 store first, then to the index; if the index write fails the store keeps the
-case and the next :meth:`KnowledgeBase.open` reconciles the two.
+case and the next :meth:`KnowledgeBase.open` reconciles the two. Each write first
+leaves the ids it writes in ``index-pending/`` and removes them once the index has
+them, so a crash between the two writes of a *changed* case (same id, new content)
+is repaired too, not only a missing id.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import math
 import os
+import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -48,6 +54,8 @@ __all__ = [
 
 DB_FILE = "remedy.duckdb"
 INDEX_DIR = "index"
+#: one file per write in progress, naming the ids written (see the module docstring)
+PENDING_DIR = "index-pending"
 SEARCH_MODES = ("hybrid", "vector", "text")
 _BATCH = 256
 #: cases embedded per reconcile step: each step is committed to the index on its own, so an
@@ -116,11 +124,12 @@ class ReconcileReport:
     added: int = 0
     removed: int = 0
     rebuilt: str = ""  # why the index was damaged and rebuilt from the store, if it was
+    refreshed: int = 0  # indexed cases re-indexed because a write that changed them stopped before the index
 
     @property
     def in_sync(self) -> bool:
         """True when nothing had to be done."""
-        return self.added == 0 and self.removed == 0 and not self.rebuilt
+        return self.added == 0 and self.removed == 0 and not self.rebuilt and self.refreshed == 0
 
 
 @dataclass(frozen=True)
@@ -218,14 +227,17 @@ class KnowledgeBase:
         ``progress(done, total)`` is called after the store write and after each index batch.
         """
         latest = {c.case_id: c for c in cases}  # last duplicate wins, as in the store
-        written, unchanged = self.store.upsert(latest.values())
-        done, total = unchanged, len(latest)
-        _report(progress, done, total)
-        it = iter(written)
-        while ids := list(islice(it, _BATCH)):
-            self.index.upsert([latest[i] for i in ids])
-            done += len(ids)
+        with _Pending(self.root, latest) as pending:
+            written, unchanged = self.store.upsert(latest.values())
+            pending.stored()
+            done, total = unchanged, len(latest)
             _report(progress, done, total)
+            it = iter(written)
+            while ids := list(islice(it, _BATCH)):
+                self.index.upsert([latest[i] for i in ids])
+                done += len(ids)
+                _report(progress, done, total)
+            pending.indexed()
         return AddCounts(len(written), unchanged)
 
     def delete(self, case_ids: Iterable[str]) -> int:
@@ -273,13 +285,19 @@ class KnowledgeBase:
         from remedy.retrieval.index import VectorIndex
 
         total = self.store.count()
+        markers = _finished_writes(self.root)  # a rebuild from the store covers what they left
         self._index = VectorIndex(self.root / INDEX_DIR, self.embedder, reset=True)
         tick = None if progress is None else (lambda done: progress(done, total))
-        return self._index.rebuild(self.store.iter_cases(), batch_size=_BATCH, progress=tick)
+        rows = self._index.rebuild(self.store.iter_cases(), batch_size=_BATCH, progress=tick)
+        _drop(markers)
+        return rows
 
     def reconcile(self, progress: Progress | None = None) -> ReconcileReport:
         """Embed cases missing from the index and drop index rows without a case.
 
+        Cases that a write left in ``index-pending/`` (its process died, or its index write
+        failed, between the store and the index) are re-indexed from the store even when their
+        id is indexed: the row may hold the case's previous content.
         Works in steps of :data:`RECONCILE_BATCH` cases, each written to the index on its own,
         with ``progress(done, total)`` after each. An index whose files are damaged is rebuilt
         from the store (the store is the truth); if even that fails, the error says to run
@@ -296,14 +314,18 @@ class KnowledgeBase:
         return ReconcileReport(added=self.store.count(), rebuilt=reason)
 
     def _reconcile(self, progress: Progress | None) -> ReconcileReport:
+        markers = _finished_writes(self.root)
+        stale = set().union(*markers.values()) if markers else set()
         stored, indexed = self.store.ids(), self.index.ids()
-        missing, extra = sorted(stored - indexed), indexed - stored
+        absent, extra = stored - indexed, indexed - stored
+        refresh = sorted(absent | (stale & indexed & stored))
         if extra:
             self.index.delete(extra)
-        for start in range(0, len(missing), RECONCILE_BATCH):
-            self.index.upsert(self.store.get_many(missing[start : start + RECONCILE_BATCH]))
-            _report(progress, min(start + RECONCILE_BATCH, len(missing)), len(missing))
-        return ReconcileReport(added=len(missing), removed=len(extra))
+        for start in range(0, len(refresh), RECONCILE_BATCH):
+            self.index.upsert(self.store.get_many(refresh[start : start + RECONCILE_BATCH]))
+            _report(progress, min(start + RECONCILE_BATCH, len(refresh)), len(refresh))
+        _drop(markers)
+        return ReconcileReport(added=len(absent), removed=len(extra), refreshed=len(refresh) - len(absent))
 
     # -- reading -------------------------------------------------------------------
 
@@ -404,6 +426,77 @@ def example_files() -> list[Path]:
     if not folder.is_dir():
         return []
     return sorted(Path(str(f)) for f in folder.iterdir() if f.name.endswith(".jsonl"))
+
+
+#: names of this process's pending-write files still in progress (other threads' writes): not finished
+_IN_FLIGHT: set[str] = set()
+
+
+class _Pending:
+    """The file in ``index-pending/`` naming the ids of one write, from before its store write until its
+    index write returned. A process killed in between leaves it; the next reconcile re-indexes them."""
+
+    def __init__(self, root: Path, cases: dict[str, Case]) -> None:
+        self.path = root / PENDING_DIR / f"{os.getpid()}-{uuid.uuid4().hex}.json"
+        self.ids = list(cases)
+        self.keep = False  # set once the store may hold new content the index lacks
+
+    def __enter__(self) -> _Pending:
+        if self.ids:
+            self.path.parent.mkdir(exist_ok=True)
+            _IN_FLIGHT.add(self.path.name)
+            self.path.write_text(json.dumps(self.ids))
+        return self
+
+    def stored(self) -> None:
+        """The store write returned: until :meth:`indexed`, the index may be behind."""
+        self.keep = True
+
+    def indexed(self) -> None:
+        """The index write returned too: nothing is left to repair."""
+        self.keep = False
+
+    def __exit__(self, *exc: object) -> None:
+        _IN_FLIGHT.discard(self.path.name)
+        if not self.keep:  # a failed store write changed nothing; a failed index write is kept for reconcile
+            self.path.unlink(missing_ok=True)
+
+
+def _finished_writes(root: Path) -> dict[Path, set[str]]:
+    """Pending-write files whose write is over (its process is gone, or it is ours and not in flight) → ids."""
+    folder = root / PENDING_DIR
+    if not folder.is_dir():
+        return {}
+    out = {}
+    for path in folder.glob("*.json"):
+        pid = path.name.split("-", 1)[0]
+        if path.name in _IN_FLIGHT or not pid.isdigit() or _alive(int(pid)):
+            continue
+        try:
+            ids = json.loads(path.read_text())
+        except (OSError, ValueError):
+            ids = []  # cut short by the crash before its store write began: nothing to repair
+        out[path] = {i for i in ids if isinstance(i, str)} if isinstance(ids, list) else set()
+    return out
+
+
+def _alive(pid: int) -> bool:
+    """True if another live process has this id (this process counts as gone: see ``_IN_FLIGHT``)."""
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's live process
+    return True
+
+
+def _drop(markers: dict[Path, set[str]]) -> None:
+    for path in markers:
+        with contextlib.suppress(OSError):
+            path.unlink()
 
 
 def _report(progress: Progress | None, done: int, total: int) -> None:
