@@ -85,7 +85,18 @@ def _limit(which, value):
     except (ValueError, OSError):
         return False
 
+def _die_with_parent(parent):
+    # a `kill -9` of the process that started this worker (say a `remedy fix`) must not leave
+    # it training as an orphan: Linux sends SIGKILL here when that thread's process dies
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:  # the parent died before the guard was set
+        os._exit(1)
+
 def _main():
+    _die_with_parent(int(sys.argv[2]))
     out = os.fdopen(int(sys.argv[1]), "wb")
     stdin = sys.stdin.buffer
     head = pickle.load(stdin)
@@ -277,7 +288,7 @@ def _run_child(head: dict, payload: bytes, cwd: Path, limits: Limits, log_file: 
     read_fd, write_fd = os.pipe()
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-I", "-c", _CHILD_SOURCE, str(write_fd)],
+            [sys.executable, "-I", "-c", _CHILD_SOURCE, str(write_fd), str(os.getpid())],
             stdin=subprocess.PIPE,
             stdout=log_file,
             stderr=log_file,

@@ -137,3 +137,44 @@ def test_a_forked_grandchild_neither_blocks_the_answer_nor_survives():
     while not _gone(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _gone(pid)
+
+
+_PARENT = """
+import sys, time
+from pathlib import Path
+from remedy.cases.patches.worker import Limits, run_limited
+sys.path.insert(0, sys.argv[2])
+from test_worker import _record_pid_and_sleep
+run_limited(_record_pid_and_sleep, sys.argv[1], limits=Limits(cpu_s=60, memory_mb=1024, wall_s=120))
+"""
+
+
+def _record_pid_and_sleep(path: str) -> None:
+    Path(path).write_text(str(os.getpid()))
+    time.sleep(120)
+
+
+def test_a_worker_dies_with_the_process_that_started_it(tmp_path):
+    """A `kill -9` of a fix loop must not leave its training workers running as orphans."""
+    import signal
+    import subprocess
+    import sys
+
+    marker = tmp_path / "worker.pid"
+    parent = subprocess.Popen([sys.executable, "-c", _PARENT, str(marker), str(Path(__file__).parent)])
+    try:
+        deadline = time.monotonic() + 60
+        while not (marker.exists() and marker.read_text()) and time.monotonic() < deadline:
+            assert parent.poll() is None, "the parent exited before its worker started"
+            time.sleep(0.05)
+        worker = int(marker.read_text())
+        assert not _gone(worker)
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+        deadline = time.monotonic() + 10
+        while not _gone(worker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _gone(worker)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
