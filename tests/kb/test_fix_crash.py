@@ -9,30 +9,14 @@ The full run (``bench/crash.py --kinds fix --trials 30``) kills at random moment
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
 from remedy.kb.facade import KnowledgeBase
 
-BENCH = Path(__file__).parents[2] / "bench" / "crash.py"
-
-
-def _crash():
-    """The bench script as a module."""
-    spec = importlib.util.spec_from_file_location("remedy_bench_crash", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
 
 @pytest.mark.slow
-def test_sigkill_after_the_first_acknowledged_fix_case_loses_nothing(tmp_path):
-    crash = _crash()
+def test_sigkill_after_the_first_acknowledged_fix_case_loses_nothing(tmp_path, bench_script):
+    crash = bench_script("crash")
     kb_dir = tmp_path / "kb"
     row = crash.fix_trial(kb_dir, trial=0, plan={"target": "ACK", "k": 1, "delay_s": 0.0}, loops=2)
     assert not row["finished"], row  # killed, not exited (a crashed child would have exited)
