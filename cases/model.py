@@ -320,6 +320,8 @@ class Verification(FrozenModel):
     controls_reused: int = Field(default=0, ge=0)
     #: stage 1 of a race this candidate ran (a survivor's screen, or a ``stopped_early`` case); None: not raced
     race: RaceStage | None = None
+    #: training seeds whose arms (both) went on from their stage-1 runs rather than starting from the checkpoint
+    resumed_seeds: list[int] = Field(default_factory=list)
 
 
 class LiteratureEffect(FrozenModel):

@@ -22,6 +22,8 @@ confirmation, whose seeds and episodes it never touched, so the bound above hold
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
@@ -37,7 +39,14 @@ from remedy.cases.verify import racing
 from remedy.cases.verify.budgets import BudgetChoice, choose_budget
 from remedy.cases.verify.executors import Executor, get_executor
 from remedy.cases.verify.racing import RaceSettings
-from remedy.cases.verify.verification import ScenarioLike, VerifyConfig, declared_budget, verify_patch, versions
+from remedy.cases.verify.verification import (
+    Resume,
+    ScenarioLike,
+    VerifyConfig,
+    declared_budget,
+    verify_patch,
+    versions,
+)
 from remedy.retrieval.diagnosis import Attempt, CandidatePatch, Diagnoser, DiagnosisReport
 
 from .diagnose import diagnose_run
@@ -237,6 +246,14 @@ class _Loop:
     confirmations: int = 0
     rollouts: RolloutCache = field(default_factory=RolloutCache)  # one session: the checkpoint rolled out once
     race: RaceSettings = field(default_factory=RaceSettings)
+    #: where stage-1 arms are kept for the survivors to go on from (made on first use, removed at the end)
+    arms_root: Path | None = None
+
+    def arms_dir(self, name: str) -> Path:
+        """A folder for one stage-1 candidate's trained arms, under this loop's temporary root."""
+        if self.arms_root is None:
+            self.arms_root = Path(tempfile.mkdtemp(prefix="remedy-race-"))
+        return self.arms_root / name
 
     def say(self, message: str, done: int = 0, total: int = 0) -> None:
         if self.progress is not None:
@@ -302,6 +319,8 @@ def _verify(
     label: str,
     confirms: AttemptRecord | None = None,
     race: VerifyConfig | None = None,
+    arms_dir: Path | None = None,
+    resume: Resume | None = None,
 ) -> Case:
     """Screen one candidate, run stage 1 of a race with the config ``race``, or confirm the screen ``confirms``
     on the next fresh seed block; any exception becomes a ``failed`` case (the loop records it and goes on)."""
@@ -327,6 +346,8 @@ def _verify(
             confirms=confirms.case_id if confirms else None,
             budget=cand.budget,
             rollouts=loop.rollouts,
+            arms_dir=arms_dir,
+            resume=resume,
         )
     except Exception as err:
         failed = _failed_case(loop, cand, report, err)
@@ -464,6 +485,8 @@ def fix(
     finally:
         if executor is None:
             runner.shutdown()
+        if loop.arms_root is not None:
+            shutil.rmtree(loop.arms_root, ignore_errors=True)
     return _result(loop, stop, out_dir)
 
 
@@ -510,7 +533,8 @@ def _rounds(
     return f"{rounds} round(s) done" + ("" if loop.fix_at else " without a confirmed improvement")
 
 
-_StageOne = tuple[Case, racing.Standing]
+#: a raced candidate's stage-1 case, its standing, and the folder its stage-1 arms were kept in
+_StageOne = tuple[Case, racing.Standing, Path]
 
 
 def _full_choice(loop: _Loop, cand: CandidatePatch) -> BudgetChoice:
@@ -535,14 +559,18 @@ def _race(
     if not loop.race.applies(loop.config, [c.patch for c in chosen]):
         return [(c, None) for c in chosen]
     raced = [c for c in chosen if racing.raceable(c.patch, loop.race.fraction)]
-    cases = [_stage_one(loop, rnd, rounds, i, len(raced), cand, report) for i, cand in enumerate(raced, start=1)]
+    dirs = [loop.arms_dir(f"round{rnd}-candidate{i}") for i in range(1, len(raced) + 1)]
+    cases = [
+        _stage_one(loop, rnd, rounds, i, len(raced), cand, report, arms)
+        for i, (cand, arms) in enumerate(zip(raced, dirs), start=1)
+    ]
     standings = racing.rank_stage_one(
         [c.verification.effect if c.verification else None for c in cases],
         [c.verification.secondary.get("return_iqm") if c.verification else None for c in cases],
     )
     out: dict[int, _StageOne] = {}
-    for cand, case, standing in zip(raced, cases, standings):
-        out[id(cand)] = (case, standing)
+    for cand, case, standing, arms in zip(raced, cases, standings, dirs):
+        out[id(cand)] = (case, standing, arms)
         if not standing.survived:
             rec = _record(loop, rnd, cand, report, racing.stopped_early(case, standing, _full_budget(loop, cand)))
             loop.say(f"round {rnd}/{rounds}, stage 1 ({cand.patch.summary()}): {standing.rule}, {rec.status}")
@@ -550,17 +578,19 @@ def _race(
 
 
 def _stage_one(
-    loop: _Loop, rnd: int, rounds: int, i: int, n: int, cand: CandidatePatch, report: DiagnosisReport
+    loop: _Loop, rnd: int, rounds: int, i: int, n: int, cand: CandidatePatch, report: DiagnosisReport, arms: Path
 ) -> Case:
     """Stage 1 of one candidate: its share of the full budget (a budget-only patch: of its extra steps) on the
-    race seeds; the case keeps the candidate's own patch and the full budget's source."""
+    race seeds, its trained arms kept in ``arms``; the case keeps the candidate's own patch and the full
+    budget's source."""
     full = _full_choice(loop, cand)
     stage_cfg = racing.stage_config(loop.config, racing.full_budget(cand.patch, full.steps), loop.race)
     staged = cand.model_copy(update={"patch": racing.stage_patch(cand.patch, loop.race)})
     label = f"round {rnd}/{rounds}, stage 1, candidate {i}/{n} ({cand.patch.summary()})"
     what = staged.patch.summary() if cand.patch.budget_only else f"{stage_cfg.budget_steps:,} env steps per arm"
     loop.say(f"{label}: {what} on {stage_cfg.seeds} seeds")
-    return racing.as_stage_one(_verify(loop, staged, report, label, race=stage_cfg), cand.patch, full)
+    case = _verify(loop, staged, report, label, race=stage_cfg, arms_dir=arms if loop.race.resume else None)
+    return racing.as_stage_one(case, cand.patch, full)
 
 
 def _unscreened(
@@ -571,7 +601,7 @@ def _unscreened(
     for cand, stage_one in rest:
         if stage_one is None or not stage_one[1].survived:
             continue
-        case, standing = stage_one
+        case, standing, _ = stage_one
         why = replace(standing, rule=f"{standing.rule}; survived stage 1, but the loop stopped at a confirmed fix")
         _record(loop, rnd, cand, report, racing.stopped_early(case, why, _full_budget(loop, cand)))
 
@@ -586,8 +616,10 @@ def _screen_then_confirm(
 ) -> AttemptRecord | None:
     """Screen one candidate (carrying its stage-1 evidence, if it raced) and, if it clears and the cap allows,
     confirm it; the confirmation's record (or None)."""
-    loop.say(f"{label}: screening at {_budget_text(loop, cand)}")
-    screened = _verify(loop, cand, report, label)
+    resume = _resume(loop, stage_one)
+    went_on = f", going on from stage 1 on {len(resume.starts)} seed(s)" if resume is not None else ""
+    loop.say(f"{label}: screening at {_budget_text(loop, cand)}{went_on}")
+    screened = _verify(loop, cand, report, label, resume=resume)
     if stage_one is not None:
         screened = racing.with_stage_one(screened, stage_one[0], stage_one[1], _full_budget(loop, cand))
     screen = _record(loop, rnd, cand, report, screened)
@@ -601,6 +633,13 @@ def _screen_then_confirm(
     rec = _record(loop, rnd, cand, report, _verify(loop, cand, report, f"{label} confirm", confirms=screen))
     loop.say(f"{label}: confirmation {rec.status}")
     return rec
+
+
+def _resume(loop: _Loop, stage_one: _StageOne | None) -> Resume | None:
+    """Where a survivor's screen goes on from (its stage-1 runs), or None: not raced, resuming off, or nothing kept."""
+    if stage_one is None or not loop.race.resume:
+        return None
+    return racing.resume_from(stage_one[0], stage_one[2], loop.config.control_cache)
 
 
 def _budget_text(loop: _Loop, cand: CandidatePatch) -> str:

@@ -69,6 +69,10 @@ class ArmSpec:
     out_dir: str
     shifted: tuple[tuple[str, str], ...] = ()  # (name, env_kwargs JSON)
     score_patch_json: str | None = None  # evaluate the shaped return under this patch too
+    #: go on from this run directory (an earlier run of the same arm, e.g. a race's stage 1) instead of the
+    #: checkpoint; ``done_steps`` of the arm's steps count as trained (:func:`~.training.finetune`)
+    start_dir: str | None = None
+    done_steps: int = 0
 
 
 @dataclass(frozen=True)
@@ -191,6 +195,8 @@ def run_arm(spec: ArmSpec) -> ArmResult:
         n_envs=spec.n_envs,
         out_dir=spec.out_dir,
         learning_rate=spec.learning_rate,
+        start_dir=spec.start_dir,
+        done_steps=spec.done_steps,
     )
     if ft.diverged:
         return ArmResult(

@@ -38,7 +38,7 @@ from typing import Any
 
 from .arms import ArmResult, ArmSpec, Scores
 
-__all__ = ["ControlCache", "control_key", "code_version", "CODE_MODULES"]
+__all__ = ["ControlCache", "control_key", "start_identity", "code_version", "CODE_MODULES"]
 
 #: modules whose source decides a control's result; their hash is part of every key
 CODE_MODULES = ("training.py", "arms.py")
@@ -60,6 +60,18 @@ def code_version() -> str:
     return f"{remedy}+{h.hexdigest()[:12]}"
 
 
+def start_identity(run_dir: str | Path) -> str:
+    """A content hash of the run directory an arm goes on from (its model and normalization statistics):
+    a control that continues another run is the same computation only when it continues the same bytes."""
+    h = hashlib.sha256()
+    for name in ("model.zip", "vecnormalize.pkl"):
+        path = Path(run_dir) / name
+        if path.is_file():
+            h.update(name.encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
 def control_key(spec: ArmSpec, checkpoint_sha256: str, run_config_text: str) -> str:
     """The cache key of the control ``spec`` describes (its patch must be None)."""
     if spec.patch_json is not None:
@@ -76,6 +88,9 @@ def control_key(spec: ArmSpec, checkpoint_sha256: str, run_config_text: str) -> 
         "shifted": [list(s) for s in spec.shifted],
         "code": code_version(),
     }
+    if spec.start_dir:  # a control that goes on from an earlier run (a race's stage 1): keyed by that run's files
+        fields["after"] = start_identity(spec.start_dir)
+        fields["done_steps"] = spec.done_steps
     text = json.dumps(fields, sort_keys=True, separators=(",", ":"))
     return "ctl-" + hashlib.sha256(text.encode()).hexdigest()[:16]
 

@@ -53,22 +53,35 @@ touched, so the family-wise bound of :mod:`remedy.cases.verify.stats` (at most
 seeds are the first ``seeds`` of the screen's block (never more than the screen has), so a
 confirmation's block stays disjoint from them.
 
-Stage-1 runs are not pooled into the full screen: they are at a different budget, and mixing
-budgets would measure neither. A stage-1 case records the candidate's own patch (a budget-only
-candidate trained a share of its steps; ``verification.budget_steps`` says how many) and the
-budget source of the FULL budget it is a share of (:func:`as_stage_one`).
+Stage-1 measurements are not pooled into the full screen: they are at a different budget, and
+mixing budgets would measure neither. But a survivor's stage-1 RUNS are the start of its full-budget
+runs on the same seeds, so the survivor **goes on** from them (:func:`resume_from`, ``resume=True``,
+rule version 3): on each stage-1 seed its treatment and its control (the shared control continued
+the same way, cached under a key naming the run it continues) learn only the rest of the full
+budget; the screen's other seeds start from the checkpoint as before. Both arms of a seed follow the
+same procedure and take equal env steps, so the comparison stays a same-budget one; stage 1 is no
+longer paid twice (the lone budget-patch survivors of the dev bench cost more raced than not before
+this). What differs from one uninterrupted run is procedural and the same in both arms: the rollout
+in progress and (off-policy) the replay buffer start afresh, and a learning-rate schedule is laid
+out over each leg. A curriculum patch does not go on (its stages are laid out over the budget of one
+run); nor does a seed whose stage-1 run is missing in either arm. The screen case lists the seeds
+that went on (``verification.resumed_seeds``). A stage-1 case records the candidate's own patch (a
+budget-only candidate trained a share of its steps; ``verification.budget_steps`` says how many) and
+the budget source of the FULL budget it is a share of (:func:`as_stage_one`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from ..errors import VerificationError
 from ..model import Case, Effect, RaceStage, Stage, Status
-from ..patches.spec import Patch, TrainingBudget
+from ..patches.spec import Curriculum, Patch, TrainingBudget
 from .budgets import BudgetChoice
-from .verification import VerifyConfig
+from .controls import ControlCache
+from .verification import Resume, VerifyConfig
 
 __all__ = [
     "RaceSettings",
@@ -88,14 +101,16 @@ __all__ = [
     "rank_stage_one",
     "stopped_early",
     "with_stage_one",
+    "continuable",
+    "resume_from",
 ]
 
 #: share of the per-candidate budget stage 1 spends, and its training seeds (at least 2)
 RACE_FRACTION = 1 / 3
 RACE_SEEDS = 2
-#: the version of the rule that drops candidates (2: halving and the futility stop, flat ties go on);
-#: benches key their results by it, so results of another rule are not mixed in
-RULE_VERSION = 2
+#: the version of the racing rule (2: halving and the futility stop, flat ties go on; 3: survivors go on
+#: from their stage-1 runs); benches key their results by it, so results of another rule are not mixed in
+RULE_VERSION = 3
 #: standardized effects are clipped here: an interval of zero width would make them infinite
 SCORE_CAP = 1000.0
 
@@ -107,6 +122,8 @@ class RaceSettings:
     enabled: bool = True
     fraction: float = RACE_FRACTION
     seeds: int = RACE_SEEDS
+    #: survivors go on from their stage-1 runs (:func:`resume_from`) rather than train their full budget afresh
+    resume: bool = True
 
     def check(self) -> None:
         """Refuse settings that cannot rank candidates."""
@@ -126,7 +143,7 @@ class RaceSettings:
 
     def as_dict(self) -> dict[str, object]:
         """JSON-ready settings."""
-        return {"enabled": self.enabled, "fraction": self.fraction, "seeds": self.seeds}
+        return {"enabled": self.enabled, "fraction": self.fraction, "seeds": self.seeds, "resume": self.resume}
 
 
 def raceable(patch: Patch, fraction: float = RACE_FRACTION) -> bool:
@@ -333,3 +350,37 @@ def with_stage_one(screen: Case, stage_one: Case, standing: Standing, full_budge
         "wall_time_s": v.wall_time_s + race.wall_time_s,
     }
     return screen.model_copy(update={"verification": v.model_copy(update=update)})
+
+
+def continuable(patch: Patch) -> bool:
+    """Whether a survivor of ``patch`` can go on from its stage-1 runs: every patch but a curriculum, whose
+    stages are laid out over the budget of one run (going on would start the curriculum over)."""
+    return not any(isinstance(p, Curriculum) for p in patch.parts)
+
+
+def resume_from(stage_one: Case, arms_dir: str | Path, control_cache: str | None) -> Resume | None:
+    """Where a survivor's full screen goes on from: the stage-1 runs of ``stage_one`` (its treatments kept in
+    ``arms_dir`` as ``treatment-<seed>/``; its controls in the control cache under the keys the case lists,
+    else in ``arms_dir`` as ``control-<seed>/``; a budget-only patch's control is the checkpoint). Only seeds
+    whose runs exist in both arms go on; None when none does or the patch cannot go on (:func:`continuable`).
+    """
+    v = stage_one.verification
+    if v is None or v.stage is not Stage.race or not continuable(stage_one.patch):
+        return None
+    seeds = list(range(v.seed_base, v.seed_base + v.seeds))
+    checkpoint_control = v.comparison == "budget_vs_none"
+    cache = ControlCache(control_cache) if control_cache and len(v.controls) == len(seeds) else None
+    starts: dict[int, tuple[str, str | None]] = {}
+    for i, seed in enumerate(seeds):
+        treatment = Path(arms_dir) / f"treatment-{seed}"
+        control: Path | None = None
+        if not checkpoint_control:
+            control = cache.run_dir(v.controls[i]) if cache is not None else Path(arms_dir) / f"control-{seed}"
+        if (treatment / "model.zip").is_file() and (control is None or (control / "model.zip").is_file()):
+            starts[seed] = (str(treatment), None if control is None else str(control))
+    if not starts:
+        return None
+    # the stage-1 treatment trained ``budget_steps`` (a share of the budget, plus a budget part's extra steps,
+    # or a budget-only patch's share of its steps); a same-budget control trained as many
+    control_steps = 0 if checkpoint_control else v.budget_steps
+    return Resume(starts=starts, treatment_steps=v.budget_steps, control_steps=control_steps)

@@ -369,6 +369,8 @@ def finetune(
     out_dir: str | None = None,
     learning_rate: float | None = None,
     progress: ProgressFn | None = None,
+    start_dir: str | None = None,
+    done_steps: int = 0,
 ) -> FinetuneResult:
     """Fine-tune the run's checkpoint with a patch (treatment) or without one (control, ``patch_json=None``).
 
@@ -379,17 +381,27 @@ def finetune(
     temporary directory when None). ``learning_rate`` applies to both arms; a
     patch's hyperparameters win over it. NaN in the loss or parameters gives
     ``diverged=True`` and a reason, not an exception.
+
+    ``start_dir`` (a run directory an earlier fine-tune of the same arm wrote, e.g. a race's stage 1)
+    makes the arm go on from there: ``done_steps`` of its steps count as trained, so it learns the
+    rest, ``budget_steps + extra - done_steps``. The budget arithmetic (rollout size, small-budget
+    shrink) still reads the patient's checkpoint ``run_dir_path``, so two arms that go on stay held
+    to equal env steps; the model, its normalization statistics and its step count come from
+    ``start_dir``.
     """
     _set_threads()
     start = time.perf_counter()
     run = RunDir.load(run_dir_path)
+    begin = RunDir.load(start_dir) if start_dir else run
     plan = _plan_for(run, patch_json)
     c = run.config
-    total = int(budget_steps) + plan.extra_steps
+    total = int(budget_steps) + plan.extra_steps - int(done_steps)
     out = Path(out_dir) if out_dir is not None else Path(tempfile.mkdtemp(prefix="remedy-ft-"))
-    if total <= 0:  # the unpatched checkpoint is the arm (budget-patch control)
-        return _copy_checkpoint(run, out, start)
+    if total <= 0:  # nothing (more) to train: the arm is the checkpoint (budget-patch control) or its start
+        return _copy_checkpoint(begin, out, start)
     notes: list[str] = []
+    if start_dir:
+        notes.append(f"went on from a run that had trained {int(done_steps):,} of its steps")
     saved = _saved_params(run)
     on_policy = is_on_policy(c.algo)
     n = int(n_envs) if on_policy else 1
@@ -403,8 +415,9 @@ def finetune(
         _small_budget_overrides(saved, control_overrides, n, total, [])
         _small_budget_overrides(saved, overrides, n, total, notes)
     else:
+        began = _saved_params(begin) if start_dir else saved  # learning starts after the start's own steps
         overrides.setdefault(
-            "learning_starts", int(saved.get("num_timesteps") or 0) + min(_OFF_POLICY_WARMUP, total // 10)
+            "learning_starts", int(began.get("num_timesteps") or 0) + min(_OFF_POLICY_WARMUP, total // 10)
         )
         notes.append("off-policy: the replay buffer starts empty (it is not stored in the checkpoint)")
     budget = env_step_budget(total, _rollout_size(saved, control_overrides, n) if on_policy else None)
@@ -420,8 +433,8 @@ def finetune(
         schedule=schedule,
         step_counter=counter,
     )
-    venv = _wrap_normalization(run, make_vec_env(env_fn, n, log), plan, float(saved.get("gamma") or 0.99))
-    model = _load_for_training(run, venv, overrides)
+    venv = _wrap_normalization(begin, make_vec_env(env_fn, n, log), plan, float(saved.get("gamma") or 0.99))
+    model = _load_for_training(begin, venv, overrides)
     model.set_random_seed(int(seed))
     callbacks = [
         cb for cb in (_EnvBudget.make(counter, budget, on_policy), _ProgressCallback.make(progress, budget)) if cb

@@ -28,12 +28,13 @@ no effect — never a zero score.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import platform
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
@@ -58,6 +59,7 @@ if TYPE_CHECKING:
 __all__ = [
     "VerifyConfig",
     "VerifyProgress",
+    "Resume",
     "verify_patch",
     "verify_and_confirm",
     "ScenarioLike",
@@ -175,6 +177,23 @@ def versions() -> dict[str, str]:
 # --------------------------------------------------------------------------- orchestration
 
 
+@dataclass(frozen=True)
+class Resume:
+    """Arms that go on from earlier runs of the same arms (a race's stage 1, :mod:`.racing`) instead of
+    starting from the checkpoint.
+
+    ``starts`` maps a training seed to the run directories its treatment and control go on from (control
+    None: the control is the checkpoint itself, as for a budget-only patch); ``treatment_steps`` and
+    ``control_steps`` are the steps those runs already trained toward this verification's per-arm totals.
+    A seed goes on in both arms or in neither, so each seed's pair follows one procedure and the arms
+    keep equal env steps.
+    """
+
+    starts: dict[int, tuple[str, str | None]]
+    treatment_steps: int
+    control_steps: int
+
+
 @dataclass
 class _Context:
     """What one verification knows before any job runs (internal)."""
@@ -195,6 +214,7 @@ class _Context:
     preference: str | None = None  # outcome of the trajectory check (Verification.preference)
     budget_choice: BudgetChoice | None = None  # where ``budget`` came from (Verification.budget_source)
     rollouts: RolloutCache | None = None  # the session's rollouts of the unmodified checkpoint, if shared
+    resume: Resume | None = None  # arms that go on from earlier runs (a race's stage 1)
 
     def say(self, message: str, done: int = 0, total: int = 0) -> None:
         if self.progress is not None:
@@ -314,6 +334,7 @@ def _jobs(ctx: _Context, shifted: tuple[tuple[str, str], ...], workdir: Path) ->
                 eval_seed=cfg.arms_eval_seed,
                 shifted=shifted,
                 score_patch_json=score_patch_json,
+                **_start(ctx.resume, cfg.seed_base + i, arm),
             )
             job = Job(id=f"{arm} seed {seed}", fn=ARM_JOB, kwargs={"spec": spec}, limits=limits)
             if control_is_checkpoint and arm == "control" and ctx.rollouts is not None:
@@ -326,6 +347,16 @@ def _jobs(ctx: _Context, shifted: tuple[tuple[str, str], ...], workdir: Path) ->
                 job = shared
             plan.jobs.append(job)
     return plan
+
+
+def _start(resume: Resume | None, seed: int, arm: str) -> dict[str, Any]:
+    """Where the ``arm`` of training seed ``seed`` goes on from, as ArmSpec fields ({}: the checkpoint)."""
+    if resume is None or seed not in resume.starts:
+        return {}
+    treatment, control = resume.starts[seed]
+    if arm == "treatment":
+        return {"start_dir": treatment, "done_steps": resume.treatment_steps}
+    return {} if control is None else {"start_dir": control, "done_steps": resume.control_steps}
 
 
 def _checkpoint_control(ctx: _Context, spec: ArmSpec) -> ArmResult:
@@ -452,8 +483,17 @@ def _base(ctx: _Context, env_steps: int = 0) -> dict[str, Any]:
         confirms=ctx.confirms,
         comparison=arm_comparison(ctx.patch),
         preference=ctx.preference,
+        resumed_seeds=_resumed(ctx),
         **_budget_record(ctx),
     )
+
+
+def _resumed(ctx: _Context) -> list[int]:
+    """The training seeds of this verification whose arms went on from earlier runs (a race's stage 1)."""
+    if ctx.resume is None:
+        return []
+    cfg = ctx.config
+    return [s for s in range(cfg.seed_base, cfg.seed_base + cfg.seeds) if s in ctx.resume.starts]
 
 
 def _budget_record(ctx: _Context) -> dict[str, Any]:
@@ -577,6 +617,8 @@ def _case(ctx: _Context, verification: Verification) -> Case:
         cfg.seed_base,
         cfg.eval_seed,
     )
+    if _resumed(ctx):  # arms that went on from a race's stage 1: another procedure than a fresh screen
+        key = (*key, "resumed", *_resumed(ctx))
     if ctx.stage is not Stage.screen or cfg.arm_eval_seed is not None or cfg.control_seed_offset:
         key = (
             *key,
@@ -648,6 +690,8 @@ def verify_patch(
     confirms: str | None = None,
     budget: LearnedBudget | None = None,
     rollouts: RolloutCache | None = None,
+    arms_dir: str | Path | None = None,
+    resume: Resume | None = None,
 ) -> Case:
     """Verify ``patch`` on the agent in ``run_dir`` (a RunDir or a path) and return the case; the caller stores it.
 
@@ -662,12 +706,19 @@ def verify_patch(
     records the budget's source (:func:`~remedy.cases.verify.budgets.choose_budget`). ``rollouts``
     (a session's :class:`~remedy.cases.evidence.rollcache.RolloutCache`) reuses evidence rollouts
     and evaluates a pure budget patch's checkpoint control from it in-process (no job, no control
-    cache entry: it trains nothing).
+    cache entry: it trains nothing). ``arms_dir`` keeps the trained arms (``<arm>-<seed>/`` run
+    directories; shared controls stay in the control cache) instead of a temporary folder, for a later
+    verification to go on from them (``resume``, :class:`Resume`: a race's survivors go on from stage 1).
     """
     config = config or VerifyConfig()
     config.check()
     ctx = _context(run_dir, patch, config, scenario, progress, budget, rollouts)
-    ctx.stage, ctx.confirms = Stage(stage), confirms
+    ctx.stage, ctx.confirms, ctx.resume = Stage(stage), confirms, resume
+    if resume is not None and _resumed(ctx):
+        ctx.notes.append(
+            f"seeds {', '.join(map(str, _resumed(ctx)))} went on from their stage-1 runs in both arms "
+            f"(treatment {resume.treatment_steps:,} and control {resume.control_steps:,} steps already trained)"
+        )
     ctx.say("pre-checks")
     refusal = _precheck(ctx)
     if refusal:
@@ -675,7 +726,7 @@ def verify_patch(
         return _case(ctx, failed)
     owned = executor is None
     executor = executor or get_executor(config.executor)
-    with tempfile.TemporaryDirectory(prefix="remedy-verify-") as tmp:
+    with _workdir(arms_dir) as tmp:
         plan = _jobs(ctx, _shifted(scenario), Path(tmp))
         reuse = f" ({plan.n_reused} shared control(s) reused)" if plan.n_reused else ""
         ctx.say(f"{len(plan.jobs)} jobs{reuse}", 0, len(plan.jobs))
@@ -688,6 +739,17 @@ def verify_patch(
                 executor.shutdown()
         _keep_controls(plan, config.control_cache, results)
     return _case(ctx, _verification(ctx, plan, results))
+
+
+@contextlib.contextmanager
+def _workdir(keep: str | Path | None) -> Iterator[str]:
+    """Where a verification trains its arms: ``keep`` (made if missing, left in place), else a temporary folder."""
+    if keep is None:
+        with tempfile.TemporaryDirectory(prefix="remedy-verify-") as tmp:
+            yield tmp
+        return
+    Path(keep).mkdir(parents=True, exist_ok=True)
+    yield str(keep)
 
 
 def verify_and_confirm(

@@ -116,6 +116,24 @@ def test_a_harmful_candidate_is_stopped_early_and_the_other_goes_on(kb, patient,
     assert result.as_dict()["attempts"][0]["race"]["survived"] is False
     # every stage-1 control was shared: two seeds at the stage budget, trained once for both candidates
     assert v.race.controls == sv.race.controls and len(v.race.controls) == 2
+    # the survivor went on from its stage-1 runs in both arms on both seeds: it learned only the rest, and its
+    # controls are the stage-1 controls continued (new keys: a control that goes on is another computation)
+    assert sv.resumed_seeds == [0, 1] and "went on from their stage-1 runs" in sv.reason
+    assert len(sv.controls) == 2 and not set(sv.controls) & set(sv.race.controls)
+    # rollouts of 64 steps x 2 envs = 128: stage 1 trained 400 -> 512 per arm, the rest 800 -> 896 per arm
+    assert sv.env_steps - sv.race.env_steps == 4 * 896  # two seeds x two arms, each only the rest of its budget
+    assert sv.race.env_steps == 2 * 512  # its treatments; the harmful candidate's stage 1 trained the shared controls
+
+
+def test_with_resume_off_a_survivor_trains_its_full_budget_afresh(kb, patient, tmp_path):
+    """The race of the test above with ``resume`` off: the survivor's screen trains every arm's full budget from
+    the checkpoint (1200 -> 1280 steps per arm), where going on trained only the rest (896)."""
+    afresh = _fix(kb, patient, tmp_path, RaceSettings(resume=False))
+    v = kb.get(afresh.attempts[1].case_id).verification
+    assert v is not None and v.stage is Stage.screen and v.race is not None and v.race.survived
+    assert v.resumed_seeds == [] and "went on" not in v.reason
+    assert v.env_steps - v.race.env_steps == 4 * 1280
+    assert afresh.as_dict()["race"]["resume"] is False
 
 
 def test_no_race_screens_every_candidate_at_the_full_budget(kb, patient, tmp_path):
@@ -210,7 +228,7 @@ def test_fix_output_names_the_stage_and_counts_the_stopped(capsys, tmp_path):
     assert "race:" in flat and "stopped_early" in flat and "1 candidate(s) stopped early at stage 1" in flat
 
 
-def test_survivors_left_unscreened_by_a_fix_are_still_accounted(patient):
+def test_survivors_left_unscreened_by_a_fix_are_still_accounted(patient, tmp_path):
     """A loop that stops at a confirmed fix stores the other stage-1 survivors: their steps were spent."""
     from remedy.cases.evidence.rundir import RunDir
     from remedy.cases.model import Case, Effect, Signature, Source, Verification
@@ -243,7 +261,7 @@ def test_survivors_left_unscreened_by_a_fix_are_still_accounted(patient):
     cand = CandidatePatch(patch=HARMLESS, family=RemedyFamily.hyperparameters)
     diag = Diagnosis(causes=[Cause(cause=RootCause.unstable_optimization, confidence=0.9)], backend="scripted")
     report = DiagnosisReport(signature=stage_one.signature, diagnosis=diag, candidates=[cand])
-    _unscreened(loop, 1, report, [(cand, (stage_one, standing)), (cand, None)])
+    _unscreened(loop, 1, report, [(cand, (stage_one, standing, tmp_path)), (cand, None)])
     (rec,) = loop.attempts
     assert rec.status == Status.stopped_early.value and rec.stage == Stage.race.value and loop.steps == 1600
     assert rec.race is not None and rec.race.survived and "stopped at a confirmed fix" in rec.race.rule

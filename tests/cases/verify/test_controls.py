@@ -156,3 +156,89 @@ def test_a_broken_entry_is_a_miss(tmp_path):
     (tmp_path / "ctl-0" / "run").mkdir(parents=True)
     (tmp_path / "ctl-0" / "result.json").write_text("{not json")
     assert cache.get("ctl-0") is None and cache.get("ctl-missing") is None
+
+
+def test_survivors_that_go_on_from_stage_one_share_one_continued_control(patient, tmp_path):
+    """Two raced candidates whose stage 1 used the same shared controls go on from them; the continued
+    controls are trained once (for the first survivor) and reused by the second, and every arm of a seed
+    that goes on learns only the rest of its budget."""
+    from remedy.cases.model import Stage
+    from remedy.cases.verify.racing import resume_from
+    from remedy.cases.verify.training import env_step_budget
+
+    cache = str(tmp_path / "controls")
+    full = VerifyConfig(**TINY, control_cache=cache)
+    stage = replace(full, budget_steps=333)
+    ex = Recording()
+    try:
+        ones = {
+            name: verify_patch(patient, p, stage, executor=ex, stage=Stage.race, arms_dir=tmp_path / name)
+            for name, p in (("lr", LR), ("ent", ENT))
+        }
+        ex.seen.clear()
+        first = verify_patch(patient, LR, full, executor=ex, resume=resume_from(ones["lr"], tmp_path / "lr", cache))
+        trained_first = _trained_controls(ex)
+        ex.seen.clear()
+        second = verify_patch(patient, ENT, full, executor=ex, resume=resume_from(ones["ent"], tmp_path / "ent", cache))
+        trained_second = _trained_controls(ex)
+    finally:
+        ex.shutdown()
+    v1, v2 = first.verification, second.verification
+    assert v1 is not None and v2 is not None and v1.effect is not None and v2.effect is not None
+    assert len(trained_first) == 2 and trained_second == []
+    assert v1.resumed_seeds == v2.resumed_seeds == [0, 1]
+    assert v1.controls == v2.controls and (v1.controls_reused, v2.controls_reused) == (0, 2)
+    assert not set(v1.controls) & set(ones["lr"].verification.controls)  # a continued control is its own entry
+    rest = env_step_budget(1000 - 333, 64 * 2)  # rollouts of 64 steps x 2 envs
+    assert v1.env_steps == 4 * rest and v2.env_steps == 2 * rest  # the second paid for its treatments only
+
+
+def test_an_arm_that_goes_on_starts_from_the_earlier_run_and_learns_only_the_rest(patient, tmp_path):
+    from remedy.cases.verify.training import env_step_budget, finetune
+
+    def steps_in(run_dir: str) -> int:
+        import zipfile
+
+        with zipfile.ZipFile(f"{run_dir}/model.zip") as zf:
+            return int(json.loads(zf.read("data"))["num_timesteps"])
+
+    one = finetune(str(patient), None, budget_steps=333, seed=0, n_envs=2, out_dir=str(tmp_path / "one"))
+    rest = finetune(
+        str(patient),
+        None,
+        budget_steps=1000,
+        seed=0,
+        n_envs=2,
+        out_dir=str(tmp_path / "rest"),
+        start_dir=one.run_dir,
+        done_steps=333,
+    )
+    assert one.run_dir is not None and rest.run_dir is not None
+    assert rest.env_steps == env_step_budget(1000 - 333, 128) < env_step_budget(1000, 128)
+    assert steps_in(rest.run_dir) == steps_in(one.run_dir) + rest.env_steps  # it went on from the earlier run
+    assert any("went on from a run" in n for n in rest.notes)
+
+
+def test_a_continued_control_is_keyed_by_the_run_it_continues(tmp_path):
+    spec = ArmSpec(
+        arm="control",
+        seed=0,
+        run_dir="/x",
+        patch_json=None,
+        budget_steps=1000,
+        n_envs=2,
+        learning_rate=None,
+        eval_episodes=5,
+        eval_seed=10_000,
+        out_dir="/tmp/a",
+    )
+    start = tmp_path / "stage1"
+    start.mkdir()
+    (start / "model.zip").write_bytes(b"one")
+    text = "env_id: CartPole-v1\n"
+    fresh = control_key(spec, "abc", text)
+    went_on = control_key(replace(spec, start_dir=str(start), done_steps=333), "abc", text)
+    fewer_done = control_key(replace(spec, start_dir=str(start), done_steps=200), "abc", text)
+    (start / "model.zip").write_bytes(b"two")
+    other_start = control_key(replace(spec, start_dir=str(start), done_steps=333), "abc", text)
+    assert len({fresh, went_on, fewer_done, other_start}) == 4
