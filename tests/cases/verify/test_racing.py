@@ -178,3 +178,68 @@ def test_a_flat_tie_is_no_evidence_so_the_futility_stop_lets_it_go_on():
     success = Effect(diff=0.0, ci_low=0.0, ci_high=0.0, treatment=0.0, control=0.0, metric="success_rate")
     fell = Effect(diff=-5.0, ci_low=-9.0, ci_high=-1.0, treatment=-95.0, control=-90.0, metric="return_iqm")
     assert racing.futile(success, fell) and not racing.futile(success, None)
+
+
+def test_resume_from_finds_the_stage_one_runs_that_exist_in_both_arms(tmp_path):
+    """Which seeds a survivor goes on from: those whose stage-1 runs exist in both arms (a budget-only patch's
+    control is the checkpoint, so only its treatments); never a curriculum, never a stage other than 1."""
+    from remedy.cases.model import ActionSpaceType, Case, EnvTraits, Signature, Source, Subject, Verification
+    from remedy.cases.verify.controls import ControlCache
+
+    traits = EnvTraits(action_space=ActionSpaceType.discrete, obs_dim=4, action_dim=2)
+    subject = Subject(env_id="CartPole-v1", algo="PPO", traits=traits)
+
+    def case(patch, stage=Stage.race, controls=(), comparison="same_budget_control"):
+        v = Verification(
+            status=Status.no_effect,
+            stage=stage,
+            seeds=2,
+            seed_base=4,
+            budget_steps=333,
+            controls=list(controls),
+            comparison=comparison,
+        )
+        return Case(
+            case_id="s1",
+            source=Source.verified,
+            subject=subject,
+            signature=Signature(summary="x"),
+            patch=patch,
+            verification=v,
+        )
+
+    def run(path):
+        path.mkdir(parents=True)
+        (path / "model.zip").write_bytes(b"x")
+
+    arms = tmp_path / "arms"
+    run(arms / "treatment-4")
+    run(arms / "treatment-5")
+    run(arms / "control-4")  # seed 5's control is missing: seed 5 cannot go on in both arms
+    own = racing.resume_from(case(LR), arms, None)
+    assert own is not None and set(own.starts) == {4}
+    assert own.starts[4] == (str(arms / "treatment-4"), str(arms / "control-4"))
+    assert own.treatment_steps == own.control_steps == 333
+    # shared controls: found in the cache under the keys the stage-1 case lists, in seed order
+    cache = ControlCache(tmp_path / "controls")
+    run(cache.run_dir("ctl-a"))
+    run(cache.run_dir("ctl-b"))
+    shared = racing.resume_from(case(LR, controls=("ctl-a", "ctl-b")), arms, str(tmp_path / "controls"))
+    assert shared is not None and shared.starts[5] == (str(arms / "treatment-5"), str(cache.run_dir("ctl-b")))
+    # a budget-only patch: its control is the checkpoint, which trains nothing and goes on from nothing
+    budget = racing.resume_from(case(BUDGET, comparison="budget_vs_none"), arms, None)
+    assert budget is not None and budget.starts == {
+        4: (str(arms / "treatment-4"), None),
+        5: (str(arms / "treatment-5"), None),
+    }
+    assert (budget.treatment_steps, budget.control_steps) == (333, 0)
+    curriculum = Patch.from_data(
+        {
+            "kind": "curriculum",
+            "stages": [{"env_kwargs": {}, "fraction": 0.5}, {"env_kwargs": {}, "fraction": 0.5}],
+        }
+    )
+    assert not racing.continuable(curriculum) and racing.continuable(LR) and racing.continuable(BUDGET)
+    assert racing.resume_from(case(curriculum), arms, None) is None
+    assert racing.resume_from(case(LR, stage=Stage.screen), arms, None) is None
+    assert racing.resume_from(case(LR), tmp_path / "nothing-kept", None) is None
