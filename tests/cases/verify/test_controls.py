@@ -44,6 +44,20 @@ SHAPED = Patch.from_data(
     }
 )
 
+#: a control arm's spec, for the key tests
+CONTROL = ArmSpec(
+    arm="control",
+    seed=0,
+    run_dir="/x",
+    patch_json=None,
+    budget_steps=1000,
+    n_envs=2,
+    learning_rate=None,
+    eval_episodes=5,
+    eval_seed=10_000,
+    out_dir="/tmp/a",
+)
+
 
 class Recording(LocalExecutor):
     """The local executor, remembering which job function each job ran."""
@@ -123,18 +137,7 @@ def test_reward_patch_reevaluates_a_cached_control_without_training(patient, tmp
 
 
 def test_the_key_changes_with_whatever_decides_the_result():
-    spec = ArmSpec(
-        arm="control",
-        seed=0,
-        run_dir="/x",
-        patch_json=None,
-        budget_steps=1000,
-        n_envs=2,
-        learning_rate=None,
-        eval_episodes=5,
-        eval_seed=10_000,
-        out_dir="/tmp/a",
-    )
+    spec = CONTROL
     key = control_key(spec, "abc", "env_id: CartPole-v1\n")
     assert key == control_key(replace(spec, out_dir="/tmp/b", run_dir="/elsewhere"), "abc", "env_id: CartPole-v1\n")
     variants = [
@@ -220,18 +223,7 @@ def test_an_arm_that_goes_on_starts_from_the_earlier_run_and_learns_only_the_res
 
 
 def test_a_continued_control_is_keyed_by_the_run_it_continues(tmp_path):
-    spec = ArmSpec(
-        arm="control",
-        seed=0,
-        run_dir="/x",
-        patch_json=None,
-        budget_steps=1000,
-        n_envs=2,
-        learning_rate=None,
-        eval_episodes=5,
-        eval_seed=10_000,
-        out_dir="/tmp/a",
-    )
+    spec = CONTROL
     start = tmp_path / "stage1"
     start.mkdir()
     (start / "model.zip").write_bytes(b"one")

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from remedy.cases.errors import VerificationError
-from remedy.cases.model import Effect, Stage, Status
+from remedy.cases.model import Case, Effect, Stage, Status, Verification
 from remedy.cases.patches.spec import Patch
 from remedy.cases.verify import racing
 from remedy.cases.verify.racing import RaceSettings, rank_stage_one, stage_config, standardized
@@ -139,23 +139,28 @@ def test_a_budget_only_patch_races_on_a_share_of_its_extra_steps():
     assert racing.stage_patch(mixed, RaceSettings()) == mixed and racing.full_budget(mixed, 1000) == 1000
 
 
-def test_a_stage_one_case_records_the_full_budgets_source_and_the_candidates_patch():
-    from remedy.cases.model import ActionSpaceType, Case, EnvTraits, Signature, Source, Subject, Verification
-    from remedy.cases.verify.budgets import BudgetChoice
+def _race_case(patch: Patch, verification: Verification) -> Case:
+    """A stored case of a CartPole PPO candidate with ``verification`` (stage-1 cases of the tests below)."""
+    from remedy.cases.model import ActionSpaceType, EnvTraits, Signature, Source, Subject
 
     traits = EnvTraits(action_space=ActionSpaceType.discrete, obs_dim=4, action_dim=2)
     subject = Subject(env_id="CartPole-v1", algo="PPO", traits=traits)
+    return Case(
+        case_id="s1",
+        source=Source.verified,
+        subject=subject,
+        signature=Signature(summary="x"),
+        patch=patch,
+        verification=verification,
+    )
+
+
+def test_a_stage_one_case_records_the_full_budgets_source_and_the_candidates_patch():
+    from remedy.cases.verify.budgets import BudgetChoice
 
     def stage_case(patch, source):
         v = Verification(status=Status.no_effect, stage=Stage.race, seeds=2, budget_steps=171, budget_source=source)
-        return Case(
-            case_id="s1",
-            source=Source.verified,
-            subject=subject,
-            signature=Signature(summary="x"),
-            patch=patch,
-            verification=v,
-        )
+        return _race_case(patch, v)
 
     full = BudgetChoice(900, "kb", ("c1", "c2"))
     case = racing.as_stage_one(stage_case(LR, "user"), LR, full)
@@ -183,11 +188,7 @@ def test_a_flat_tie_is_no_evidence_so_the_futility_stop_lets_it_go_on():
 def test_resume_from_finds_the_stage_one_runs_that_exist_in_both_arms(tmp_path):
     """Which seeds a survivor goes on from: those whose stage-1 runs exist in both arms (a budget-only patch's
     control is the checkpoint, so only its treatments); never a curriculum, never a stage other than 1."""
-    from remedy.cases.model import ActionSpaceType, Case, EnvTraits, Signature, Source, Subject, Verification
     from remedy.cases.verify.controls import ControlCache
-
-    traits = EnvTraits(action_space=ActionSpaceType.discrete, obs_dim=4, action_dim=2)
-    subject = Subject(env_id="CartPole-v1", algo="PPO", traits=traits)
 
     def case(patch, stage=Stage.race, controls=(), comparison="same_budget_control"):
         v = Verification(
@@ -199,14 +200,7 @@ def test_resume_from_finds_the_stage_one_runs_that_exist_in_both_arms(tmp_path):
             controls=list(controls),
             comparison=comparison,
         )
-        return Case(
-            case_id="s1",
-            source=Source.verified,
-            subject=subject,
-            signature=Signature(summary="x"),
-            patch=patch,
-            verification=v,
-        )
+        return _race_case(patch, v)
 
     def run(path):
         path.mkdir(parents=True)
