@@ -13,7 +13,9 @@ Resumable: one JSON line per (scenario, column) is appended to ``--out`` as it f
 lines already there (same settings) are skipped, so a long run can stop and go on in chunks
 (``--shard I/N`` takes every N-th scenario from the I-th, ``--columns`` one column at a time).
 Patients the oracle records found not failing at their budget are skipped (no fault to fix).
-``--report-only`` renders the tables from the file.
+``--report-only`` renders the tables from the file. ``shared+racing-afresh`` races without letting
+the survivors go on from their stage-1 runs (racing rule 2: every survivor trains its full budget from
+the checkpoint); ``shared+racing`` lets them go on (rule 3).
 
 ``--kb DIR`` lets retrieval read a KB (read-only; attempts are stored nowhere) in every pass, so
 budgets can be learned from its confirmed fixes; the default is cold (priors only).
@@ -39,9 +41,17 @@ from remedy.cases.verify.solvability import ORACLE_FILE, latest_results
 from remedy.kb.bench import BenchSettings, select_scenarios
 from remedy.kb.fixloop import fix, one_torch_thread
 
-#: the columns: (name, shared controls, racing)
-COLUMNS = (("own", False, False), ("shared", True, False), ("shared+racing", True, True))
-NAMES = tuple(name for name, _, _ in COLUMNS)
+#: the columns: (name, shared controls, racing, survivors go on from stage 1)
+COLUMNS = (
+    ("own", False, False, False),
+    ("shared", True, False, False),
+    ("shared+racing-afresh", True, True, False),
+    ("shared+racing", True, True, True),
+)
+NAMES = tuple(c[0] for c in COLUMNS)
+#: racing rule 3 differs from rule 2 only in that survivors go on from their stage-1 runs, so a rule-2
+#: ``shared+racing`` line is a ``shared+racing-afresh`` line of rule 3 (:func:`_read` reads it as one)
+AFRESH_RULE = 2
 
 
 def _pass(s, run, settings: BenchSettings, cache: str | None, race: RaceSettings, kb=None) -> dict:
@@ -74,8 +84,8 @@ def _pass(s, run, settings: BenchSettings, cache: str | None, race: RaceSettings
 
 def _column(s, name: str, settings: BenchSettings, race: RaceSettings, kb=None) -> dict:
     """One column's fix loop on one scenario; a shared column starts from an empty control cache."""
-    _, shared, racing = next(c for c in COLUMNS if c[0] == name)
-    how = race if racing else RaceSettings(enabled=False)
+    _, shared, racing, resume = next(c for c in COLUMNS if c[0] == name)
+    how = replace(race, resume=resume) if racing else RaceSettings(enabled=False)
     run = build(s)
     if not shared:
         return _pass(s, run, settings, None, how, kb)
@@ -92,7 +102,7 @@ def _settings_key(args: argparse.Namespace, column: str) -> dict:
         "seeds": args.seeds,
         "kb": None if args.kb is None else str(args.kb),
     }
-    if dict((n, r) for n, _, r in COLUMNS)[column]:
+    if dict((c[0], c[2]) for c in COLUMNS)[column]:
         key.update(race_fraction=round(args.race_fraction, 4), race_seeds=args.race_seeds, race_rule=RULE_VERSION)
     return key
 
@@ -103,10 +113,18 @@ def _read(path: Path, args: argparse.Namespace) -> dict[tuple[str, str], dict]:
     if path.exists():
         for line in path.read_text().splitlines():
             if line.strip():
-                row = json.loads(line)
+                row = _as_afresh(json.loads(line))
                 if row.get("column") in NAMES and row.get("settings") == _settings_key(args, row["column"]):
                     done[(row["scenario"], row["column"])] = row
     return done
+
+
+def _as_afresh(row: dict) -> dict:
+    """A rule-2 ``shared+racing`` line as the ``shared+racing-afresh`` line of the current rule it equals."""
+    settings = row.get("settings") or {}
+    if row.get("column") != "shared+racing" or settings.get("race_rule") != AFRESH_RULE:
+        return row
+    return {**row, "column": "shared+racing-afresh", "settings": {**settings, "race_rule": RULE_VERSION}}
 
 
 def _table(rows: dict[tuple[str, str], dict], scenarios: list[str], columns: list[str]) -> None:
