@@ -37,6 +37,7 @@ from remedy.retrieval.diagnosis import (
 
 if TYPE_CHECKING:
     from remedy.cases.evidence.rollcache import RolloutCache
+    from remedy.retrieval.cause_ranker import CauseRanker
     from remedy.retrieval.describe import SymptomReader
 
     from .facade import KnowledgeBase
@@ -302,6 +303,7 @@ def diagnose_description(
     rules: Sequence[RuleLike] | None = None,
     stated: Sequence[CauseReading] | None = None,
     rerank: float | None = None,
+    ranker: CauseRanker | None = None,
     **diagnoser_params: Any,
 ) -> DiagnosisReport:
     """Diagnose a failure described in words (no run directory): the same report as :func:`diagnose_run`.
@@ -313,7 +315,9 @@ def diagnose_description(
     ``report.stated`` which root causes it states outright (read with the tags; none when ``tags``
     overrides the reading, unless ``stated`` is given). ``rerank`` > 0 reranks retrieved cases by
     their best clause-to-clause match with the text (the weight of that match; default
-    ``DEFAULT_RERANK_WEIGHT``, which is 0: off, it did not help on the dev split).
+    ``DEFAULT_RERANK_WEIGHT``, which is 0: off, it did not help on the dev split). A fitted
+    ``ranker`` (:mod:`remedy.retrieval.cause_ranker`) reorders the offline vote's causes; None, the
+    default, keeps the vote's own order (the ranker did not beat it in leave-one-out on dev).
     """
     from remedy.retrieval.describe import (
         DEFAULT_RERANK_WEIGHT,
@@ -361,8 +365,19 @@ def diagnose_description(
         reading=tuple(reading),
         stated=tuple(stated or ()),
     )
-    report = backend.diagnose(ctx)
-    return report.model_copy(update={"reading": list(reading), "stated": list(stated or ())})
+    report = backend.diagnose(ctx).model_copy(update={"reading": list(reading), "stated": list(stated or ())})
+    return _rank_causes(report, ranker, backend, kb, text)
+
+
+def _rank_causes(report: DiagnosisReport, ranker: Any, backend: Any, kb: Any, text: str) -> DiagnosisReport:
+    """The offline vote's causes reordered by a fitted cause ranker (other backends rank their own)."""
+    if ranker is None or getattr(backend, "name", "") != "offline":
+        return report
+    from remedy.retrieval.cause_ranker import evidence_from_report, rerank_report
+    from remedy.retrieval.embedder import default_embedder
+
+    embedder = kb.embedder if kb is not None else default_embedder()
+    return rerank_report(report, ranker, evidence_from_report(report, embedder, text))
 
 
 def _fixes_space(algo: str) -> bool:
