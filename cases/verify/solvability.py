@@ -6,7 +6,9 @@ scenario's ``oracle`` patch against a same-budget control with
 :func:`~remedy.cases.verify.verification.verify_patch` (the scenario's own
 fine-tune budget). The verdict is one of:
 
-- ``solvable``: the patient fails and the oracle's verification says ``improved``;
+- ``solvable``: the patient fails and the oracle is ``improved``: its screen cleared and a
+  confirmation on fresh seeds agreed (:func:`~remedy.cases.verify.verification.verify_and_confirm`,
+  the rule every fix follows; a screen alone never says ``improved``);
 - ``unsolvable``: the patient fails but its oracle does not fix it within the
   budget (left out of fix-rate denominators and listed in bench reports);
 - ``not_failing``: the patient already succeeds (success rate at or above
@@ -54,15 +56,17 @@ __all__ = [
 FAIL_BELOW = 0.5
 #: the tracked results file (relative to the repository root / working directory).
 ORACLE_FILE = Path("bench") / "data" / "oracle.jsonl"
-#: bump when the check itself changes what a stored result means.
-ORACLE_VERSION = 1
+#: bump when the check itself changes what a stored result means. 2: ``solvable`` needs a confirmation on
+#: fresh seeds (version 1 read a screen's status, which since screens and confirmations were told apart is
+#: never ``improved``, so every failing patient came out ``unsolvable``)
+ORACLE_VERSION = 2
 
 
 @dataclass(frozen=True)
 class OracleSettings:
     """How the oracle is verified: seeds per arm, evaluation episodes (None: the scenario's), workers."""
 
-    seeds: int = 2
+    seeds: int = 3
     eval_episodes: int | None = None
     workers: int = 1
 
@@ -186,7 +190,7 @@ def check_scenario(
 ) -> OracleResult:
     """Build ``s``'s patient, measure it, and verify its oracle (see the module docstring for verdicts)."""
     from .executors import get_executor
-    from .verification import VerifyConfig, verify_patch
+    from .verification import VerifyConfig, verify_and_confirm
 
     t0 = time.perf_counter()
     built = build_scenario(s, cache_dir)
@@ -207,32 +211,43 @@ def check_scenario(
         eval_episodes=settings.eval_episodes or s.eval_episodes,
         n_envs=s.n_envs,
     )
-    case = verify_patch(
-        built.run, s.oracle, config, executor=get_executor("local", max_workers=settings.workers), scenario=s
-    )
-    v = case.verification
-    if v is None:  # verify_patch always records one
-        raise VerificationError(f"the oracle's case {case.case_id} has no verification")
+    executor = get_executor("local", max_workers=settings.workers)
+    try:
+        screen, confirmation = verify_and_confirm(built.run, s.oracle, config, executor=executor, scenario=s)
+    finally:
+        executor.shutdown()
+    cases = [c for c in (screen, confirmation) if c is not None]
+    if any(c.verification is None for c in cases):  # verify_patch always records one
+        raise VerificationError(f"the oracle's case {screen.case_id} has no verification")
+    v = cases[-1].verification  # the confirmation when the screen cleared, else the screen
+    assert v is not None
     eff = (
         None
         if v.effect is None
         else {k: getattr(v.effect, k) for k in ("treatment", "control", "diff", "ci_low", "ci_high")}
         | {"metric": v.effect.metric}
     )
-    verdict = "solvable" if v.status.value == "improved" else ("error" if v.status.value == "failed" else "unsolvable")
     return _record(
         s,
         settings,
-        verdict,
+        oracle_verdict(v.status.value),
         success,
         oracle_status=v.status.value,
         oracle_effect=eff,
         oracle_per_seed=dict(v.per_seed) or None,
-        env_steps=v.env_steps,
-        reason=v.reason,
+        env_steps=sum(c.verification.env_steps for c in cases if c.verification is not None),
+        reason="; ".join(f"{c.verification.stage.value}: {c.verification.reason}" for c in cases if c.verification),
         wall_time_s=round(time.perf_counter() - t0, 1),
         budget_steps=v.budget_steps,
     )
+
+
+def oracle_verdict(final_status: str) -> str:
+    """The verdict from the oracle's last verification (its confirmation when the screen cleared, else its
+    screen): ``solvable`` only when it is ``improved`` (a screen never is), ``error`` when it failed."""
+    if final_status == "improved":
+        return "solvable"
+    return "error" if final_status == "failed" else "unsolvable"
 
 
 def _append(path: Path, result: OracleResult) -> None:

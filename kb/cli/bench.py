@@ -110,7 +110,7 @@ def bench_build(
     oracle: bool = True,
     shard: str | None = None,
     results: Path | None = None,
-    seeds: int = 2,
+    seeds: int = 3,
     workers: int = 1,
 ) -> list[dict]:
     """Build the selected scenarios (this shard's), check each patient fails and its oracle fixes it; render."""
@@ -180,7 +180,12 @@ def build_cmd(
         Path | None,
         typer.Option("--results", help="Oracle results file (JSONL, appended; default bench/data/oracle.jsonl)."),
     ] = None,
-    seeds: Annotated[int, typer.Option("--seeds", min=2, help="Seeds per arm for the oracle verification.")] = 2,
+    seeds: Annotated[
+        int,
+        typer.Option(
+            "--seeds", min=2, help="Seeds per arm for the oracle's screen and its confirmation on fresh seeds."
+        ),
+    ] = 3,
     workers: Annotated[int, typer.Option("--workers", min=1, help="Verification jobs run at once.")] = 1,
     as_json: JsonOption = False,
 ) -> None:

@@ -14,6 +14,7 @@ from remedy.cases.verify.solvability import (
     check_scenarios,
     latest_results,
     oracle_key,
+    oracle_verdict,
     parse_shard,
     pending,
     read_results,
@@ -66,7 +67,7 @@ def test_resume_skips_recorded_scenarios_retries_errors_and_survives_a_torn_line
     assert len(read_results(path)) == 3
     assert set(latest_results(suite, path, settings)) == {"s0", "s1"}  # s2's record is for another oracle/hash
     assert [s.name for s in pending(suite, path, settings)] == ["s1", "s2"]
-    assert oracle_key(suite[0], OracleSettings(seeds=3)) != oracle_key(suite[0], settings)
+    assert oracle_key(suite[0], OracleSettings(seeds=2)) != oracle_key(suite[0], settings)
 
 
 def test_check_records_a_real_verdict_once_then_skips(tmp_path):
@@ -77,5 +78,20 @@ def test_check_records_a_real_verdict_once_then_skips(tmp_path):
     assert first.patient_success is not None
     if first.verdict != "not_failing":
         assert first.oracle_status and first.env_steps > 0 and first.oracle_per_seed
+        # a screen never says improved: the record is the confirmation's whenever the screen cleared
+        assert first.oracle_status != "inconclusive" or "confirm:" not in first.reason
+        assert (first.verdict == "solvable") == ("confirm:" in first.reason and first.oracle_status == "improved")
     assert check_scenarios([s], results=path, cache_dir=cache) == []  # done: skipped on resume
     assert len(read_results(path)) == 1
+
+
+def test_only_a_confirmed_oracle_makes_a_patient_solvable():
+    """Version 1 read the screen's status, which is never ``improved``: every failing patient came out unsolvable
+    (a 3-seed screen of +139 return [+88, +189] on an InvertedPendulum patient was recorded ``unsolvable``)."""
+    assert oracle_verdict("improved") == "solvable"  # a confirmation on fresh seeds
+    assert (
+        oracle_verdict("inconclusive") == "unsolvable"
+    )  # a cleared screen alone, or a confirmation that did not agree
+    assert oracle_verdict("no_effect") == "unsolvable" and oracle_verdict("worse") == "unsolvable"
+    assert oracle_verdict("failed") == "error"
+    assert OracleSettings().seeds == 3
