@@ -15,7 +15,10 @@ lines already there (same settings) are skipped, so a long run can stop and go o
 Patients the oracle records found not failing at their budget are skipped (no fault to fix).
 ``--report-only`` renders the tables from the file. ``shared+racing-afresh`` races without letting
 the survivors go on from their stage-1 runs (racing rule 2: every survivor trains its full budget from
-the checkpoint); ``shared+racing`` lets them go on (rule 3).
+the checkpoint); ``shared+racing`` lets them go on (rule 3). ``shared+racing+confirm`` is
+``shared+racing`` whose confirmations (run only for a candidate that cleared its screen) train
+``--confirm-seeds`` seeds per arm (default ``CONFIRM_SEEDS``, 8) instead of ``--seeds``; the other
+columns confirm on ``--seeds``, as the fix loop did when they were run.
 
 ``--kb DIR`` lets retrieval read a KB (read-only; attempts are stored nowhere) in every pass, so
 budgets can be learned from its confirmed fixes; the default is cold (priors only).
@@ -38,15 +41,18 @@ from pathlib import Path
 from remedy.cases.verify.racing import RACE_FRACTION, RACE_SEEDS, RULE_VERSION, RaceSettings
 from remedy.cases.verify.scenarios import build
 from remedy.cases.verify.solvability import ORACLE_FILE, latest_results
+from remedy.cases.verify.verification import CONFIRM_SEEDS
 from remedy.kb.bench import BenchSettings, select_scenarios
 from remedy.kb.fixloop import fix, one_torch_thread
 
-#: the columns: (name, shared controls, racing, survivors go on from stage 1)
+#: the columns: (name, shared controls, racing, survivors go on from stage 1, confirmations on
+#: ``--confirm-seeds`` seeds instead of ``--seeds``)
 COLUMNS = (
-    ("own", False, False, False),
-    ("shared", True, False, False),
-    ("shared+racing-afresh", True, True, False),
-    ("shared+racing", True, True, True),
+    ("own", False, False, False, False),
+    ("shared", True, False, False, False),
+    ("shared+racing-afresh", True, True, False, False),
+    ("shared+racing", True, True, True, False),
+    ("shared+racing+confirm", True, True, True, True),
 )
 NAMES = tuple(c[0] for c in COLUMNS)
 #: racing rule 3 differs from rule 2 only in that survivors go on from their stage-1 runs, so a rule-2
@@ -84,8 +90,10 @@ def _pass(s, run, settings: BenchSettings, cache: str | None, race: RaceSettings
 
 def _column(s, name: str, settings: BenchSettings, race: RaceSettings, kb=None) -> dict:
     """One column's fix loop on one scenario; a shared column starts from an empty control cache."""
-    _, shared, racing, resume = next(c for c in COLUMNS if c[0] == name)
+    _, shared, racing, resume, confirm = next(c for c in COLUMNS if c[0] == name)
     how = replace(race, resume=resume) if racing else RaceSettings(enabled=False)
+    if not confirm:  # the earlier columns confirmed on as many seeds as they screened
+        settings = replace(settings, confirm_seeds=settings.seeds)
     run = build(s)
     if not shared:
         return _pass(s, run, settings, None, how, kb)
@@ -104,6 +112,8 @@ def _settings_key(args: argparse.Namespace, column: str) -> dict:
     }
     if dict((c[0], c[2]) for c in COLUMNS)[column]:
         key.update(race_fraction=round(args.race_fraction, 4), race_seeds=args.race_seeds, race_rule=RULE_VERSION)
+    if dict((c[0], c[4]) for c in COLUMNS)[column]:
+        key.update(confirm_seeds=args.confirm_seeds)
     return key
 
 
@@ -218,6 +228,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--candidates", type=int, default=2)
     ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument(
+        "--confirm-seeds", type=int, default=CONFIRM_SEEDS, help="confirmation seeds of shared+racing+confirm"
+    )
     ap.add_argument("--race-fraction", type=float, default=RACE_FRACTION)
     ap.add_argument("--race-seeds", type=int, default=RACE_SEEDS)
     ap.add_argument("--out", type=Path, default=Path("bench/out/cost.jsonl"), help="JSON lines, appended (resume)")
@@ -256,15 +269,22 @@ def main() -> None:
     names = [s.name for s in chosen]
     _table(done, names, args.columns)
     _totals(done, names, args.columns)
-    if "shared+racing" in args.columns:
-        _budgets_and_rollouts(done, names, "shared+racing")
+    for col in ("shared+racing", "shared+racing+confirm"):
+        if col in args.columns:
+            _budgets_and_rollouts(done, names, col)
     if not done:
         sys.exit(f"no finished lines in {args.out} under these settings; run without --report-only first")
 
 
 def args_settings(args: argparse.Namespace) -> BenchSettings:
     """The bench settings of the fix loops (no baselines: this bench compares verification costs only)."""
-    return BenchSettings(rounds=args.rounds, candidates=args.candidates, seeds=args.seeds, baselines=False)
+    return BenchSettings(
+        rounds=args.rounds,
+        candidates=args.candidates,
+        seeds=args.seeds,
+        confirm_seeds=args.confirm_seeds,
+        baselines=False,
+    )
 
 
 if __name__ == "__main__":

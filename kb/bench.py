@@ -43,7 +43,7 @@ from remedy.cases.errors import ScenarioError
 from remedy.cases.model import Case, RootCause, Source
 from remedy.cases.verify.racing import RACE_FRACTION, RACE_SEEDS, RaceSettings
 from remedy.cases.verify.scenarios import Scenario, build, load_scenarios
-from remedy.cases.verify.verification import VerifyConfig
+from remedy.cases.verify.verification import CONFIRM_SEEDS, VerifyConfig
 
 from .baselines import FIX_BASELINES, BaselineFix, most_frequent_causes, run_fix_baseline, score_constant
 from .facade import KnowledgeBase
@@ -83,6 +83,7 @@ class BenchSettings:
     rounds: int = 3
     candidates: int = 2
     seeds: int = 3
+    confirm_seeds: int = CONFIRM_SEEDS
     budget: int | None = None
     eval_episodes: int | None = None  # None: the scenario's eval_episodes
     n_envs: int = 8
@@ -108,6 +109,7 @@ class BenchSettings:
         # records which (``verification.budget_source``)
         return VerifyConfig(
             seeds=self.seeds,
+            confirm_seeds=self.confirm_seeds,
             budget_steps=self.budget,
             eval_episodes=self.eval_episodes or scenario.eval_episodes,
             n_envs=self.n_envs,

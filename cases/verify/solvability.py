@@ -34,6 +34,7 @@ from typing import Any
 
 from ..errors import ScenarioError, VerificationError
 from .scenarios import Scenario, build_scenario, scenario_hash
+from .verification import CONFIRM_SEEDS
 
 __all__ = [
     "FAIL_BELOW",
@@ -64,9 +65,12 @@ ORACLE_VERSION = 2
 
 @dataclass(frozen=True)
 class OracleSettings:
-    """How the oracle is verified: seeds per arm, evaluation episodes (None: the scenario's), workers."""
+    """How the oracle is verified: seeds per arm of the screen and of its confirmation, evaluation episodes
+    (None: the scenario's), workers. The defaults are the fix loop's, so solvable means the check every fix
+    must pass would pass."""
 
     seeds: int = 3
+    confirm_seeds: int = CONFIRM_SEEDS
     eval_episodes: int | None = None
     workers: int = 1
 
@@ -100,6 +104,7 @@ def oracle_key(s: Scenario, settings: OracleSettings) -> str:
         "budget": s.budget,
         "oracle": None if s.oracle is None else s.oracle.model_dump(mode="json"),
         "seeds": settings.seeds,
+        **({} if settings.confirm_seeds == settings.seeds else {"confirm_seeds": settings.confirm_seeds}),
         "episodes": settings.eval_episodes or s.eval_episodes,
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
@@ -207,6 +212,7 @@ def check_scenario(
         progress(f"verifying the oracle: {s.oracle.summary()}")
     config = VerifyConfig(
         seeds=settings.seeds,
+        confirm_seeds=settings.confirm_seeds,
         budget_steps=s.budget,
         eval_episodes=settings.eval_episodes or s.eval_episodes,
         n_envs=s.n_envs,

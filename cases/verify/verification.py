@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     from .scenarios import ShiftedEnv
 
 __all__ = [
+    "CONFIRM_SEEDS",
     "VerifyConfig",
     "VerifyProgress",
     "Resume",
@@ -73,6 +74,10 @@ __all__ = [
 VerifyProgress = Callable[[str, int, int], None]
 #: the k-th confirmation evaluates on episodes seeded from ``eval_seed + k * stride`` (disjoint below this many episodes)
 CONFIRM_EVAL_STRIDE = 100_000
+#: training seeds per arm of a confirmation in the fix loop, ``remedy verify`` and the bench, unless a user
+#: asks for others (``--confirm-seeds``); :class:`VerifyConfig` itself defaults to its screen's ``seeds``.
+#: The demo's quick fixes helped 5 to 7 seeds of 8; with 3 confirmation seeds every one came out no_effect.
+CONFIRM_SEEDS = 8
 
 
 @dataclass(frozen=True)
@@ -111,20 +116,38 @@ class VerifyConfig:
     #: folder of shared control arms (:mod:`remedy.cases.verify.controls`); None: every
     #: verification trains its own controls. The fix loop and the CLI put it beside the KB.
     control_cache: str | None = None
+    #: training seeds per arm of a confirmation; None: ``seeds``. The confirmation decides ``improved``
+    #: and runs only for a candidate that cleared its screen, so it can afford more seeds than the
+    #: screens: fine-tunes often help some seeds and not others, and a Welch interval over 3 seed
+    #: values (2 df, t = 4.3) rarely clears zero even for a real fix (:data:`CONFIRM_SEEDS`)
+    confirm_seeds: int | None = None
 
     @property
     def arms_eval_seed(self) -> int:
         """Seed of the arms' first evaluation episode."""
         return self.eval_seed if self.arm_eval_seed is None else self.arm_eval_seed
 
+    @property
+    def seeds_to_confirm(self) -> int:
+        """Training seeds per arm of each confirmation."""
+        return self.seeds if self.confirm_seeds is None else self.confirm_seeds
+
     def confirmation(self, k: int = 0) -> VerifyConfig:
-        """The config of the ``k``-th confirmation (0-based): the next disjoint block of ``seeds`` training
-        seeds after the screen's, and evaluation episodes no screen or other confirmation uses."""
+        """The config of the ``k``-th confirmation (0-based): the next disjoint block of
+        :attr:`seeds_to_confirm` training seeds after the screen's ``seeds`` and the earlier
+        confirmations' blocks, and evaluation episodes no screen or other confirmation uses."""
+        c = self.seeds_to_confirm
         return replace(
             self,
-            seed_base=self.seed_base + self.seeds * (k + 1),
+            seeds=c,
+            seed_base=self.seed_base + self.seeds + c * k,
             arm_eval_seed=self.arms_eval_seed + CONFIRM_EVAL_STRIDE * (k + 1),
         )
+
+    def seeds_spent(self, confirmations: int) -> int:
+        """Training seeds a screen and ``confirmations`` confirmations use: the next fresh seed base is
+        ``seed_base`` plus this."""
+        return self.seeds + self.seeds_to_confirm * confirmations
 
     def budget_for(self, train_steps: int | None, declared: int | None = None) -> int:
         """Fine-tuning steps per arm: explicit, else the scenario's declared budget, else a fraction of training
@@ -135,6 +158,8 @@ class VerifyConfig:
         """Refuse settings that cannot produce a measurement."""
         if self.seeds < 1 or self.eval_episodes < 1 or self.n_envs < 1:
             raise VerificationError("--seeds, --episodes and n_envs must each be at least 1")
+        if self.confirm_seeds is not None and self.confirm_seeds < 2:
+            raise VerificationError("--confirm-seeds must be at least 2 (a confirmation needs seed-to-seed spread)")
         if self.seed_base < 0 or self.seed_base + self.control_seed_offset < 0:
             raise VerificationError("--seed-base must be 0 or more")
         if self.budget_steps is not None and self.budget_steps < 1:

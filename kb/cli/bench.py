@@ -112,6 +112,7 @@ def bench_build(
     results: Path | None = None,
     seeds: int = 3,
     workers: int = 1,
+    confirm_seeds: int = 8,
 ) -> list[dict]:
     """Build the selected scenarios (this shard's), check each patient fails and its oracle fixes it; render."""
     from remedy.cases.verify.scenarios import build_scenario, load_scenarios
@@ -126,7 +127,7 @@ def bench_build(
 
     selected = [s for s in load_scenarios(scenarios) if s.quick or not quick]
     chosen = shard_of(by_cost(selected, seeds) if oracle else selected, parse_shard(shard))
-    settings = OracleSettings(seeds=seeds, workers=workers)
+    settings = OracleSettings(seeds=seeds, confirm_seeds=confirm_seeds, workers=workers)
     results = results or ORACLE_FILE
     done = {} if (force or not oracle) else latest_results(chosen, results, settings)
     rows: list[dict] = []
@@ -186,6 +187,9 @@ def build_cmd(
             "--seeds", min=2, help="Seeds per arm for the oracle's screen and its confirmation on fresh seeds."
         ),
     ] = 3,
+    confirm_seeds: Annotated[
+        int, typer.Option("--confirm-seeds", min=2, help="Seeds per arm of the oracle's confirmation (the fix loop's).")
+    ] = 8,
     workers: Annotated[int, typer.Option("--workers", min=1, help="Verification jobs run at once.")] = 1,
     as_json: JsonOption = False,
 ) -> None:
@@ -201,4 +205,5 @@ def build_cmd(
         results=results,
         seeds=seeds,
         workers=workers,
+        confirm_seeds=confirm_seeds,
     )

@@ -370,6 +370,16 @@ ExecutorOption = Annotated[str, typer.Option("--executor", help="Where verificat
 RoundsOption = Annotated[int, typer.Option("--rounds", min=1, help="Diagnose-verify rounds at most.")]
 CandidatesOption = Annotated[int, typer.Option("--candidates", min=1, help="Candidates verified per round.")]
 SeedsOption = Annotated[int, typer.Option("--seeds", min=1, help="Training seeds per arm.")]
+#: the default is ``remedy.cases.verify.verification.CONFIRM_SEEDS`` (a literal here: the CLI imports no torch)
+ConfirmSeedsOption = Annotated[
+    int,
+    typer.Option(
+        "--confirm-seeds",
+        min=2,
+        help="Training seeds per arm of a confirmation on fresh seeds (only a candidate that cleared its "
+        "screen is confirmed, and only a confirmation can say improved).",
+    ),
+]
 BudgetOption = Annotated[
     int | None,
     typer.Option(
@@ -404,6 +414,7 @@ def fix_cmd(
     rounds: RoundsOption = 3,
     candidates: CandidatesOption = 2,
     seeds: SeedsOption = 3,
+    confirm_seeds: ConfirmSeedsOption = 8,
     budget: BudgetOption = None,
     executor: ExecutorOption = "local",
     diagnoser: DiagnoserOption = "offline",
@@ -442,6 +453,7 @@ def fix_cmd(
             rounds=rounds,
             candidates=candidates,
             seeds=seeds,
+            confirm_seeds=confirm_seeds,
             budget=budget,
             diagnoser=diagnoser,
             race=race,
@@ -456,7 +468,7 @@ def fix_cmd(
     one_torch_thread()
     run = RunDir.load(run_dir)  # a directory that is not a run fails here, before a KB is created
     backend = _backend(diagnoser)
-    config = VerifyConfig(seeds=seeds, budget_steps=budget, executor=executor)
+    config = VerifyConfig(seeds=seeds, confirm_seeds=confirm_seeds, budget_steps=budget, executor=executor)
     with KnowledgeBase.open(kb, create=True) as base, _Live(disable=as_json) as live:
         result = fix(
             base,
@@ -479,7 +491,16 @@ def fix_cmd(
 
 
 def _bench_settings(
-    diagnoser, rounds, candidates, seeds, budget, executor, baselines=False, oracle_results=None, race=None
+    diagnoser,
+    rounds,
+    candidates,
+    seeds,
+    budget,
+    executor,
+    baselines=False,
+    oracle_results=None,
+    race=None,
+    confirm_seeds=8,
 ):
     from remedy.kb.bench import BenchSettings
 
@@ -492,6 +513,7 @@ def _bench_settings(
         rounds=rounds,
         candidates=candidates,
         seeds=seeds,
+        confirm_seeds=confirm_seeds,
         budget=budget,
         executor=executor,
         baselines=baselines,
@@ -628,6 +650,7 @@ def bench_run(
     rounds: RoundsOption = 3,
     candidates: CandidatesOption = 2,
     seeds: SeedsOption = 3,
+    confirm_seeds: ConfirmSeedsOption = 8,
     budget: BudgetOption = None,
     executor: ExecutorOption = "local",
     cold: Annotated[bool, typer.Option("--cold", help="Diagnose against an empty KB (built-in priors only).")] = False,
@@ -650,7 +673,7 @@ def bench_run(
     racing = _race(race, race_fraction, race_seeds)
     chosen = select_scenarios(scenarios, quick, split)
     settings = _bench_settings(
-        diagnoser, rounds, candidates, seeds, budget, executor, baselines, oracle_results, racing
+        diagnoser, rounds, candidates, seeds, budget, executor, baselines, oracle_results, racing, confirm_seeds
     )
     _backend(diagnoser)
     with KnowledgeBase.open(kb, create=True) as base, _Live(disable=as_json) as live:
@@ -679,6 +702,7 @@ def bench_curve(
     rounds: RoundsOption = 3,
     candidates: CandidatesOption = 2,
     seeds: SeedsOption = 3,
+    confirm_seeds: ConfirmSeedsOption = 8,
     budget: BudgetOption = None,
     executor: ExecutorOption = "local",
     quick: QuickOption = False,
@@ -705,7 +729,7 @@ def bench_curve(
     racing = _race(race, race_fraction, race_seeds)
     chosen = select_scenarios(scenarios, quick, split)
     settings = _bench_settings(
-        diagnoser, rounds, candidates, seeds, budget, executor, baselines, oracle_results, racing
+        diagnoser, rounds, candidates, seeds, budget, executor, baselines, oracle_results, racing, confirm_seeds
     )
     _backend(diagnoser)
     with tempfile.TemporaryDirectory(prefix="remedy-curve-") as tmp:

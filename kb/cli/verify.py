@@ -57,6 +57,14 @@ def verify(
             help="Fine-tuning env steps per arm (default: the scenario's declared budget, else 20% of train_steps).",
         ),
     ] = None,
+    confirm_seeds: Annotated[
+        int,
+        typer.Option(
+            "--confirm-seeds",
+            min=2,
+            help="Training seeds per arm of the confirmation (fresh seeds, run when the screen clears).",
+        ),
+    ] = 8,
     seed_base: Annotated[
         int,
         typer.Option(
@@ -99,6 +107,7 @@ def verify(
     the_patch = load_patch(patch)
     config = VerifyConfig(
         seeds=seeds,
+        confirm_seeds=confirm_seeds,
         budget_steps=budget,
         eval_episodes=episodes,
         executor=executor.value,
@@ -121,7 +130,7 @@ def verify(
         runner.shutdown()
     cases = [c for c in (screen, confirmation) if c is not None]
     stored = [False if no_store else _store(c, kb) for c in cases]
-    next_base = seed_base + seeds * len(cases)
+    next_base = seed_base + config.seeds_spent(len(cases) - 1)
     if json_out:
         _print_json(cases, stored, next_base)
         return

@@ -252,6 +252,8 @@ class FixJobIn(_In):
     rounds: int = Field(3, ge=1, le=20)
     candidates: int = Field(2, ge=1, le=10)
     seeds: int = Field(3, ge=1, le=20)
+    #: training seeds per arm of a confirmation on fresh seeds (``remedy fix --confirm-seeds``)
+    confirm_seeds: int = Field(8, ge=2, le=40)
     budget: int | None = Field(None, ge=1, le=50_000_000)
     diagnoser: DiagnoserName = "offline"
     #: race each round's candidates (stage 1 on ``race_fraction`` of the budget and ``race_seeds`` seeds)
