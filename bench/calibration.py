@@ -9,8 +9,10 @@
     episodes, IQM per seed) and for success (per-seed success probability from
     a Beta around 0.5; at ratio >= 1 the seeds are all-or-nothing, the worst case
     for a t-interval). Printed per cell: the false-``improved`` rate of the screen
-    alone, of screen + confirmation on fresh data, and of the first, episode-level
-    bootstrap (``stats.bootstrap_ci``, fewer trials: it is slow), each with a
+    alone, of screen + confirmation on fresh data (as many seeds as the screen, and
+    with ``--confirm-seeds`` N: a confirmation on N seeds, as the fix loop runs it,
+    plus that confirmation's own rate, which bounds each confirmation the loop
+    runs), and of the first, episode-level bootstrap (``stats.bootstrap_ci``, fewer trials: it is slow), each with a
     Wilson 95% interval.
 (b) ``real``: a real A/A on a shipped quick scenario checkpoint: a
     ``hyperparameters`` patch that sets the learning rate to the value the
@@ -118,16 +120,34 @@ def old_bootstrap_improved(cell: Cell, rng: np.random.Generator, n_boot: int) ->
     return low > 0, low > 0 or high < 0
 
 
-def simulate_cell(cell: Cell, trials: int, boot_trials: int, n_boot: int, seed: int) -> dict:
-    """Screen, screen + confirmation (fresh data, only after a pass), and the old bootstrap, for one cell."""
+def simulate_cell(
+    cell: Cell, trials: int, boot_trials: int, n_boot: int, seed: int, confirm_seeds: int | None = None
+) -> dict:
+    """Screen, screen + confirmation (fresh data, only after a pass), and the old bootstrap, for one cell;
+    with ``confirm_seeds``, also screen + a confirmation on that many seeds and such a confirmation alone."""
     rng = np.random.default_rng(seed)
-    screen = confirmed = 0
+    screen = confirmed = confirmed_n = alone_n = 0
+    wide = None if confirm_seeds is None else Cell(cell.metric, confirm_seeds, cell.episodes, cell.ratio)
     for _ in range(trials):
+        if wide is not None:
+            alone_n += improved(wide, rng)  # a confirmation's own false pass, whatever screened it
         if improved(cell, rng):
             screen += 1
             confirmed += improved(cell, rng)  # a confirmation: new seeds, new episodes
+            if wide is not None:
+                confirmed_n += improved(wide, rng)
     old = [old_bootstrap_improved(cell, rng, n_boot) for _ in range(boot_trials)]
+    extra = (
+        {}
+        if wide is None
+        else {
+            "confirm_seeds": confirm_seeds,
+            "screen_confirm_n": rate(confirmed_n, trials),
+            "confirm_n_alone": rate(alone_n, trials),
+        }
+    )
     return {
+        **extra,
         "metric": cell.metric,
         "seeds": cell.seeds,
         "episodes": cell.episodes,
@@ -152,14 +172,27 @@ def run_sim(args: argparse.Namespace) -> dict:
         f"{'old bootstrap improved':24} | old excl. 0"
     )
     for i, cell in enumerate(cells):
-        row = simulate_cell(cell, args.trials, args.boot_trials, args.n_boot, args.seed + i)
+        row = simulate_cell(cell, args.trials, args.boot_trials, args.n_boot, args.seed + i, args.confirm_seeds)
         rows.append(row)
+        wide = (
+            f" | screen+confirm@{args.confirm_seeds}: {fmt(row['screen_confirm_n'])}"
+            f" | confirm@{args.confirm_seeds} alone: {fmt(row['confirm_n_alone'])}"
+            if args.confirm_seeds
+            else ""
+        )
         print(
             f"{cell.metric:8} {cell.seeds:5} {cell.episodes:4} {cell.ratio:5.1f} | {fmt(row['screen']):24} | "
             f"{fmt(row['screen_confirm']):24} | {fmt(row['old_bootstrap_improved']):24} | "
-            f"{row['old_bootstrap_excludes_zero']['rate']:.1%}",
+            f"{row['old_bootstrap_excludes_zero']['rate']:.1%}{wide}",
             flush=True,
         )
+    if args.confirm_seeds:
+        for key, what in (("screen_confirm_n", "screen+confirm"), ("confirm_n_alone", "confirmation alone")):
+            w = max(rows, key=lambda r, k=key: r[k]["rate"])
+            print(
+                f"worst {what} at {args.confirm_seeds} confirmation seeds: {fmt(w[key])} ({w['metric']}, "
+                f"{w['seeds']} screen seeds, {w['episodes']} eps, ratio {w['ratio']})"
+            )
     worst = max(rows, key=lambda r: r["screen_confirm"]["rate"])
     worst_screen = max(rows, key=lambda r: r["screen"]["rate"])
     print(
@@ -175,6 +208,7 @@ def run_sim(args: argparse.Namespace) -> dict:
         "boot_trials": args.boot_trials,
         "n_boot": args.n_boot,
         "seed": args.seed,
+        "confirm_seeds": args.confirm_seeds,
         "wall_s": round(time.perf_counter() - start, 1),
         "cells": rows,
     }
@@ -183,8 +217,8 @@ def run_sim(args: argparse.Namespace) -> dict:
 # --------------------------------------------------------------------------- (b) real A/A
 
 
-def done_trials(path: Path) -> dict[int, dict]:
-    """Trials already in the JSONL, by index (a half-written last line is ignored)."""
+def done_trials(path: Path, confirm_seeds: int | None = None) -> dict[int, dict]:
+    """Trials already in the JSONL run with ``confirm_seeds``, by index (a half-written last line is ignored)."""
     out = {}
     if path.is_file():
         for line in path.read_text().splitlines():
@@ -192,7 +226,8 @@ def done_trials(path: Path) -> dict[int, dict]:
                 row = json.loads(line)
             except ValueError:
                 continue
-            out[int(row["trial"])] = row
+            if row.get("confirm_seeds") == confirm_seeds:
+                out[int(row["trial"])] = row
     return out
 
 
@@ -200,14 +235,15 @@ def real_trial(run, patch, trial: int, args: argparse.Namespace) -> dict:
     """One A/A verification (screen, and a confirmation if the screen clears) on seeds no other trial uses."""
     from remedy.cases.verify.verification import VerifyConfig, verify_and_confirm
 
-    # each trial owns 2 blocks of seeds (screen + confirmation) and its own evaluation episodes
+    # each trial owns a block of screen seeds and one of confirmation seeds, and its own evaluation episodes
     # the control trains on other seeds than the treatment, so the arms are independent draws (with paired
     # seeds a patch that changes nothing gives bit-identical arms, diff exactly 0: no test of calibration)
     cfg = VerifyConfig(
         seeds=args.seeds,
         budget_steps=args.budget,
         eval_episodes=args.episodes,
-        seed_base=args.seed_base + trial * 2 * args.seeds,
+        confirm_seeds=args.confirm_seeds,
+        seed_base=args.seed_base + trial * (args.seeds + (args.confirm_seeds or args.seeds)),
         eval_seed=10_000 + 1_000 * trial,
         control_seed_offset=CONTROL_SEED_OFFSET,
     )
@@ -218,6 +254,7 @@ def real_trial(run, patch, trial: int, args: argparse.Namespace) -> dict:
     e = sv.effect
     return {
         "trial": trial,
+        "confirm_seeds": args.confirm_seeds,
         "seed_base": sv.seed_base,
         "screen_status": sv.status.value,
         "passed_screen": sv.passed_screen,
@@ -280,12 +317,13 @@ def run_real(args: argparse.Namespace) -> dict:
         "scenario": args.scenario,
         "patch": f"learning_rate = {lr} (unchanged)",
         "seeds": args.seeds,
+        "confirm_seeds": args.confirm_seeds,
         "budget": args.budget,
         "episodes": args.episodes,
     }
     OUT.mkdir(parents=True, exist_ok=True)
     jsonl = Path(args.jsonl)
-    done = done_trials(jsonl)
+    done = done_trials(jsonl, args.confirm_seeds)
     for trial in range(args.trials):
         if trial in done:
             continue
@@ -339,6 +377,13 @@ def main() -> None:
     parser.add_argument("--budget", type=int, default=2000, help="real: fine-tuning steps per arm")
     parser.add_argument("--seeds", type=int, default=3, help="real: training seeds per arm")
     parser.add_argument("--episodes", type=int, default=20, help="real: evaluation episodes per agent")
+    parser.add_argument(
+        "--confirm-seeds",
+        type=int,
+        default=None,
+        help="seeds per arm of a confirmation (sim: adds screen + confirmation on this many seeds; "
+        "real: the confirmations' seeds; default: as many as the screen)",
+    )
     parser.add_argument("--seed-base", type=int, default=5000, help="real: first training seed of trial 0")
     parser.add_argument("--jsonl", default=str(REAL_JSONL), help="real: where trials are appended (resumable)")
     args = parser.parse_args()

@@ -68,6 +68,8 @@ def test_resume_skips_recorded_scenarios_retries_errors_and_survives_a_torn_line
     assert set(latest_results(suite, path, settings)) == {"s0", "s1"}  # s2's record is for another oracle/hash
     assert [s.name for s in pending(suite, path, settings)] == ["s1", "s2"]
     assert oracle_key(suite[0], OracleSettings(seeds=2)) != oracle_key(suite[0], settings)
+    # confirmations on another seed count are another check (the fix loop's default is 8)
+    assert oracle_key(suite[0], OracleSettings(confirm_seeds=3)) != oracle_key(suite[0], settings)
 
 
 def test_check_records_a_real_verdict_once_then_skips(tmp_path):

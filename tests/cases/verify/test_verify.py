@@ -88,6 +88,18 @@ def test_confirmation_seeds_are_a_fresh_block():
         VerifyConfig(seed_base=-1).check()
 
 
+def test_confirmations_take_their_own_seed_count():
+    screen = VerifyConfig(seeds=3, seed_base=10, confirm_seeds=8)
+    first, second = screen.confirmation(0), screen.confirmation(1)
+    blocks = [set(range(c.seed_base, c.seed_base + c.seeds)) for c in (screen, first, second)]
+    assert blocks == [{10, 11, 12}, set(range(13, 21)), set(range(21, 29))]
+    assert (first.seeds, second.seeds) == (8, 8)
+    assert screen.seeds_spent(0) == 3 and screen.seeds_spent(2) == 19  # the next fresh base is 10 + 19 = 29
+    assert VerifyConfig(seeds=4).confirmation(0).seeds == 4  # unset: as many as the screen
+    with pytest.raises(Exception, match="confirm-seeds"):
+        VerifyConfig(confirm_seeds=1).check()
+
+
 def test_declared_budget_of_a_scenario_patient(tmp_path):
     from remedy.cases.evidence.rundir import RunDir
     from remedy.cases.verify.scenarios import SCENARIO_DIR
