@@ -183,9 +183,7 @@ def build_cmd(
     ] = None,
     seeds: Annotated[
         int,
-        typer.Option(
-            "--seeds", min=2, help="Seeds per arm for the oracle's screen and its confirmation on fresh seeds."
-        ),
+        typer.Option("--seeds", min=2, help="Seeds per arm for the oracle's screen."),
     ] = 3,
     confirm_seeds: Annotated[
         int, typer.Option("--confirm-seeds", min=2, help="Seeds per arm of the oracle's confirmation (the fix loop's).")
