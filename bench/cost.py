@@ -18,7 +18,11 @@ the survivors go on from their stage-1 runs (racing rule 2: every survivor train
 the checkpoint); ``shared+racing`` lets them go on (rule 3). ``shared+racing+confirm`` is
 ``shared+racing`` whose confirmations (run only for a candidate that cleared its screen) train
 ``--confirm-seeds`` seeds per arm (default ``CONFIRM_SEEDS``, 8) instead of ``--seeds``; the other
-columns confirm on ``--seeds``, as the fix loop did when they were run.
+columns confirm on ``--seeds``, as the fix loop did when they were run. ``own+confirm`` is ``own``
+with those confirmations: the "before" under the same confirmation rule, to tell what the four parts
+save from what more confirmation seeds add. Training is deterministic given the seed, so ``own`` and
+``own+confirm`` differ only on the patients where a screen cleared (``--scenarios`` can name just
+those).
 
 ``--kb DIR`` lets retrieval read a KB (read-only; attempts are stored nowhere) in every pass, so
 budgets can be learned from its confirmed fixes; the default is cold (priors only).
@@ -53,6 +57,7 @@ COLUMNS = (
     ("shared+racing-afresh", True, True, False, False),
     ("shared+racing", True, True, True, False),
     ("shared+racing+confirm", True, True, True, True),
+    ("own+confirm", False, False, False, True),
 )
 NAMES = tuple(c[0] for c in COLUMNS)
 #: racing rule 3 differs from rule 2 only in that survivors go on from their stage-1 runs, so a rule-2
@@ -229,7 +234,7 @@ def main() -> None:
     ap.add_argument("--candidates", type=int, default=2)
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument(
-        "--confirm-seeds", type=int, default=CONFIRM_SEEDS, help="confirmation seeds of shared+racing+confirm"
+        "--confirm-seeds", type=int, default=CONFIRM_SEEDS, help="confirmation seeds of the +confirm columns"
     )
     ap.add_argument("--race-fraction", type=float, default=RACE_FRACTION)
     ap.add_argument("--race-seeds", type=int, default=RACE_SEEDS)
