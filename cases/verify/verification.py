@@ -58,6 +58,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CONFIRM_SEEDS",
+    "EVAL_BLOCK_STRIDE",
     "VerifyConfig",
     "VerifyProgress",
     "Resume",
@@ -74,6 +75,14 @@ __all__ = [
 VerifyProgress = Callable[[str, int, int], None]
 #: the k-th confirmation evaluates on episodes seeded from ``eval_seed + k * stride`` (disjoint below this many episodes)
 CONFIRM_EVAL_STRIDE = 100_000
+#: training seed ``seed_base + i`` and its control are evaluated on episodes seeded from ``arms_eval_seed + i *
+#: EVAL_BLOCK_STRIDE``: every seed its own block of evaluation episodes. With one block for all seeds, which
+#: start states the block happened to draw was shared by every seed value, so the seed-level interval left it
+#: out: on ``cartpole_lr_too_high`` the oracle's treatment won 45-75% of one block's episodes on every seed
+#: and 5-25% of another's, so a screen cleared on the first block and its confirmation failed on the second.
+#: With a block per seed, each seed value is an independent draw of (training seed, evaluation episodes), so
+#: the block's luck is in the seed-to-seed spread the interval measures.
+EVAL_BLOCK_STRIDE = 1_000
 #: training seeds per arm of a confirmation in the fix loop, ``remedy verify`` and the bench, unless a user
 #: asks for others (``--confirm-seeds``); :class:`VerifyConfig` itself defaults to its screen's ``seeds``.
 #: The demo's quick fixes helped 5 to 7 seeds of 8; with 3 confirmation seeds every one came out no_effect.
@@ -127,6 +136,10 @@ class VerifyConfig:
         """Seed of the arms' first evaluation episode."""
         return self.eval_seed if self.arm_eval_seed is None else self.arm_eval_seed
 
+    def block_eval_seed(self, i: int) -> int:
+        """Seed of the first evaluation episode of the ``i``-th training seed (0-based) and its control."""
+        return self.arms_eval_seed + EVAL_BLOCK_STRIDE * int(i)
+
     @property
     def seeds_to_confirm(self) -> int:
         """Training seeds per arm of each confirmation."""
@@ -164,6 +177,13 @@ class VerifyConfig:
             raise VerificationError("--seed-base must be 0 or more")
         if self.budget_steps is not None and self.budget_steps < 1:
             raise VerificationError("--budget must be at least 1 env step (fine-tuning is the treatment)")
+        if self.eval_episodes > EVAL_BLOCK_STRIDE:
+            raise VerificationError(f"--episodes must be at most {EVAL_BLOCK_STRIDE} (one block of episodes per seed)")
+        if max(self.seeds, self.seeds_to_confirm) * EVAL_BLOCK_STRIDE > CONFIRM_EVAL_STRIDE:
+            raise VerificationError(
+                f"--seeds and --confirm-seeds must be at most {CONFIRM_EVAL_STRIDE // EVAL_BLOCK_STRIDE} "
+                "(each seed has its own block of evaluation episodes)"
+            )
 
 
 # --------------------------------------------------------------------------- status
@@ -324,6 +344,34 @@ class _Plan:
     train_keys: dict[str, str] = field(default_factory=dict)  # job id -> key of a control it trains for the cache
     controls: list[str] = field(default_factory=list)  # every shared-control key used
     n_reused: int = 0  # controls not trained here (taken as they are, or only re-evaluated)
+    checkpoint_control: bool = False  # the control is the untrained checkpoint, evaluated on every seed's block
+
+
+def _pooled(controls: list[ArmResult]) -> ArmResult:
+    """The checkpoint control as ONE run: its evaluations on every seed's block of episodes, concatenated.
+
+    The checkpoint is one agent, not trained per seed, so its blocks are just more episodes of the same
+    agent: its value's uncertainty is episode sampling over all of them (``stats`` treats an arm of one run
+    so). The treatment's seeds, each on its own block, carry the block's luck in their spread."""
+
+    def cat(scores: list[Scores]) -> Scores:
+        return Scores(
+            returns=tuple(x for s in scores for x in s.returns),
+            successes=tuple(x for s in scores for x in s.successes),
+            violations=tuple(x for s in scores for x in s.violations),
+            nan=any(s.nan for s in scores),
+        )
+
+    first = controls[0]
+    return replace(
+        first,
+        nominal=cat([_nominal(a) for a in controls]),
+        shifted={name: cat([a.shifted[name] for a in controls]) for name in first.shifted},
+        shaped_returns=None
+        if any(a.shaped_returns is None for a in controls)
+        else tuple(x for a in controls for x in a.shaped_returns or ()),
+        env_steps=sum(a.env_steps for a in controls),
+    )
 
 
 def _jobs(ctx: _Context, shifted: tuple[tuple[str, str], ...], workdir: Path) -> _Plan:
@@ -339,11 +387,12 @@ def _jobs(ctx: _Context, shifted: tuple[tuple[str, str], ...], workdir: Path) ->
     run_dir = str(Path(ctx.run.path).resolve())
     run_yaml = (Path(run_dir) / "run.yaml").read_text()
     score_patch_json = ctx.patch.model_dump_json() if reward_patch else None
-    plan = _Plan()
+    plan = _Plan(checkpoint_control=control_is_checkpoint)
     for i in range(cfg.seeds):
         arms: list[tuple[str, str | None, int]] = [("treatment", ctx.patch.model_dump_json(), t_budget)]
-        if not control_is_checkpoint or i == 0:  # the checkpoint control is the same agent for every seed
-            arms.append(("control", None, c_budget))
+        # every seed has a control, evaluated on that seed's block; a checkpoint control is the same agent
+        # for every seed (no training), but each block is its own evaluation of it
+        arms.append(("control", None, c_budget))
         for arm, patch_json, budget in arms:
             seed = cfg.seed_base + i + (cfg.control_seed_offset if arm == "control" else 0)
             spec = ArmSpec(
@@ -356,7 +405,7 @@ def _jobs(ctx: _Context, shifted: tuple[tuple[str, str], ...], workdir: Path) ->
                 n_envs=cfg.n_envs,
                 learning_rate=cfg.learning_rate,
                 eval_episodes=cfg.eval_episodes,
-                eval_seed=cfg.arms_eval_seed,
+                eval_seed=cfg.block_eval_seed(i),
                 shifted=shifted,
                 score_patch_json=score_patch_json,
                 **_start(ctx.resume, cfg.seed_base + i, arm),
@@ -568,6 +617,8 @@ def _verdict(ctx: _Context, primary: Effect, shaped: Effect | None, shortage: st
 def _verification(ctx: _Context, plan: _Plan, results: Sequence[JobResult]) -> Verification:
     arms, failures, steps = _collect(plan.jobs, results)
     arms["control"] = sorted(arms["control"] + plan.reused, key=lambda a: a.seed)
+    if plan.checkpoint_control and arms["control"]:
+        arms["control"] = [_pooled(arms["control"])]
     shared = dict(controls=plan.controls, controls_reused=plan.n_reused)
     if failures or not arms["treatment"] or not arms["control"]:
         reason = "; ".join(failures) or "no arm produced a result"
@@ -642,6 +693,7 @@ def _case(ctx: _Context, verification: Verification) -> Case:
         cfg.seed_base,
         cfg.eval_seed,
     )
+    key = (*key, "eval_blocks")  # a block of evaluation episodes per seed: not the measurement of older cases
     if _resumed(ctx):  # arms that went on from a race's stage 1: another procedure than a fresh screen
         key = (*key, "resumed", *_resumed(ctx))
     if ctx.stage is not Stage.screen or cfg.arm_eval_seed is not None or cfg.control_seed_offset:
