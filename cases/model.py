@@ -241,6 +241,9 @@ class Effect(FrozenModel):
     ci_low: float = Field(allow_inf_nan=False)
     ci_high: float = Field(allow_inf_nan=False)
     prob_improvement: float | None = Field(None, ge=0, le=1)
+    #: exact one-sided permutation p-value of the difference over seed values (treatment above control),
+    #: set only where enough arrangements exist to reach the interval's one-sided level; None elsewhere
+    p_value: float | None = Field(None, ge=0, le=1)
     confidence_level: float = Field(0.95, gt=0, lt=1)
     #: how the interval was computed: "welch_seeds" (seed-level Welch t), or the first
     #: episode-level "bootstrap" that cases stored before it carry

@@ -199,7 +199,9 @@ def decide_status(
         return Status.failed
     if too_few_seeds:
         return Status.inconclusive
-    if primary.ci_low > 0:
+    if primary.ci_low > 0 and (primary.p_value is None or primary.p_value <= (1 - primary.confidence_level) / 2):
+        # where an exact permutation test over seed values can reach the level, it must agree: the Welch
+        # interval over 8 all-or-nothing seeds per arm false-passes about 4% of A/A confirmations, not 2.5%
         return Status.improved
     if shaped is not None and shaped.ci_low > 0:
         return Status.reward_hacking

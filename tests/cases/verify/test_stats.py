@@ -13,6 +13,7 @@ from remedy.cases.verify.stats import (
     iqm_diff,
     mean,
     mean_diff,
+    permutation_p,
     prob_improvement,
     run_scores,
     welch_interval,
@@ -168,3 +169,39 @@ def test_simulated_a_a_rarely_clears_zero():
         arms = [[rng.normal(rng.normal(0, 1), 1, 20) for _ in range(3)] for _ in range(2)]
         up += effect("r", arms[0], arms[1], aggregate=mean).ci_low > 0
     assert up / trials < 0.06  # nominal 0.025; binomial sd at 400 trials is 0.008
+
+
+def test_permutation_p_is_exact_and_only_where_it_can_reach_the_level():
+    assert permutation_p([1, 1, 1], [0, 0, 0]) == pytest.approx(1 / 20)  # the most extreme of C(6, 3)
+    assert permutation_p([1, 1, 1], [0, 0, 0], level=0.025) is None  # 1/20 can never be below 2.5%
+    assert permutation_p([1] * 8, [0] * 8, level=0.025) == pytest.approx(1 / 12870)
+    assert permutation_p([0.5], [0.1, 0.2]) is None  # a one-run arm (a checkpoint control): no relabelling
+    assert permutation_p([1, 0, 1, 0], [1, 0, 1, 0]) > 0.5  # identical arms: most relabellings are as extreme
+
+
+def test_all_or_nothing_seeds_need_the_permutation_test_too():
+    """8 vs 8 all-or-nothing seeds, 6 of 8 against 2 of 8: the Welch interval clears zero, the exact
+    permutation test does not reach 2.5% (p = 0.066), so the status is not improved."""
+    from remedy.cases.model import Status
+    from remedy.cases.verify.verification import decide_status
+
+    t = [[1.0] * 20] * 6 + [[0.0] * 20] * 2
+    c = [[1.0] * 20] * 2 + [[0.0] * 20] * 6
+    e = effect("success_rate", t, c, aggregate=mean)
+    assert e.ci_low > 0 and e.p_value is not None and e.p_value > 0.025
+    assert decide_status(e) is Status.no_effect
+    strong = effect("success_rate", [[1.0] * 20] * 8, [[0.0] * 20] * 7 + [[1.0] * 20], aggregate=mean)
+    assert strong.p_value is not None and strong.p_value < 0.025 and decide_status(strong) is Status.improved
+
+
+def test_simulated_a_a_of_all_or_nothing_seeds_at_8_seeds_stays_below_the_level():
+    """The case the Welch interval alone misses: 8 seeds per arm, each seed all-or-nothing with q = 0.5."""
+    from remedy.cases.model import Status
+    from remedy.cases.verify.verification import decide_status
+
+    rng = np.random.default_rng(1)
+    trials, up = 1000, 0
+    for _ in range(trials):
+        arms = [[[float(rng.random() < 0.5)] * 20 for _ in range(8)] for _ in range(2)]
+        up += decide_status(effect("success_rate", arms[0], arms[1], aggregate=mean)) is Status.improved
+    assert up / trials <= 0.025 + 0.01  # exact test: at most 2.5%; binomial sd at 1000 trials is 0.005
