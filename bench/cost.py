@@ -24,6 +24,10 @@ save from what more confirmation seeds add. Training is deterministic given the 
 ``own+confirm`` differ only on the patients where a screen cleared (``--scenarios`` can name just
 those).
 
+The lines in ``bench/data/cost-dev.jsonl`` were measured when every seed of a verification was evaluated on
+one shared block of episodes; render them with ``--evaluation one_block --report-only``. A new run (every
+seed its own block) writes lines marked ``evaluation: blocks``, so the two are never mixed or skipped as done.
+
 ``--kb DIR`` lets retrieval read a KB (read-only; attempts are stored nowhere) in every pass, so
 budgets can be learned from its confirmed fixes; the default is cold (priors only).
 
@@ -60,6 +64,9 @@ COLUMNS = (
     ("own+confirm", False, False, False, True),
 )
 NAMES = tuple(c[0] for c in COLUMNS)
+#: the verification's evaluation design a line was measured under: every seed on its own block of episodes
+#: (``EVAL_BLOCK_STRIDE``), or, before that, every seed on one shared block (the lines of bench/data/cost-dev.jsonl)
+BLOCKS, ONE_BLOCK = "blocks", "one_block"
 #: racing rule 3 differs from rule 2 only in that survivors go on from their stage-1 runs, so a rule-2
 #: ``shared+racing`` line is a ``shared+racing-afresh`` line of rule 3 (:func:`_read` reads it as one)
 AFRESH_RULE = 2
@@ -119,6 +126,8 @@ def _settings_key(args: argparse.Namespace, column: str) -> dict:
         key.update(race_fraction=round(args.race_fraction, 4), race_seeds=args.race_seeds, race_rule=RULE_VERSION)
     if dict((c[0], c[4]) for c in COLUMNS)[column]:
         key.update(confirm_seeds=args.confirm_seeds)
+    if args.evaluation != ONE_BLOCK:  # lines written before every seed had its own block carry no such key
+        key.update(evaluation=args.evaluation)
     return key
 
 
@@ -241,6 +250,13 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("bench/out/cost.jsonl"), help="JSON lines, appended (resume)")
     ap.add_argument("--kb", type=Path, default=None, help="a KB directory retrieval reads (default: cold)")
     ap.add_argument("--report-only", action="store_true", help="render the tables from --out; run nothing")
+    ap.add_argument(
+        "--evaluation",
+        choices=(BLOCKS, ONE_BLOCK),
+        default=BLOCKS,
+        help=f"which lines to read and write: '{BLOCKS}' (every seed its own block of evaluation episodes, the "
+        f"current verification) or '{ONE_BLOCK}' (lines measured before that; report them with --report-only)",
+    )
     args = ap.parse_args()
     race = RaceSettings(fraction=args.race_fraction, seeds=args.race_seeds)
     race.check()
