@@ -56,6 +56,13 @@ def test_quick_subset_is_shipped_small_and_current():
         assert run.config.env_id == s.env_id
 
 
+def test_every_scenario_ships_a_current_patient():
+    """Patients trained on another machine differ (training is bit-identical only on one machine), so
+    every bundled scenario ships its patient; a scenario edited without reshipping fails here."""
+    stale = [s.name for s in load_scenarios() if bundled_checkpoint(s) is None]
+    assert not stale, f"rebuild and ship: remedy bench build --no-oracle, then bench/ship_patients.py ({stale})"
+
+
 def test_name_glob_and_outside_path_load_the_same_way(tmp_path):
     assert {s.name for s in load_scenarios("cartpole_*")} >= {"cartpole_undertrained"}
     (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(TINY))
