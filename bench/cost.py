@@ -72,12 +72,12 @@ BLOCKS, ONE_BLOCK = "blocks", "one_block"
 AFRESH_RULE = 2
 
 
-def _pass(s, run, settings: BenchSettings, cache: str | None, race: RaceSettings, kb=None) -> dict:
+def _pass(s, run, settings: BenchSettings, cache: str | None, race: RaceSettings, kb=None, store=None) -> dict:
     t0 = time.perf_counter()
     res = fix(
         kb,
         run,
-        store=None,
+        store=store,
         config=replace(settings.verify_config(s), control_cache=cache),
         rounds=settings.rounds,
         candidates=settings.candidates,
@@ -100,7 +100,7 @@ def _pass(s, run, settings: BenchSettings, cache: str | None, race: RaceSettings
     }
 
 
-def _column(s, name: str, settings: BenchSettings, race: RaceSettings, kb=None) -> dict:
+def _column(s, name: str, settings: BenchSettings, race: RaceSettings, kb=None, store=None) -> dict:
     """One column's fix loop on one scenario; a shared column starts from an empty control cache."""
     _, shared, racing, resume, confirm = next(c for c in COLUMNS if c[0] == name)
     how = replace(race, resume=resume) if racing else RaceSettings(enabled=False)
@@ -108,9 +108,9 @@ def _column(s, name: str, settings: BenchSettings, race: RaceSettings, kb=None) 
         settings = replace(settings, confirm_seeds=settings.seeds)
     run = build(s)
     if not shared:
-        return _pass(s, run, settings, None, how, kb)
+        return _pass(s, run, settings, None, how, kb, store)
     with tempfile.TemporaryDirectory(prefix="remedy-controls-") as cache:
-        return _pass(s, run, settings, cache, how, kb)
+        return _pass(s, run, settings, cache, how, kb, store)
 
 
 def _settings_key(args: argparse.Namespace, column: str) -> dict:
@@ -251,6 +251,16 @@ def main() -> None:
     ap.add_argument("--kb", type=Path, default=None, help="a KB directory retrieval reads (default: cold)")
     ap.add_argument("--report-only", action="store_true", help="render the tables from --out; run nothing")
     ap.add_argument(
+        "--store-kb",
+        type=Path,
+        default=None,
+        help="store the attempts of --store-column as cases in this KB (retrieval stays as --kb says: cold by "
+        "default), e.g. to mine or optimize on what the shipped loop verified",
+    )
+    ap.add_argument(
+        "--store-column", default="shared+racing+confirm", help="the column whose attempts --store-kb keeps"
+    )
+    ap.add_argument(
         "--evaluation",
         choices=(BLOCKS, ONE_BLOCK),
         default=BLOCKS,
@@ -272,6 +282,11 @@ def main() -> None:
                 from remedy.kb.facade import KnowledgeBase
 
                 kb = stack.enter_context(KnowledgeBase.open(args.kb))
+            store = None
+            if args.store_kb is not None:  # attempts of --store-column land here; retrieval never reads it
+                from remedy.kb.facade import KnowledgeBase
+
+                store = stack.enter_context(KnowledgeBase.open(args.store_kb))
             for s in chosen:
                 for col in args.columns:
                     if (s.name, col) in done:
@@ -280,7 +295,7 @@ def main() -> None:
                         "scenario": s.name,
                         "column": col,
                         "settings": _settings_key(args, col),
-                        **_column(s, col, args_settings(args), race, kb),
+                        **_column(s, col, args_settings(args), race, kb, store if col == args.store_column else None),
                     }
                     # one whole line per finished pass: a kill loses only the pass that was running
                     with args.out.open("a") as fh:
