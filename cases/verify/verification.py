@@ -613,6 +613,13 @@ def _verdict(ctx: _Context, primary: Effect, shaped: Effect | None, shortage: st
             True,
             ("cleared the screen; a case is improved only after a confirmation on fresh seeds"),
         )
+    level = (1 - primary.confidence_level) / 2
+    if primary.ci_low > 0 and primary.p_value is not None and primary.p_value > level and status is not Status.improved:
+        why = (
+            "the interval is above 0 but the exact permutation test over seed values is not "
+            f"(p = {primary.p_value:.3g} > {level:.3g}), so not improved"
+        )
+        return status, False, why
     return status, False, ""
 
 
