@@ -258,6 +258,9 @@ def main() -> None:
         "default), e.g. to mine or optimize on what the shipped loop verified",
     )
     ap.add_argument(
+        "--store-export", type=Path, default=None, help="JSONL export of --store-kb, rewritten after each stored pass"
+    )
+    ap.add_argument(
         "--store-column", default="shared+racing+confirm", help="the column whose attempts --store-kb keeps"
     )
     ap.add_argument(
@@ -284,9 +287,9 @@ def main() -> None:
                 kb = stack.enter_context(KnowledgeBase.open(args.kb))
             store = None
             if args.store_kb is not None:  # attempts of --store-column land here; retrieval never reads it
-                from remedy.kb.facade import KnowledgeBase
+                from run_split import open_kb  # refilled from --store-export when empty (a fresh machine)
 
-                store = stack.enter_context(KnowledgeBase.open(args.store_kb))
+                store = stack.enter_context(open_kb(args.store_kb, args.store_export))
             for s in chosen:
                 for col in args.columns:
                     if (s.name, col) in done:
@@ -301,6 +304,11 @@ def main() -> None:
                     with args.out.open("a") as fh:
                         fh.write(json.dumps(row) + "\n")
                     done[(s.name, col)] = row
+                    if store is not None and args.store_export is not None and col == args.store_column:
+                        args.store_export.parent.mkdir(parents=True, exist_ok=True)
+                        tmp = args.store_export.with_suffix(".tmp.jsonl")
+                        store.export(tmp)
+                        tmp.replace(args.store_export)  # whole or not at all
                     print(f"{s.name} {col}: {row['env_steps']:,} env steps, fixed={row['fixed']}", flush=True)
     names = [s.name for s in chosen]
     _table(done, names, args.columns)
