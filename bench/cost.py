@@ -287,7 +287,7 @@ def main() -> None:
                 kb = stack.enter_context(KnowledgeBase.open(args.kb))
             store = None
             if args.store_kb is not None:  # attempts of --store-column land here; retrieval never reads it
-                from run_split import open_kb  # refilled from --store-export when empty (a fresh machine)
+                from run_split import export_kb, open_kb  # refilled from --store-export when empty (fresh machine)
 
                 store = stack.enter_context(open_kb(args.store_kb, args.store_export))
             for s in chosen:
@@ -305,10 +305,7 @@ def main() -> None:
                         fh.write(json.dumps(row) + "\n")
                     done[(s.name, col)] = row
                     if store is not None and args.store_export is not None and col == args.store_column:
-                        args.store_export.parent.mkdir(parents=True, exist_ok=True)
-                        tmp = args.store_export.with_suffix(".tmp.jsonl")
-                        store.export(tmp)
-                        tmp.replace(args.store_export)  # whole or not at all
+                        export_kb(store, args.store_export)
                     print(f"{s.name} {col}: {row['env_steps']:,} env steps, fixed={row['fixed']}", flush=True)
     names = [s.name for s in chosen]
     _table(done, names, args.columns)

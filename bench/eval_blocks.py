@@ -21,7 +21,7 @@ import numpy as np
 from remedy.cases.verify.arms import ArmSpec, evaluate_trained
 from remedy.cases.verify.scenarios import build, load_scenarios
 from remedy.cases.verify.training import finetune
-from remedy.cases.verify.verification import CONFIRM_EVAL_STRIDE, EVAL_BLOCK_STRIDE
+from remedy.cases.verify.verification import CONFIRM_EVAL_STRIDE, EVAL_BLOCK_STRIDE, VerifyConfig
 from remedy.kb.fixloop import one_torch_thread
 
 
@@ -42,7 +42,7 @@ def main() -> None:
     if s.oracle is None:
         raise SystemExit(f"{s.name} declares no oracle patch")
     run = build(s)
-    first = 10_000
+    first = VerifyConfig().eval_seed  # the verification's first evaluation episode
     blocks = [first + EVAL_BLOCK_STRIDE * k for k in range(args.blocks)] + [first + CONFIRM_EVAL_STRIDE]
     print(f"{s.name}: oracle {s.oracle.summary()}, budget {s.budget:,} env steps per arm")
     print("| agent | seed | " + " | ".join(f"block {b:,}" for b in blocks) + " | mean |")

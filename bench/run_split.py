@@ -65,6 +65,14 @@ def open_kb(path: Path, export: Path | None):
     return kb
 
 
+def export_kb(kb, path: Path) -> None:
+    """Rewrite ``path`` as the whole KB in JSONL, atomically (a kill leaves the previous export)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp.jsonl")
+    kb.export(tmp)
+    tmp.replace(path)  # whole or not at all
+
+
 def run_scenarios(
     chosen, settings, folder: Path, oracle: Path, *, store=None, export=None, retrieval=None, label="cold"
 ):
@@ -81,10 +89,7 @@ def run_scenarios(
         report = run_bench(retrieval, [s], settings, store=store, label=label)
         target.write_text(json.dumps(asdict(report.scenarios[0]), indent=2, default=str) + "\n")
         if store is not None and export is not None:
-            export.parent.mkdir(parents=True, exist_ok=True)
-            tmp = export.with_suffix(".tmp.jsonl")
-            store.export(tmp)
-            tmp.replace(export)  # whole or not at all
+            export_kb(store, export)
         print(f"{label} {s.name}: top1={report.scenarios[0].top1} fixed={report.scenarios[0].fixed}", flush=True)
 
 
