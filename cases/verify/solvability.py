@@ -34,7 +34,7 @@ from typing import Any
 
 from ..errors import ScenarioError, VerificationError
 from .scenarios import Scenario, build_scenario, scenario_hash
-from .verification import CONFIRM_SEEDS
+from .verification import CONFIRM_SEEDS, SCREEN_CONFIDENCE
 
 __all__ = [
     "FAIL_BELOW",
@@ -74,6 +74,9 @@ class OracleSettings:
     confirm_seeds: int = CONFIRM_SEEDS
     eval_episodes: int | None = None
     workers: int = 1
+    #: the screen's pass level (:data:`~remedy.cases.verify.verification.SCREEN_CONFIDENCE`); records made
+    #: before it existed screened at 0.95 and keep their keys at that level
+    screen_confidence: float = SCREEN_CONFIDENCE
 
 
 @dataclass(frozen=True)
@@ -107,6 +110,7 @@ def oracle_key(s: Scenario, settings: OracleSettings) -> str:
         "seeds": settings.seeds,
         **({} if settings.confirm_seeds == settings.seeds else {"confirm_seeds": settings.confirm_seeds}),
         "episodes": settings.eval_episodes or s.eval_episodes,
+        **({} if settings.screen_confidence == 0.95 else {"screen_confidence": settings.screen_confidence}),
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -214,6 +218,7 @@ def check_scenario(
     config = VerifyConfig(
         seeds=settings.seeds,
         confirm_seeds=settings.confirm_seeds,
+        screen_confidence=settings.screen_confidence,
         budget_steps=s.budget,
         eval_episodes=settings.eval_episodes or s.eval_episodes,
         n_envs=s.n_envs,
