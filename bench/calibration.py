@@ -12,7 +12,8 @@
     alone, of screen + confirmation on fresh data (as many seeds as the screen, and
     with ``--confirm-seeds`` N: a confirmation on N seeds, as the fix loop runs it,
     plus that confirmation's own rate, which bounds each confirmation the loop
-    runs), and of the first, episode-level bootstrap (``stats.bootstrap_ci``, fewer trials: it is slow), each with a
+    runs; ``--screen-confidence`` sets the screen's pass level, 0.95 by default
+    as before, 0.8 in the fix loop), and of the first, episode-level bootstrap (``stats.bootstrap_ci``, fewer trials: it is slow), each with a
     Wilson 95% interval.
 (b) ``real``: a real A/A on a shipped quick scenario checkpoint: a
     ``hyperparameters`` patch that sets the learning rate to the value the
@@ -97,14 +98,15 @@ def draw_arm(cell: Cell, rng: np.random.Generator) -> list[np.ndarray]:
     return [rng.binomial(1, p, cell.episodes).astype(float) for p in probs]
 
 
-def improved(cell: Cell, rng: np.random.Generator) -> bool:
-    """One A/A verification through the project's statistics: is it called improved?"""
+def improved(cell: Cell, rng: np.random.Generator, confidence: float = 0.95) -> bool:
+    """One A/A verification through the project's statistics: is it called improved (at ``confidence``; a
+    screen's pass test at its own level)?"""
     from remedy.cases.model import Status
     from remedy.cases.verify import stats
     from remedy.cases.verify.verification import decide_status
 
     agg = stats.iqm if cell.metric == "returns" else stats.mean
-    e = stats.effect(cell.metric, draw_arm(cell, rng), draw_arm(cell, rng), aggregate=agg)
+    e = stats.effect(cell.metric, draw_arm(cell, rng), draw_arm(cell, rng), aggregate=agg, confidence=confidence)
     return decide_status(e) is Status.improved
 
 
@@ -121,17 +123,24 @@ def old_bootstrap_improved(cell: Cell, rng: np.random.Generator, n_boot: int) ->
 
 
 def simulate_cell(
-    cell: Cell, trials: int, boot_trials: int, n_boot: int, seed: int, confirm_seeds: int | None = None
+    cell: Cell,
+    trials: int,
+    boot_trials: int,
+    n_boot: int,
+    seed: int,
+    confirm_seeds: int | None = None,
+    screen_confidence: float = 0.95,
 ) -> dict:
-    """Screen, screen + confirmation (fresh data, only after a pass), and the old bootstrap, for one cell;
-    with ``confirm_seeds``, also screen + a confirmation on that many seeds and such a confirmation alone."""
+    """Screen (passing at ``screen_confidence``), screen + confirmation (fresh data, only after a pass, at
+    95%), and the old bootstrap, for one cell; with ``confirm_seeds``, also screen + a confirmation on that
+    many seeds and such a confirmation alone."""
     rng = np.random.default_rng(seed)
     screen = confirmed = confirmed_n = alone_n = 0
     wide = None if confirm_seeds is None else Cell(cell.metric, confirm_seeds, cell.episodes, cell.ratio)
     for _ in range(trials):
         if wide is not None:
             alone_n += improved(wide, rng)  # a confirmation's own false pass, whatever screened it
-        if improved(cell, rng):
+        if improved(cell, rng, screen_confidence):
             screen += 1
             confirmed += improved(cell, rng)  # a confirmation: new seeds, new episodes
             if wide is not None:
@@ -148,6 +157,7 @@ def simulate_cell(
     )
     return {
         **extra,
+        "screen_confidence": screen_confidence,
         "metric": cell.metric,
         "seeds": cell.seeds,
         "episodes": cell.episodes,
@@ -165,14 +175,17 @@ def run_sim(args: argparse.Namespace) -> dict:
     rows, start = [], time.perf_counter()
     print(
         f"A/A simulation: {args.trials} trials per cell (old bootstrap: {args.boot_trials} trials, "
-        f"{args.n_boot} resamples); false improved = CI low > 0 (one-sided 2.5% nominal)"
+        f"{args.n_boot} resamples); false improved = CI low > 0 (one-sided 2.5% nominal); the screen passes at "
+        f"{args.screen_confidence:.0%} two-sided (one-sided {(1 - args.screen_confidence) / 2:.3g})"
     )
     print(
         f"{'metric':8} {'seeds':>5} {'eps':>4} {'ratio':>5} | {'screen':24} | {'screen+confirm':24} | "
         f"{'old bootstrap improved':24} | old excl. 0"
     )
     for i, cell in enumerate(cells):
-        row = simulate_cell(cell, args.trials, args.boot_trials, args.n_boot, args.seed + i, args.confirm_seeds)
+        row = simulate_cell(
+            cell, args.trials, args.boot_trials, args.n_boot, args.seed + i, args.confirm_seeds, args.screen_confidence
+        )
         rows.append(row)
         wide = (
             f" | screen+confirm@{args.confirm_seeds}: {fmt(row['screen_confirm_n'])}"
@@ -209,6 +222,7 @@ def run_sim(args: argparse.Namespace) -> dict:
         "n_boot": args.n_boot,
         "seed": args.seed,
         "confirm_seeds": args.confirm_seeds,
+        "screen_confidence": args.screen_confidence,
         "wall_s": round(time.perf_counter() - start, 1),
         "cells": rows,
     }
@@ -383,6 +397,12 @@ def main() -> None:
         default=None,
         help="seeds per arm of a confirmation (sim: adds screen + confirmation on this many seeds; "
         "real: the confirmations' seeds; default: as many as the screen)",
+    )
+    parser.add_argument(
+        "--screen-confidence",
+        type=float,
+        default=0.95,
+        help="sim: two-sided level at which a screen passes (the fix loop's default is 0.8; confirmations stay at 0.95)",
     )
     parser.add_argument("--seed-base", type=int, default=5000, help="real: first training seed of trial 0")
     parser.add_argument("--jsonl", default=str(REAL_JSONL), help="real: where trials are appended (resumable)")

@@ -113,6 +113,7 @@ def bench_build(
     seeds: int = 3,
     workers: int = 1,
     confirm_seeds: int = 8,
+    screen_confidence: float = 0.8,
 ) -> list[dict]:
     """Build the selected scenarios (this shard's), check each patient fails and its oracle fixes it; render."""
     from remedy.cases.verify.scenarios import build_scenario, load_scenarios
@@ -127,7 +128,9 @@ def bench_build(
 
     selected = [s for s in load_scenarios(scenarios) if s.quick or not quick]
     chosen = shard_of(by_cost(selected, seeds) if oracle else selected, parse_shard(shard))
-    settings = OracleSettings(seeds=seeds, confirm_seeds=confirm_seeds, workers=workers)
+    settings = OracleSettings(
+        seeds=seeds, confirm_seeds=confirm_seeds, workers=workers, screen_confidence=screen_confidence
+    )
     results = results or ORACLE_FILE
     done = {} if (force or not oracle) else latest_results(chosen, results, settings)
     rows: list[dict] = []
@@ -188,6 +191,16 @@ def build_cmd(
     confirm_seeds: Annotated[
         int, typer.Option("--confirm-seeds", min=2, help="Seeds per arm of the oracle's confirmation (the fix loop's).")
     ] = 8,
+    screen_confidence: Annotated[
+        float,
+        typer.Option(
+            "--screen-confidence",
+            min=0.5,
+            max=0.99,
+            help="Two-sided level at which the oracle's screen passes (the fix loop's; 0.95 reads records made "
+            "before the screen had its own level).",
+        ),
+    ] = 0.8,
     workers: Annotated[int, typer.Option("--workers", min=1, help="Verification jobs run at once.")] = 1,
     as_json: JsonOption = False,
 ) -> None:
@@ -204,4 +217,5 @@ def build_cmd(
         seeds=seeds,
         workers=workers,
         confirm_seeds=confirm_seeds,
+        screen_confidence=screen_confidence,
     )

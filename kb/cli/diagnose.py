@@ -380,6 +380,17 @@ ConfirmSeedsOption = Annotated[
         "screen is confirmed, and only a confirmation can say improved).",
     ),
 ]
+#: the default is ``remedy.cases.verify.verification.SCREEN_CONFIDENCE``
+ScreenConfidenceOption = Annotated[
+    float,
+    typer.Option(
+        "--screen-confidence",
+        min=0.5,
+        max=0.99,
+        help="Two-sided level at which a screen passes and earns a confirmation (0.8: one-sided 10%). "
+        "Only the confirmation, at 95%, can say improved.",
+    ),
+]
 BudgetOption = Annotated[
     int | None,
     typer.Option(
@@ -415,6 +426,7 @@ def fix_cmd(
     candidates: CandidatesOption = 2,
     seeds: SeedsOption = 3,
     confirm_seeds: ConfirmSeedsOption = 8,
+    screen_confidence: ScreenConfidenceOption = 0.8,
     budget: BudgetOption = None,
     executor: ExecutorOption = "local",
     diagnoser: DiagnoserOption = "offline",
@@ -454,6 +466,7 @@ def fix_cmd(
             candidates=candidates,
             seeds=seeds,
             confirm_seeds=confirm_seeds,
+            screen_confidence=screen_confidence,
             budget=budget,
             diagnoser=diagnoser,
             race=race,
@@ -468,7 +481,13 @@ def fix_cmd(
     one_torch_thread()
     run = RunDir.load(run_dir)  # a directory that is not a run fails here, before a KB is created
     backend = _backend(diagnoser)
-    config = VerifyConfig(seeds=seeds, confirm_seeds=confirm_seeds, budget_steps=budget, executor=executor)
+    config = VerifyConfig(
+        seeds=seeds,
+        confirm_seeds=confirm_seeds,
+        screen_confidence=screen_confidence,
+        budget_steps=budget,
+        executor=executor,
+    )
     with KnowledgeBase.open(kb, create=True) as base, _Live(disable=as_json) as live:
         result = fix(
             base,

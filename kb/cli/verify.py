@@ -65,6 +65,16 @@ def verify(
             help="Training seeds per arm of the confirmation (fresh seeds, run when the screen clears).",
         ),
     ] = 8,
+    screen_confidence: Annotated[
+        float,
+        typer.Option(
+            "--screen-confidence",
+            min=0.5,
+            max=0.99,
+            help="Two-sided level at which the screen passes and earns the confirmation (0.8: one-sided 10%); "
+            "only the confirmation, at 95%, can say improved.",
+        ),
+    ] = 0.8,
     seed_base: Annotated[
         int,
         typer.Option(
@@ -108,6 +118,7 @@ def verify(
     config = VerifyConfig(
         seeds=seeds,
         confirm_seeds=confirm_seeds,
+        screen_confidence=screen_confidence,
         budget_steps=budget,
         eval_episodes=episodes,
         executor=executor.value,

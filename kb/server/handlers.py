@@ -258,7 +258,9 @@ def _run_fix(service: Service, params: dict[str, Any], progress: JobProgress) ->
     from remedy.kb.fixloop import fix
 
     req = FixJobIn.model_validate(params)
-    config = VerifyConfig(seeds=req.seeds, confirm_seeds=req.confirm_seeds, budget_steps=req.budget)
+    config = VerifyConfig(
+        seeds=req.seeds, confirm_seeds=req.confirm_seeds, screen_confidence=req.screen_confidence, budget_steps=req.budget
+    )
     race = RaceSettings(enabled=req.race, fraction=req.race_fraction, seeds=req.race_seeds)
     result = fix(
         service.kb,

@@ -254,6 +254,8 @@ class FixJobIn(_In):
     seeds: int = Field(3, ge=1, le=20)
     #: training seeds per arm of a confirmation on fresh seeds (``remedy fix --confirm-seeds``)
     confirm_seeds: int = Field(8, ge=2, le=40)
+    #: two-sided level at which a screen passes (``remedy fix --screen-confidence``)
+    screen_confidence: float = Field(0.8, ge=0.5, le=0.99)
     budget: int | None = Field(None, ge=1, le=50_000_000)
     diagnoser: DiagnoserName = "offline"
     #: race each round's candidates (stage 1 on ``race_fraction`` of the budget and ``race_seeds`` seeds)

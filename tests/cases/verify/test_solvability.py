@@ -97,3 +97,10 @@ def test_only_a_confirmed_oracle_makes_a_patient_solvable():
     assert oracle_verdict("no_effect") == "unsolvable" and oracle_verdict("worse") == "unsolvable"
     assert oracle_verdict("failed") == "error"
     assert OracleSettings().seeds == 3
+
+
+def test_the_screen_level_is_part_of_the_key_and_old_records_keep_theirs():
+    s = _scenarios(1)[0]
+    # records made before the screen had its own level screened at 0.95: that setting still reads them
+    assert oracle_key(s, OracleSettings(screen_confidence=0.95)) != oracle_key(s, OracleSettings())
+    assert oracle_key(s, OracleSettings(screen_confidence=0.8)) == oracle_key(s, OracleSettings())

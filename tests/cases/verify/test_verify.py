@@ -76,6 +76,28 @@ def test_status_from_effects():
     assert decide_status(None, too_few_seeds=True) is Status.failed
 
 
+def test_the_screen_passes_at_its_own_level_and_stores_the_95_percent_effect():
+    from remedy.cases.verify import stats
+    from remedy.cases.verify.verification import SCREEN_CONFIDENCE, _verdict
+
+    # three seeds the treatment won by +150 to +470 return: ahead on every seed, yet t(2) = 4.3 keeps the 95%
+    # interval across 0 (oracle screen of invpend_undertrained_5k in bench/data/oracle.jsonl)
+    t, c = [[549.0] * 5, [407.0] * 5, [255.0] * 5], [[83.0] * 5, [90.0] * 5, [100.0] * 5]
+    strict = stats.effect("return_iqm", t, c, confidence=0.95)
+    lenient = stats.effect("return_iqm", t, c, confidence=SCREEN_CONFIDENCE)
+    assert strict.ci_low < 0 < lenient.ci_low and lenient.p_value == pytest.approx(0.05)
+    screen, confirm = SimpleNamespace(stage=Stage.screen), SimpleNamespace(stage=Stage.confirm)
+    status, passed, why = _verdict(screen, strict, None, "", lenient)
+    assert (status, passed) == (Status.inconclusive, True) and "cleared the screen at 80%" in why
+    assert _verdict(screen, strict, None, "", None)[:2] == (Status.no_effect, False)  # at 95% it would not pass
+    assert _verdict(confirm, strict, None, "")[:2] == (Status.no_effect, False)  # a confirmation stays at 95%
+    # a screen never passes on a treatment below the control, whatever its level
+    worse = stats.effect("return_iqm", c, t, confidence=SCREEN_CONFIDENCE)
+    assert _verdict(screen, stats.effect("return_iqm", c, t), None, "", worse)[:2] == (Status.no_effect, False)
+    with pytest.raises(Exception, match="screen-confidence"):
+        VerifyConfig(screen_confidence=1.0).check()
+
+
 def test_confirmation_seeds_are_a_fresh_block():
     screen = VerifyConfig(seeds=3, seed_base=10)
     first, second = screen.confirmation(0), screen.confirmation(1)
@@ -160,7 +182,9 @@ def test_verify_returns_a_case_with_effect_and_ci(cartpole_run):
     v = case.verification
     assert v.status is not Status.failed, v.reason
     assert v.status is not Status.improved and v.stage is Stage.screen  # a screen alone is never "improved"
-    assert v.passed_screen == (v.effect.ci_low > 0) and v.seed_base == 0 and v.effect.method == "welch_seeds"
+    # the screen passes at its own level (80% two-sided), so a 95% interval above 0 always passes it
+    assert v.passed_screen >= (v.effect.ci_low > 0) and v.seed_base == 0 and v.effect.method == "welch_seeds"
+    assert v.passed_screen == ("cleared the screen" in v.reason)
     assert v.effect is not None and v.effect.metric in ("success_rate", "return_iqm")
     assert v.effect.ci_low <= v.effect.diff <= v.effect.ci_high
     assert 0.0 <= v.effect.prob_improvement <= 1.0
