@@ -49,7 +49,7 @@ from pathlib import Path
 from remedy.cases.verify.racing import RACE_FRACTION, RACE_SEEDS, RULE_VERSION, RaceSettings
 from remedy.cases.verify.scenarios import build
 from remedy.cases.verify.solvability import ORACLE_FILE, latest_results
-from remedy.cases.verify.verification import CONFIRM_SEEDS
+from remedy.cases.verify.verification import CONFIRM_SEEDS, SCREEN_CONFIDENCE
 from remedy.kb.bench import BenchSettings, select_scenarios
 from remedy.kb.fixloop import fix, one_torch_thread
 
@@ -128,6 +128,8 @@ def _settings_key(args: argparse.Namespace, column: str) -> dict:
         key.update(confirm_seeds=args.confirm_seeds)
     if args.evaluation != ONE_BLOCK:  # lines written before every seed had its own block carry no such key
         key.update(evaluation=args.evaluation)
+    if args.screen_confidence != 0.95:  # lines written before the screen had its own level screened at 0.95
+        key.update(screen_confidence=args.screen_confidence)
     return key
 
 
@@ -245,6 +247,12 @@ def main() -> None:
     ap.add_argument(
         "--confirm-seeds", type=int, default=CONFIRM_SEEDS, help="confirmation seeds of the +confirm columns"
     )
+    ap.add_argument(
+        "--screen-confidence",
+        type=float,
+        default=SCREEN_CONFIDENCE,
+        help="two-sided level at which a screen passes (0.95: the lines measured before it had its own level)",
+    )
     ap.add_argument("--race-fraction", type=float, default=RACE_FRACTION)
     ap.add_argument("--race-seeds", type=int, default=RACE_SEEDS)
     ap.add_argument("--out", type=Path, default=Path("bench/out/cost.jsonl"), help="JSON lines, appended (resume)")
@@ -324,6 +332,7 @@ def args_settings(args: argparse.Namespace) -> BenchSettings:
         candidates=args.candidates,
         seeds=args.seeds,
         confirm_seeds=args.confirm_seeds,
+        screen_confidence=args.screen_confidence,
         baselines=False,
     )
 

@@ -43,7 +43,7 @@ from remedy.cases.errors import ScenarioError
 from remedy.cases.model import Case, RootCause, Source
 from remedy.cases.verify.racing import RACE_FRACTION, RACE_SEEDS, RaceSettings
 from remedy.cases.verify.scenarios import Scenario, build, load_scenarios
-from remedy.cases.verify.verification import CONFIRM_SEEDS, VerifyConfig
+from remedy.cases.verify.verification import CONFIRM_SEEDS, SCREEN_CONFIDENCE, VerifyConfig
 
 from .baselines import FIX_BASELINES, BaselineFix, most_frequent_causes, run_fix_baseline, score_constant
 from .facade import KnowledgeBase
@@ -84,6 +84,7 @@ class BenchSettings:
     candidates: int = 2
     seeds: int = 3
     confirm_seeds: int = CONFIRM_SEEDS
+    screen_confidence: float = SCREEN_CONFIDENCE
     budget: int | None = None
     eval_episodes: int | None = None  # None: the scenario's eval_episodes
     n_envs: int = 8
@@ -110,6 +111,7 @@ class BenchSettings:
         return VerifyConfig(
             seeds=self.seeds,
             confirm_seeds=self.confirm_seeds,
+            screen_confidence=self.screen_confidence,
             budget_steps=self.budget,
             eval_episodes=self.eval_episodes or scenario.eval_episodes,
             n_envs=self.n_envs,
