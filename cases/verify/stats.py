@@ -71,7 +71,10 @@ reports a false fix (any null patch ``improved``) with probability at most
 ``M · a`` (union bound over the confirmations); the fix loop's default ``M = 2``
 at 95% gives ≤ 5%, and each individual reported fix is a false positive with
 probability ≤ 2.5%. The screen's own selection bias never reaches the reported
-status; the reported effect size is the confirmation's, not the screen's.
+status; the reported effect size is the confirmation's, not the screen's. For the
+same reason the screen may pass at a laxer level than the confirmation
+(``VerifyConfig.screen_confidence``, 80% two-sided by default): that changes how
+many confirmations a loop spends and how many real fixes it finds, never the bound.
 
 :func:`bootstrap_ci` is the first, episode-level stratified bootstrap (runs,
 then episodes within runs, percentile CI), kept so that the calibration bench
