@@ -48,7 +48,7 @@ from pathlib import Path
 
 from remedy.cases.verify.racing import RACE_FRACTION, RACE_SEEDS, RULE_VERSION, RaceSettings
 from remedy.cases.verify.scenarios import build
-from remedy.cases.verify.solvability import ORACLE_FILE, OracleSettings, latest_results
+from remedy.cases.verify.solvability import ORACLE_FILE, not_failing
 from remedy.cases.verify.verification import CONFIRM_SEEDS, SCREEN_CONFIDENCE
 from remedy.kb.bench import BenchSettings, select_scenarios
 from remedy.kb.fixloop import fix, one_torch_thread
@@ -210,12 +210,8 @@ def _chosen(globs: list[str | None], split: str | None, shard: tuple[int, int]) 
     for g in globs:
         for s in select_scenarios(g, split=split or "all"):
             chosen.setdefault(s.name, s)
-    # whether a patient fails does not depend on the oracle check's settings: a record under any screen level says
-    records = {
-        **latest_results(list(chosen.values()), ORACLE_FILE, OracleSettings(screen_confidence=0.95)),
-        **latest_results(list(chosen.values()), ORACLE_FILE),
-    }
-    kept = [s for name, s in chosen.items() if not (name in records and records[name].verdict == "not_failing")]
+    skip = not_failing(list(chosen.values()), ORACLE_FILE)
+    kept = [s for name, s in chosen.items() if name not in skip]
     i, n = shard
     return kept[i::n]
 

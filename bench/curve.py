@@ -32,7 +32,7 @@ from pathlib import Path
 from run_split import _order, load_rows, open_kb, report_of, run_scenarios
 
 from remedy.cases.verify.scenarios import build
-from remedy.cases.verify.solvability import ORACLE_FILE, latest_results
+from remedy.cases.verify.solvability import ORACLE_FILE, not_failing
 from remedy.kb.bench import BenchSettings, _baselines, select_scenarios
 from remedy.kb.bench_report import render_passes
 
@@ -57,8 +57,7 @@ def _run_baselines(chosen, settings: BenchSettings, folder: Path, oracle: Path) 
     """The no-diagnosis arms per scenario (one JSON each: arm -> BaselineFix)."""
     for s in chosen:
         target = folder / f"{s.name}.json"
-        record = latest_results([s], oracle).get(s.name)
-        if target.exists() or (record is not None and record.verdict == "not_failing"):
+        if target.exists() or s.name in not_failing([s], oracle):
             continue
         arms = _baselines(s, build(s), settings, None)
         target.write_text(json.dumps(arms, indent=2, default=str) + "\n")

@@ -49,6 +49,7 @@ __all__ = [
     "read_results",
     "latest_results",
     "pending",
+    "not_failing",
     "check_scenario",
     "check_scenarios",
 ]
@@ -189,6 +190,14 @@ def _record(s: Scenario, settings: OracleSettings, verdict: str, success: float 
         checked_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         **{"budget_steps": s.budget, **extra},
     )
+
+
+def not_failing(scenarios: Sequence[Scenario], path: str | Path = ORACLE_FILE) -> set[str]:
+    """Names of the scenarios whose current patient a record found not failing. Whether a patient fails does
+    not depend on the check's settings, so a record under the screen level before the current one counts."""
+    earlier = latest_results(scenarios, path, OracleSettings(screen_confidence=0.95))
+    records = {**earlier, **latest_results(scenarios, path)}
+    return {name for name, r in records.items() if r.verdict == "not_failing"}
 
 
 def check_scenario(

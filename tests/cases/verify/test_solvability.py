@@ -13,6 +13,7 @@ from remedy.cases.verify.solvability import (
     by_cost,
     check_scenarios,
     latest_results,
+    not_failing,
     oracle_key,
     oracle_verdict,
     parse_shard,
@@ -104,3 +105,17 @@ def test_the_screen_level_is_part_of_the_key_and_old_records_keep_theirs():
     # records made before the screen had its own level screened at 0.95: that setting still reads them
     assert oracle_key(s, OracleSettings(screen_confidence=0.95)) != oracle_key(s, OracleSettings())
     assert oracle_key(s, OracleSettings(screen_confidence=0.8)) == oracle_key(s, OracleSettings())
+
+
+def test_a_not_failing_patient_is_skipped_whatever_screen_level_found_it(tmp_path):
+    suite, path = _scenarios(3), tmp_path / "oracle.jsonl"
+    rec = {"split": "dev", "family": None, "patient_success": 0.9, "oracle": "x"}
+    old, new = OracleSettings(screen_confidence=0.95), OracleSettings()
+    lines = [
+        dict(scenario="s0", key=oracle_key(suite[0], old), verdict="not_failing", **rec),  # before the screen level
+        dict(scenario="s1", key=oracle_key(suite[1], new), verdict="not_failing", **rec),
+        dict(scenario="s2", key=oracle_key(suite[2], old), verdict="unsolvable", **rec),
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    assert not_failing(suite, path) == {"s0", "s1"}
+    assert latest_results(suite, path).keys() == {"s1"}  # solvability itself is read at the current level only
