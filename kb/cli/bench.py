@@ -9,7 +9,7 @@ import typer
 from rich.progress import TaskID
 from rich.table import Table
 
-from .common import JsonOption, add_columns, console, print_json, progress_bar
+from .common import JsonOption, ScreenConfidenceOption, add_columns, console, print_json, progress_bar
 
 __all__ = ["bench_build", "build_cmd"]
 
@@ -191,16 +191,7 @@ def build_cmd(
     confirm_seeds: Annotated[
         int, typer.Option("--confirm-seeds", min=2, help="Seeds per arm of the oracle's confirmation (the fix loop's).")
     ] = 8,
-    screen_confidence: Annotated[
-        float,
-        typer.Option(
-            "--screen-confidence",
-            min=0.5,
-            max=0.99,
-            help="Two-sided level at which the oracle's screen passes (the fix loop's; 0.95 reads records made "
-            "before the screen had its own level).",
-        ),
-    ] = 0.8,
+    screen_confidence: ScreenConfidenceOption = 0.8,
     workers: Annotated[int, typer.Option("--workers", min=1, help="Verification jobs run at once.")] = 1,
     as_json: JsonOption = False,
 ) -> None:

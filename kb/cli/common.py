@@ -33,6 +33,17 @@ KbOption = Annotated[
     Path,
     typer.Option("--kb", envvar="REMEDY_KB", help="Knowledge-base directory (default ./.remedy, or $REMEDY_KB)."),
 ]
+#: the default is ``remedy.cases.verify.verification.SCREEN_CONFIDENCE`` (a literal here: the CLI imports no torch)
+ScreenConfidenceOption = Annotated[
+    float,
+    typer.Option(
+        "--screen-confidence",
+        min=0.5,
+        max=0.99,
+        help="Two-sided level at which a screen passes and earns a confirmation on fresh seeds (0.8: one-sided "
+        "10%). Only the confirmation, at 95%, can say improved; records made before this option screened at 0.95.",
+    ),
+]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of a table.")]
 ServerOption = Annotated[
     str | None,

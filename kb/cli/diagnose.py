@@ -16,6 +16,7 @@ from .common import (
     DEFAULT_KB,
     JsonOption,
     KbOption,
+    ScreenConfidenceOption,
     ServerOption,
     add_columns,
     console,
@@ -378,17 +379,6 @@ ConfirmSeedsOption = Annotated[
         min=2,
         help="Training seeds per arm of a confirmation on fresh seeds (only a candidate that cleared its "
         "screen is confirmed, and only a confirmation can say improved).",
-    ),
-]
-#: the default is ``remedy.cases.verify.verification.SCREEN_CONFIDENCE``
-ScreenConfidenceOption = Annotated[
-    float,
-    typer.Option(
-        "--screen-confidence",
-        min=0.5,
-        max=0.99,
-        help="Two-sided level at which a screen passes and earns a confirmation (0.8: one-sided 10%). "
-        "Only the confirmation, at 95%, can say improved.",
     ),
 ]
 BudgetOption = Annotated[

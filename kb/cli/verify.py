@@ -20,7 +20,17 @@ import typer
 from rich.console import Group
 from rich.table import Table
 
-from .common import DEFAULT_KB, JsonOption, KbOption, ServerOption, console, print_json, progress_bar, status_markup
+from .common import (
+    DEFAULT_KB,
+    JsonOption,
+    KbOption,
+    ScreenConfidenceOption,
+    ServerOption,
+    console,
+    print_json,
+    progress_bar,
+    status_markup,
+)
 
 if TYPE_CHECKING:
     from remedy.cases.model import Case
@@ -65,16 +75,7 @@ def verify(
             help="Training seeds per arm of the confirmation (fresh seeds, run when the screen clears).",
         ),
     ] = 8,
-    screen_confidence: Annotated[
-        float,
-        typer.Option(
-            "--screen-confidence",
-            min=0.5,
-            max=0.99,
-            help="Two-sided level at which the screen passes and earns the confirmation (0.8: one-sided 10%); "
-            "only the confirmation, at 95%, can say improved.",
-        ),
-    ] = 0.8,
+    screen_confidence: ScreenConfidenceOption = 0.8,
     seed_base: Annotated[
         int,
         typer.Option(
