@@ -259,7 +259,10 @@ def _run_fix(service: Service, params: dict[str, Any], progress: JobProgress) ->
 
     req = FixJobIn.model_validate(params)
     config = VerifyConfig(
-        seeds=req.seeds, confirm_seeds=req.confirm_seeds, screen_confidence=req.screen_confidence, budget_steps=req.budget
+        seeds=req.seeds,
+        confirm_seeds=req.confirm_seeds,
+        screen_confidence=req.screen_confidence,
+        budget_steps=req.budget,
     )
     race = RaceSettings(enabled=req.race, fraction=req.race_fraction, seeds=req.race_seeds)
     result = fix(
