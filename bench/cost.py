@@ -21,8 +21,8 @@ the checkpoint); ``shared+racing`` lets them go on (rule 3). ``shared+racing+con
 columns confirm on ``--seeds``, as the fix loop did when they were run. ``own+confirm`` is ``own``
 with those confirmations: the "before" under the same confirmation rule, to tell what the four parts
 save from what more confirmation seeds add. Training is deterministic given the seed, so ``own`` and
-``own+confirm`` differ only on the patients where a screen cleared (``--scenarios`` can name just
-those).
+``own+confirm`` differ only on the patients where a screen cleared; elsewhere ``own+confirm``'s line is
+``own``'s (marked ``same_as: own``) and nothing is trained again.
 
 The lines in ``bench/data/cost-dev.jsonl`` were measured when every seed of a verification was evaluated on
 one shared block of episodes; render them with ``--evaluation one_block --report-only``. A new run (every
@@ -143,6 +143,18 @@ def _read(path: Path, args: argparse.Namespace) -> dict[tuple[str, str], dict]:
                 if row.get("column") in NAMES and row.get("settings") == _settings_key(args, row["column"]):
                     done[(row["scenario"], row["column"])] = row
     return done
+
+
+def _same_as_own(
+    done: dict[tuple[str, str], dict], scenario: str, column: str, args: argparse.Namespace
+) -> dict | None:
+    """``own+confirm``'s line from ``own``'s when no screen of ``own`` cleared: the two differ only in the
+    confirmations' seed count and training is deterministic given the seed, so without a confirmation they are
+    the same computation (marked ``same_as: own``). None when it must run."""
+    own = done.get((scenario, "own"))
+    if column != "own+confirm" or own is None or "confirm" in own["stages"]:
+        return None
+    return {**own, "column": column, "settings": _settings_key(args, column), "same_as": "own"}
 
 
 def _as_afresh(row: dict) -> dict:
@@ -302,7 +314,8 @@ def main() -> None:
                 for col in args.columns:
                     if (s.name, col) in done:
                         continue
-                    row = {
+                    row = _same_as_own(done, s.name, col, args)
+                    row = row or {
                         "scenario": s.name,
                         "column": col,
                         "settings": _settings_key(args, col),
