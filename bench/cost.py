@@ -49,7 +49,7 @@ from pathlib import Path
 from remedy.cases.verify.racing import RACE_FRACTION, RACE_SEEDS, RULE_VERSION, RaceSettings
 from remedy.cases.verify.scenarios import build
 from remedy.cases.verify.solvability import ORACLE_FILE, not_failing
-from remedy.cases.verify.verification import CONFIRM_SEEDS, SCREEN_CONFIDENCE
+from remedy.cases.verify.verification import CONFIRM_SEEDS, EARLIER_SCREEN_CONFIDENCE, SCREEN_CONFIDENCE
 from remedy.kb.bench import BenchSettings, select_scenarios
 from remedy.kb.fixloop import fix, one_torch_thread
 
@@ -128,7 +128,9 @@ def _settings_key(args: argparse.Namespace, column: str) -> dict:
         key.update(confirm_seeds=args.confirm_seeds)
     if args.evaluation != ONE_BLOCK:  # lines written before every seed had its own block carry no such key
         key.update(evaluation=args.evaluation)
-    if args.screen_confidence != 0.95:  # lines written before the screen had its own level screened at 0.95
+    if (
+        args.screen_confidence != EARLIER_SCREEN_CONFIDENCE
+    ):  # lines written before the screen had its own level screened at 0.95
         key.update(screen_confidence=args.screen_confidence)
     return key
 

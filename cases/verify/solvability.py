@@ -34,7 +34,7 @@ from typing import Any
 
 from ..errors import ScenarioError, VerificationError
 from .scenarios import Scenario, build_scenario, scenario_hash
-from .verification import CONFIRM_SEEDS, SCREEN_CONFIDENCE
+from .verification import CONFIRM_SEEDS, EARLIER_SCREEN_CONFIDENCE, SCREEN_CONFIDENCE
 
 __all__ = [
     "FAIL_BELOW",
@@ -111,7 +111,11 @@ def oracle_key(s: Scenario, settings: OracleSettings) -> str:
         "seeds": settings.seeds,
         **({} if settings.confirm_seeds == settings.seeds else {"confirm_seeds": settings.confirm_seeds}),
         "episodes": settings.eval_episodes or s.eval_episodes,
-        **({} if settings.screen_confidence == 0.95 else {"screen_confidence": settings.screen_confidence}),
+        **(
+            {}
+            if settings.screen_confidence == EARLIER_SCREEN_CONFIDENCE
+            else {"screen_confidence": settings.screen_confidence}
+        ),
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -195,7 +199,7 @@ def _record(s: Scenario, settings: OracleSettings, verdict: str, success: float 
 def not_failing(scenarios: Sequence[Scenario], path: str | Path = ORACLE_FILE) -> set[str]:
     """Names of the scenarios whose current patient a record found not failing. Whether a patient fails does
     not depend on the check's settings, so a record under the screen level before the current one counts."""
-    earlier = latest_results(scenarios, path, OracleSettings(screen_confidence=0.95))
+    earlier = latest_results(scenarios, path, OracleSettings(screen_confidence=EARLIER_SCREEN_CONFIDENCE))
     records = {**earlier, **latest_results(scenarios, path)}
     return {name for name, r in records.items() if r.verdict == "not_failing"}
 

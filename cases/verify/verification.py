@@ -97,6 +97,9 @@ CONFIRM_SEEDS = 8
 #: lenient one costs confirmations on null candidates: ``bench/calibration.py sim --screen-confidence 0.8``
 #: measures the A/A screen pass rate (about 10%) and that screen + confirmation stays under the target.
 SCREEN_CONFIDENCE = 0.8
+#: the level screens passed at before they had their own: the oracle records and cost lines made then are
+#: keyed without a screen level, and read at this one
+EARLIER_SCREEN_CONFIDENCE = 0.95
 
 
 @dataclass(frozen=True)
@@ -525,19 +528,20 @@ def _shifted_scores(name: str, kind: str) -> Callable[[ArmResult], Sequence[floa
     return pick
 
 
-def _effects(
-    t: list[ArmResult], c: list[ArmResult], cfg: VerifyConfig, confidence: float | None = None
-) -> tuple[str, dict[str, Effect]]:
-    """Every effect measured (at ``confidence``, default the config's), and the name of the primary one."""
-    level = cfg.confidence if confidence is None else confidence
+#: the metrics a verification's primary effect is measured on: how each run is scored, how a seed is summarized
+_PRIMARY: dict[str, tuple[Callable[[ArmResult], Sequence[float]], Callable]] = {
+    "return_iqm": (lambda a: _nominal(a).returns, stats.iqm),
+    "success_rate": (lambda a: _nominal(a).successes, stats.mean),
+}
+
+
+def _effects(t: list[ArmResult], c: list[ArmResult], cfg: VerifyConfig) -> tuple[str, dict[str, Effect]]:
+    """Every effect measured, and the name of the primary one."""
 
     def eff(name: str, pick: Callable[[ArmResult], Sequence[float]], agg: Callable) -> Effect:
-        return stats.effect(name, [pick(a) for a in t], [pick(a) for a in c], aggregate=agg, confidence=level)
+        return stats.effect(name, [pick(a) for a in t], [pick(a) for a in c], aggregate=agg, confidence=cfg.confidence)
 
-    out = {
-        "return_iqm": eff("return_iqm", lambda a: _nominal(a).returns, stats.iqm),
-        "success_rate": eff("success_rate", lambda a: _nominal(a).successes, stats.mean),
-    }
+    out = {name: eff(name, pick, agg) for name, (pick, agg) in _PRIMARY.items()}
     if any(v for a in t + c for v in _nominal(a).violations):
         out["violations"] = eff("violations", lambda a: _nominal(a).violations, stats.mean)
     for name in t[0].shifted:
@@ -656,7 +660,11 @@ def _screen_test(ctx: _Context, arms: dict[str, list[ArmResult]], primary: str) 
     cfg = ctx.config
     if ctx.stage is not Stage.screen or cfg.screen_confidence == cfg.confidence:
         return None
-    return _effects(arms["treatment"], arms["control"], cfg, confidence=cfg.screen_confidence)[1][primary]
+    pick, agg = _PRIMARY[primary]
+    t, c = arms["treatment"], arms["control"]
+    return stats.effect(
+        primary, [pick(a) for a in t], [pick(a) for a in c], aggregate=agg, confidence=cfg.screen_confidence
+    )
 
 
 def _verification(ctx: _Context, plan: _Plan, results: Sequence[JobResult]) -> Verification:
