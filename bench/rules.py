@@ -1,7 +1,9 @@
 """Do mined rules pay? Holdout diagnosis with rules mined from dev-scenario cases vs without.
 
-Rules are mined from the dev-scenario cases of the bench export (default
-``reports/kb/dev-cases.jsonl``, holdout cases dropped should any be there). A reviewer is
+Rules are mined from the dev-scenario cases of the bench exports (default
+``reports/kb/dev-cases.jsonl``; several files are merged, each case once by id; holdout cases
+are dropped should any be there). ``--mine-split holdout`` runs the reverse check: rules mined
+from holdout cases, scored on the dev patients (nothing is tuned on either). A reviewer is
 SIMULATED: every rule the miner keeps (q ≤ fdr) is accepted without a look. Each holdout
 patient (shipped or cached build; trained into ``--cache`` only when missing, which takes
 minutes each) is rolled out once; its signature is diagnosed cold (offline diagnoser, no
@@ -10,7 +12,8 @@ and without. Printed: top-1 / top-3 root-cause accuracy and expected-family-in-t
 side with always answering the most frequent dev causes. Per-patient rows are cached as JSON
 under ``--out`` so an interrupted run resumes.
 
-    .venv/bin/python bench/rules.py [--export reports/kb/dev-cases.jsonl] [--episodes 10]
+    .venv/bin/python bench/rules.py [--export reports/kb/dev-cases.jsonl ...] [--episodes 10]
+    .venv/bin/python bench/rules.py --mine-split holdout --export reports/kb/holdout-sc08-cases.jsonl
 """
 
 from __future__ import annotations
@@ -31,9 +34,11 @@ from remedy.kb.fixloop import one_torch_thread
 from remedy.miners import Rule, RuleStatus, mine, rule_holds, subject_facts
 
 
-def _mine(export: Path, fdr: float, seed: int) -> tuple[list[Rule], int]:
-    holdout = {s.name for s in load_scenarios() if s.split == "holdout"}
-    cases = [c for c in read_cases(export)[0] if c.scenario not in holdout]
+def _mine(exports: list[Path], fdr: float, seed: int, split: str = "dev") -> tuple[list[Rule], int]:
+    """The rules kept at ``fdr`` from the ``split`` cases of ``exports`` (each case once), all accepted."""
+    other = {s.name for s in load_scenarios() if s.split != split}
+    by_id = {c.case_id: c for export in exports for c in read_cases(export)[0]}
+    cases = [c for c in by_id.values() if c.scenario not in other]
     try:
         result = mine(cases, fdr=fdr, seed=seed)
     except TooFewCasesError as err:
@@ -74,7 +79,9 @@ def _row(s, rules: list[Rule], cache: Path, episodes: int) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--export", type=Path, default=Path("reports/kb/dev-cases.jsonl"))
+    ap.add_argument("--export", type=Path, nargs="+", default=[Path("reports/kb/dev-cases.jsonl")])
+    ap.add_argument("--mine-split", choices=("dev", "holdout"), default="dev",
+                    help="mine from this split's cases, score on the other split's patients")  # fmt: skip
     ap.add_argument("--fdr", type=float, default=0.1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--episodes", type=int, default=10)
@@ -82,16 +89,17 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("bench/out/rules"))
     args = ap.parse_args()
     one_torch_thread()
-    rules, attempts = _mine(args.export, args.fdr, args.seed)
-    print(f"{len(rules)} rules mined from {attempts} dev attempts and accepted (simulated reviewer)")
+    scored = "holdout" if args.mine_split == "dev" else "dev"
+    rules, attempts = _mine(args.export, args.fdr, args.seed, args.mine_split)
+    print(f"{len(rules)} rules mined from {attempts} {args.mine_split} attempts and accepted (simulated reviewer)")
     for r in rules:
         e = r.evidence
         print(f"  {r.id} {r.condition_text} -> {r.family.value}: {e.wins}/{e.support}, q {e.q_value:.3g}")
-    rows_dir = args.out / "rows"
+    rows_dir = args.out / "rows" if scored == "holdout" else args.out / f"rows-{scored}"
     rows_dir.mkdir(parents=True, exist_ok=True)
     key = "-".join(sorted(r.id for r in rules)) or "none"
     rows = []
-    for s in [s for s in load_scenarios() if s.split == "holdout"]:
+    for s in [s for s in load_scenarios() if s.split == scored]:
         path = rows_dir / f"{s.name}.json"
         cached = json.loads(path.read_text()) if path.is_file() else None
         if cached is None or cached.get("rules_key") != key:
@@ -100,16 +108,16 @@ def main() -> None:
         rows.append(cached)
         print(f"{s.name:36s} without {cached['without']['causes'][:1]} with {cached['with']['causes'][:1]} "
               f"rules {len(cached['rules_matched'])}", flush=True)  # fmt: skip
-    _print_table(rows, len(rules), attempts)
+    _print_table(rows, len(rules), attempts, args.mine_split, scored)
 
 
-def _print_table(rows: list[dict], n_rules: int, attempts: int) -> None:
+def _print_table(rows: list[dict], n_rules: int, attempts: int, mined: str = "dev", scored: str = "holdout") -> None:
     n = len(rows) or 1
     answer = dev_baseline_answer()
     b1, b3 = score_constant(answer, [r["ground_truth"] for r in rows])
     lines = [
-        f"Holdout diagnosis, {len(rows)} patients, offline diagnoser, no retrieval; {n_rules} rules mined from "
-        f"{attempts} dev attempts, all accepted (simulated reviewer)",
+        f"{scored.capitalize()} diagnosis, {len(rows)} patients, offline diagnoser, no retrieval; {n_rules} rules "
+        f"mined from {attempts} {mined} attempts, all accepted (simulated reviewer)",
         "",
         "| diagnosis | top-1 | top-3 | expected family in top-3 |",
         "| --- | --- | --- | --- |",
