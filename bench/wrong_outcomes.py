@@ -15,10 +15,20 @@ own-scenario exclusion does not hide it). Wrong cases are labelled ``imported`` 
 provenance) or, in a harder variant, ``verified`` (so only corroboration can discount them).
 Every scenario is then diagnosed by the offline diagnoser with its own cases excluded, once with
 the weighting off (``imported_weight=1, contradiction_weight=0``) and once on (defaults), and
-top-1 / top-3 root-cause accuracy against the ground truth is reported, averaged over seeds.
-Diagnosis accuracy only: fix rates (a fix loop per scenario per condition) were not measured.
+top-1 / top-3 root-cause accuracy against the ground truth is reported, averaged over seeds, with
+"family tried": how often one of the first ``--candidates`` (default 2) patches the loop would
+verify belongs to a family the scenario expects (a loop of that width can only fix the patient
+then, so this bounds the fix rate at no training cost).
+
+``--fix GLOB`` also measures real fix rates: the fix loop (``--fix-rounds`` x ``--candidates``
+candidates, ``--fix-seeds`` seeds, screen then confirmation, as ``bench run``) on each matching
+scenario that the oracle check found solvable, in three conditions: the base KB (weighting on),
+and the base KB plus 20% wrong cases labelled ``imported`` (injection seed 0) with the weighting
+off and on. One JSON line per (scenario, condition) goes to ``--fix-out`` as it ends; a rerun
+skips lines already there.
 
     .venv/bin/python bench/wrong_outcomes.py --base-kb bench/out/wrong_base_kb [--seeds 5] [--json FILE]
+    .venv/bin/python bench/wrong_outcomes.py --base-kb KB --seeds 0 --fix '*' --fix-out bench/data/wrong_fix.jsonl
 """
 
 from __future__ import annotations
@@ -112,15 +122,18 @@ def wrong_cases(base: list, truths: dict[str, set[str]], n: int, rng: random.Ran
     return out
 
 
-def accuracy(kb, patients: list[dict], weighted: bool) -> tuple[float, float]:
-    """Mean top-1 and top-3 root-cause accuracy of the offline diagnoser over the scenarios."""
+def accuracy(
+    kb, patients: list[dict], weighted: bool, families: dict[str, set[str]], width: int = 2
+) -> tuple[float, float, float]:
+    """Mean top-1 and top-3 root-cause accuracy over the scenarios, and the share whose first
+    ``width`` candidate patches include an expected family (``families``: scenario → families)."""
     from remedy.kb.bench import score_causes
     from remedy.kb.diagnose import diagnose_signature
     from remedy.retrieval.offline import OfflineDiagnoser
 
     knobs = {} if weighted else {"imported_weight": 1.0, "contradiction_weight": 0.0}
     diagnoser = OfflineDiagnoser(**knobs)
-    top1 = top3 = 0
+    top1 = top3 = tried = 0
     for p in patients:
         report = diagnose_signature(
             kb,
@@ -135,7 +148,56 @@ def accuracy(kb, patients: list[dict], weighted: bool) -> tuple[float, float]:
         )
         a, b = score_causes(report.diagnosis.root_causes, p["truth"])
         top1, top3 = top1 + a, top3 + b
-    return top1 / len(patients), top3 / len(patients)
+        tried += bool({c.family.value for c in report.candidates[:width]} & families[p["name"]])
+    return top1 / len(patients), top3 / len(patients), tried / len(patients)
+
+
+def fix_rates(kb_base: list, truths, scenarios, args) -> list[dict]:
+    """Real fix loops on the solvable ``scenarios`` under base / +20% imported wrong (off, on); resumable."""
+    from dataclasses import replace
+
+    from remedy.cases.verify.solvability import ORACLE_FILE, latest_results
+    from remedy.kb.bench import BenchSettings, run_bench
+    from remedy.kb.facade import KnowledgeBase
+    from remedy.retrieval.offline import OfflineDiagnoser
+
+    records = latest_results(scenarios, ORACLE_FILE)
+    chosen = [s for s in scenarios if s.name in records and records[s.name].verdict == "solvable"]
+    out: Path = args.fix_out
+    done = [json.loads(line) for line in out.read_text().splitlines()] if out.is_file() else []
+    seen = {(r["scenario"], r["condition"]) for r in done}
+    wrong = wrong_cases(kb_base, truths, round(0.2 * len(kb_base)), random.Random(0), "imported")
+    conditions = (("base", [], True), ("wrong20-off", wrong, False), ("wrong20-on", wrong, True))
+    settings = BenchSettings(rounds=args.fix_rounds, candidates=args.candidates, seeds=args.fix_seeds, baselines=False)
+    print(f"fix loops: {len(chosen)} solvable scenarios x {len(conditions)} conditions", flush=True)
+    for name, extra, weighted in conditions:
+        knobs = {} if weighted else {"imported_weight": 1.0, "contradiction_weight": 0.0}
+        todo = [s for s in chosen if (s.name, name) not in seen]
+        if not todo:
+            continue
+        with tempfile.TemporaryDirectory() as tmp, KnowledgeBase.open(Path(tmp) / "kb") as kb:
+            kb.add_many([*kb_base, *extra])
+            for s in todo:
+                cfg = replace(settings, diagnoser=OfflineDiagnoser(**knobs))
+                res = run_bench(kb, [s], cfg, store=None, label=name).scenarios[0]
+                row = {
+                    "scenario": s.name,
+                    "condition": name,
+                    "n_wrong": len(extra),
+                    "weighted": weighted,
+                    "first_causes": res.first_causes,
+                    "top1": res.top1,
+                    "fixed": res.fixed,
+                    "winning_patch": res.winning_patch,
+                    "total_env_steps": res.total_env_steps,
+                    "wall_s": round(res.total_wall_time_s, 1),
+                }
+                out.parent.mkdir(parents=True, exist_ok=True)
+                with out.open("a") as fh:
+                    fh.write(json.dumps(row, default=str) + "\n")
+                done.append(row)
+                print(json.dumps(row, default=str), flush=True)
+    return done
 
 
 def main() -> None:
@@ -145,6 +207,11 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=5, help="injection seeds per fraction")
     parser.add_argument("--episodes", type=int, default=20, help="evaluation episodes per patient signature")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--candidates", type=int, default=2, help="candidates the loop verifies per round")
+    parser.add_argument("--fix", default=None, metavar="GLOB", help="also run fix loops on these solvable scenarios")
+    parser.add_argument("--fix-rounds", type=int, default=1)
+    parser.add_argument("--fix-seeds", type=int, default=3)
+    parser.add_argument("--fix-out", type=Path, default=Path("bench/data/wrong_outcomes_fix.jsonl"))
     parser.add_argument(
         "--signatures",
         type=Path,
@@ -157,8 +224,21 @@ def main() -> None:
 
     start = time.time()
     truths = {s.name: {c.value for c in s.ground_truth} for s in load_scenarios()}
+    families = {s.name: {f.value for f in s.expected_families} for s in load_scenarios()}
     with KnowledgeBase.open(args.base_kb, create=False) as src:
         base = list(src.cases())
+    if args.fix is not None:
+        from remedy.kb.bench import select_scenarios
+
+        fixes = fix_rates(base, truths, select_scenarios(args.fix), args)
+        for cond in ("base", "wrong20-off", "wrong20-on"):
+            sel = [r for r in fixes if r["condition"] == cond]
+            if sel:
+                n_fixed = sum(r["fixed"] for r in sel)
+                steps = sum(r["total_env_steps"] for r in sel)
+                print(f"{cond:12s} fixed {n_fixed} of {len(sel)}; env steps {steps:,}")
+        if args.seeds == 0:
+            return
     patients = patient_signatures(args.signatures, args.episodes)
     rows = []
     with tempfile.TemporaryDirectory() as tmp, KnowledgeBase.open(Path(tmp) / "kb") as kb:
@@ -172,7 +252,7 @@ def main() -> None:
                     )
                     kb.add_many(wrong)
                     for weighted in (False, True):
-                        t1, t3 = accuracy(kb, patients, weighted)
+                        t1, t3, tried = accuracy(kb, patients, weighted, families, args.candidates)
                         rows.append(
                             {
                                 "fraction": frac,
@@ -182,16 +262,17 @@ def main() -> None:
                                 "weighted": weighted,
                                 "top1": t1,
                                 "top3": t3,
+                                "family_tried": tried,
                             }
                         )
                         print(json.dumps(rows[-1]), flush=True)
                     kb.delete([c.case_id for c in wrong])
     table = _table(rows)
-    print("\nfraction  wrong labelled  weighting  top-1  top-3   (mean over seeds)")
+    print(f"\nfraction  wrong labelled  weighting  top-1  top-3  family in first {args.candidates}  (mean over seeds)")
     for r in table:
         print(
             f"{r['fraction']:>8.0%}  {r['wrong_source']:>14}  {'on' if r['weighted'] else 'off':>9}  "
-            f"{r['top1']:.3f}  {r['top3']:.3f}"
+            f"{r['top1']:.3f}  {r['top3']:.3f}  {r['family_tried']:.3f}"
         )
     print(
         f"base {len(base)} cases, {len(patients)} scenarios, {args.seeds} seeds; wall {time.time() - start:.0f} s; "
@@ -214,6 +295,7 @@ def _table(rows: list[dict]) -> list[dict]:
                 "weighted": weighted,
                 "top1": statistics.fmean(r["top1"] for r in sel),
                 "top3": statistics.fmean(r["top3"] for r in sel),
+                "family_tried": statistics.fmean(r.get("family_tried", float("nan")) for r in sel),
             }
         )
     return out
