@@ -47,8 +47,9 @@ from pathlib import Path
 FRACTIONS = (0.0, 0.1, 0.2)
 
 
-def patient_signatures(cache: Path, n_episodes: int = 20) -> list[dict]:
-    """Per scenario: name, ground truth, subject, signature and the diagnosis inputs (rolled out once).
+def patient_signatures(cache: Path, n_episodes: int = 20, names: set[str] | None = None) -> list[dict]:
+    """Per scenario (``names`` only, when given): name, ground truth, subject, signature and the diagnosis
+    inputs (rolled out once).
 
     Each scenario's entry is saved to ``cache`` as soon as it is computed, so a rerun resumes.
     """
@@ -59,7 +60,7 @@ def patient_signatures(cache: Path, n_episodes: int = 20) -> list[dict]:
 
     done = {p["name"]: p for p in (pickle.loads(cache.read_bytes()) if cache.is_file() else [])}
     for s in load_scenarios():
-        if s.name in done:
+        if s.name in done or (names is not None and s.name not in names):
             continue
         run = build(s)
         subject = run.subject()
