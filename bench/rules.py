@@ -95,6 +95,9 @@ def main() -> None:
     for r in rules:
         e = r.evidence
         print(f"  {r.id} {r.condition_text} -> {r.family.value}: {e.wins}/{e.support}, q {e.q_value:.3g}")
+    if not rules:  # the "with" arm would be the "without" arm: nothing to build or score
+        print(f"no rule kept at fdr {args.fdr}: {scored} diagnosis with rules = without, by construction")
+        return
     rows_dir = args.out / "rows" if scored == "holdout" else args.out / f"rows-{scored}"
     rows_dir.mkdir(parents=True, exist_ok=True)
     key = "-".join(sorted(r.id for r in rules)) or "none"
