@@ -1,9 +1,10 @@
 """How well `remedy diagnose --describe` reads real public failure reports (prints figures; asserts nothing).
 
-Data: ``bench/data/describe_reports.jsonl`` (111 public RL failure reports, symptom text only, each
-with the root causes and remedy families its thread settled on, and a fixed hash split: dev, holdout
-(seen twice before the second batch), holdout2 (the second batch's fresh part, scored once since)
-and holdout3 (the third batch's fresh part); see ``bench/data/README.md``). The KB is a fresh one
+Data: ``bench/data/describe_reports.jsonl`` (140 public RL failure reports, symptom text only, each
+with the root causes and remedy families its thread settled on, and a fixed split: dev, holdout
+(seen twice before the second batch), holdout2 (the second batch's fresh part, scored once since),
+holdout3 (the third batch's fresh part) and holdout4 (the whole fourth batch); see
+``bench/data/README.md``). The KB is a fresh one
 holding the bundled example cases only.
 
 Scores, per split:
@@ -91,8 +92,9 @@ TEXT_FLOORS = (0.3, 0.45)
 CASE_WEIGHTS = (0.5, 1.0)
 NEGATED_EXTRAS = (0.0, 0.1, 0.15)
 #: dev is tuned on; holdout was looked at before the second batch of reports; holdout2 was scored
-#: once before the third batch; holdout3 (the third batch's fresh part) is scored once the method is fixed.
-SPLITS = ("dev", "holdout", "holdout2", "holdout3")
+#: once before the third batch; holdout3 (the third batch's fresh part) was scored once the method was
+#: fixed; holdout4 (the whole fourth batch, 2026-12-05) is the fresh test now.
+SPLITS = ("dev", "holdout", "holdout2", "holdout3", "holdout4")
 
 
 @dataclass(frozen=True)
