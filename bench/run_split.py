@@ -9,6 +9,10 @@ oracle solvability) to ``<out>/<split>-report.md`` / ``.json`` from whatever is 
     .venv/bin/python bench/run_split.py --split holdout --rounds 1 --candidates 1 --seeds 2
     .venv/bin/python bench/run_split.py --split dev --report-only
 
+A run writes its settings (rounds, candidates, seeds, baselines) to ``<out>/<split>/settings.json``;
+``--report-only`` renders the report with those, not with the command line's defaults (for a run
+made before that file existed, give the run's own flags).
+
 With ``--kb`` the attempts are stored as ``bench`` cases in that KB (diagnoses stay cold:
 retrieval sees nothing) and, with ``--export``, the whole KB is written to a JSONL file after
 each scenario, the data that `remedy mine`, `remedy optimize` and their tests are built from.
@@ -146,6 +150,12 @@ def main() -> None:
     )
     folder = args.out / args.split
     folder.mkdir(parents=True, exist_ok=True)
+    saved = folder / "settings.json"
+    if args.report_only and saved.exists():
+        settings = replace(settings, **json.loads(saved.read_text()))
+    elif not args.report_only:
+        keep = {k: getattr(settings, k) for k in ("rounds", "candidates", "seeds", "baselines")}
+        saved.write_text(json.dumps(keep, indent=1) + "\n")
     chosen = _order(select_scenarios(args.scenarios, split=args.split), args.oracle_results)
     kb = None
     if args.kb is not None and not args.report_only:
