@@ -1,9 +1,9 @@
 """How well `remedy diagnose --describe` reads real public failure reports (prints figures; asserts nothing).
 
-Data: ``bench/data/describe_reports.jsonl`` (140 public RL failure reports, symptom text only, each
+Data: ``bench/data/describe_reports.jsonl`` (172 public RL failure reports, symptom text only, each
 with the root causes and remedy families its thread settled on, and a fixed split: dev, holdout
 (seen twice before the second batch), holdout2 (the second batch's fresh part, scored once since),
-holdout3 (the third batch's fresh part) and holdout4 (the whole fourth batch); see
+holdout3 (the third batch's fresh part), holdout4 and holdout5 (the whole fourth and fifth batches); see
 ``bench/data/README.md``). The KB is a fresh one
 holding the bundled example cases only.
 
@@ -18,7 +18,8 @@ Methods (dev and the three holdouts side by side):
   space the report names; and the same with the vote's causes reordered by the cause ranker
   (``remedy.retrieval.cause_ranker``) fitted on every dev report (its dev figure is in-sample; the
   honest dev figure is the leave-one-out of ``--cv``);
-- one ablation row per component: no stated causes, clause reranking of retrieved cases (on when
+- one ablation row per component: no family base rates (``OfflineSettings.w_family_base_rate`` 0,
+  the method before 2026-12-05), no stated causes, clause reranking of retrieved cases (on when
   off at the chosen settings, and the other way round), no
   description priors, no family-level proposals (families of concrete candidate patches only), no
   retrieval (tags only), no tags (retrieved cases only);
@@ -93,8 +94,9 @@ CASE_WEIGHTS = (0.5, 1.0)
 NEGATED_EXTRAS = (0.0, 0.1, 0.15)
 #: dev is tuned on; holdout was looked at before the second batch of reports; holdout2 was scored
 #: once before the third batch; holdout3 (the third batch's fresh part) was scored once the method was
-#: fixed; holdout4 (the whole fourth batch, 2026-12-05) is the fresh test now.
-SPLITS = ("dev", "holdout", "holdout2", "holdout3", "holdout4")
+#: fixed; holdout4 (the whole fourth batch, 2026-12-05) was scored once before the family base rates;
+#: holdout5 (the whole fifth batch) is the fresh test of the method with them.
+SPLITS = ("dev", "holdout", "holdout2", "holdout3", "holdout4", "holdout5")
 
 
 @dataclass(frozen=True)
@@ -107,6 +109,7 @@ class Variant:
     text_sim_floor: float = OfflineSettings().text_sim_floor
     text_case_weight: float = OfflineSettings().text_case_weight
     w_stated: float = OfflineSettings().w_stated
+    family_base_rate: float = OfflineSettings().w_family_base_rate
     rerank: float = DEFAULT_RERANK_WEIGHT
     stated: bool = True
     text_priors: bool = True
@@ -186,10 +189,20 @@ class Runner:
             text_sim_floor=v.text_sim_floor,
             text_case_weight=v.text_case_weight,
             w_stated=v.w_stated,
+            w_family_base_rate=v.family_base_rate,
         )
         rows = []
         for r, (tags, stated) in zip(reports, read):
-            knobs = (v.text_sim_floor, v.text_case_weight, v.w_stated, v.text_priors, v.k, v.rerank, v.ranker)
+            knobs = (
+                v.text_sim_floor,
+                v.text_case_weight,
+                v.w_stated,
+                v.family_base_rate,
+                v.text_priors,
+                v.k,
+                v.rerank,
+                v.ranker,
+            )
             key = (r["id"], tags, tuple((s.cause, s.similarity) for s in stated), knobs)
             if key not in self._memo:
                 self._memo[key] = self._diagnose(r, tags, stated, diag, v.k, v.rerank, v.ranker)
@@ -292,6 +305,7 @@ def methods(best: Variant | None) -> dict[str, Variant]:
         "describe (shipped: the vote)": shipped,
         "  + cause ranker fitted on dev": replace(shipped, ranker=True),
         **({"  dev grid's choice": best} if best is not None else {}),
+        "  without family base rates (before)": replace(shipped, family_base_rate=0.0),
         "  without stated causes": replace(shipped, stated=False),
         "  with clause reranking (weight 0.5)": replace(shipped, rerank=0.5),
         "  without description priors": replace(shipped, text_priors=False),

@@ -47,7 +47,7 @@ from .diagnosis import (
     register_diagnoser,
 )
 from .priors import MAX_BUDGET_MULTIPLE, PRIORS, PriorRule, match_priors
-from .text_priors import STATED_FAMILIES, TEXT_PRIORS
+from .text_priors import REPORT_FAMILY_RATES, STATED_FAMILIES, TEXT_PRIORS
 from .trust import trust_weights
 
 __all__ = ["OfflineDiagnoser", "OfflineSettings", "OFFLINE_PROGRAM"]
@@ -141,6 +141,12 @@ class OfflineSettings(BaseModel):
     )
     text_case_weight: float = Field(
         default=0.5, ge=0, description="factor on retrieved cases' votes in a diagnosis from a description"
+    )
+    w_family_base_rate: float = Field(
+        default=0.5,
+        ge=0,
+        description="weight of the public reports' family base rates in a description's family ranking "
+        "(x the top family score; text_priors.REPORT_FAMILY_RATES)",
     )
 
 
@@ -386,14 +392,19 @@ class OfflineDiagnoser:
     def _families(self, tally: _Tally, candidates: list[CandidatePatch]) -> list[FamilyProposal]:
         """Every family with a positive score, best first, each with its candidate patch when one fits."""
         example = {c.family: c for c in candidates}
-        scored = [(self._family_score(tally, f), f) for f in tally.family_votes]
+        votes = {f: self._family_score(tally, f) for f in tally.family_votes}
+        # a vague description leans on how real reports were resolved (REPORT_FAMILY_RATES)
+        top = max([s for s in votes.values() if s > 0], default=1.0)
+        for f, rate in REPORT_FAMILY_RATES.items():
+            votes[f] = votes.get(f, 0.0) + self.settings.w_family_base_rate * rate * top
+        scored = [(s, f) for f, s in votes.items()]
         ranked = sorted(((s, f) for s, f in scored if s > 1e-9), key=lambda sf: (-sf[0], sf[1].value))
         return [
             FamilyProposal(
                 family=f,
                 score=round(s, 4),
                 example=example[f].patch if f in example else None,
-                cites=list(example[f].cites if f in example else tally.family_cites[f]),
+                cites=list(example[f].cites if f in example else tally.family_cites.get(f, [])),
             )
             for s, f in ranked[: self.settings.max_candidates]
         ]

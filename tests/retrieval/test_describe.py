@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from dspy.utils.dummies import DummyLM
@@ -21,6 +22,8 @@ from remedy.retrieval.describe import (
 )
 from remedy.retrieval.diagnosis import UNSPECIFIED, DiagnosisContext, DiagnosisReport, SymptomReading
 from remedy.retrieval.llm import LLMDiagnoser, build_description_inputs, sandbox_check
+from remedy.retrieval.offline import OfflineDiagnoser
+from remedy.retrieval.text_priors import REPORT_FAMILY_RATES
 
 
 @pytest.fixture(scope="module")
@@ -184,6 +187,39 @@ def test_a_description_with_no_tag_says_so(reader):
     report = diagnose_description(None, "Something is off with my agent, please help.", reader=reader, tags=[])
     assert report.top_cause == RootCause.unknown
     assert any("no symptom tag" in w for w in report.warnings)
+
+
+def test_family_base_rates_match_the_labelled_reports():
+    """REPORT_FAMILY_RATES is the data file's table (batches 1-4), so it cannot drift from it silently."""
+    lines = (Path(__file__).resolve().parents[2] / "bench" / "data" / "describe_reports.jsonl").read_text().splitlines()
+    reports = [json.loads(line) for line in lines if line.strip()]
+    votes: dict[str, float] = {}
+    for r in (r for r in reports if r["split"] != "holdout5"):
+        for rank, fam in enumerate(r["families"]):
+            votes[fam] = votes.get(fam, 0.0) + 1.0 / (1 + rank)
+    total = sum(votes.values())
+    assert {f.value for f in REPORT_FAMILY_RATES} == set(votes)
+    for fam, rate in REPORT_FAMILY_RATES.items():
+        assert rate == pytest.approx(votes[fam.value] / total, abs=6e-4), fam
+
+
+def test_family_base_rates_order_a_vague_description_and_leave_causes_alone(reader):
+    text = "My agent does not learn anything on my custom environment."
+    off = diagnose_description(None, text, reader=reader, diagnoser=OfflineDiagnoser(w_family_base_rate=0.0))
+    on = diagnose_description(None, text, reader=reader)
+    assert [c.cause for c in on.diagnosis.causes] == [c.cause for c in off.diagnosis.causes]
+    assert {f.family for f in on.families} >= {f.family for f in off.families}
+    # a family nothing voted for now shows, in base-rate order
+    voted = {f.family for f in off.families}
+    extra = [f.family for f in on.families if f.family not in voted]
+    assert extra, "the base rates add the families real reports were resolved with"
+    rates = [REPORT_FAMILY_RATES[f] for f in extra]
+    assert rates == sorted(rates, reverse=True)
+    # nothing measured supports the extra families: their score is the base rate alone
+    top = max((f.score for f in off.families), default=0.0) or 1.0
+    by_family = {f.family: f.score for f in on.families}
+    for fam in extra:
+        assert by_family[fam] == pytest.approx(0.5 * REPORT_FAMILY_RATES[fam] * top, abs=1e-3)
 
 
 # ---- the LLM backend reads the description too ------------------------------------------------
