@@ -39,6 +39,11 @@ every distinct reading is a new query; they are embedded in one batch per grid p
 several times faster per text in a batch than one at a time), and diagnoses are memoized per
 (report, reading, knobs).
 
+With ``--diagnoser llm`` the description is diagnosed by the LLM backend configured by the
+environment (``REMEDY_LM``, ``REMEDY_LM_API_BASE``, ``REMEDY_LM_API_KEY``: any litellm model string,
+an OpenAI-compatible local server included), one row beside the baselines; no LLM is reachable on
+the machine this was written on, so that row has not been measured yet.
+
 Without ``--grid`` the shipped values are scored: every dev-fitted choice of the last grids scored
 better on dev than on held-out reports, so changes are now judged by leave-one-out on dev
 (``--cv``, ``bench/describe_cv.py``), and the grid's dev-chosen row is only an extra.
@@ -156,8 +161,8 @@ class CachedKB:
 class Runner:
     """Diagnoses reports under variants, memoized per (report, reading, knobs)."""
 
-    def __init__(self, kb: CachedKB, embedder: CachingEmbedder, ranker: Any = None) -> None:
-        self.kb, self.embedder, self.ranker = kb, embedder, ranker
+    def __init__(self, kb: CachedKB, embedder: CachingEmbedder, ranker: Any = None, backend: Any = None) -> None:
+        self.kb, self.embedder, self.ranker, self.backend = kb, embedder, ranker, backend
         self._readers: dict[tuple, SymptomReader] = {}
         self._memo: dict[tuple, tuple[list[str], list[str]]] = {}
 
@@ -184,7 +189,7 @@ class Runner:
         read = [self.readings(r, v) for r in reports]
         # one batch for every retrieval query this variant needs (text + tags read)
         self.embedder.encode([signature_text(text_signature(r["symptom"], t)) for r, (t, _) in zip(reports, read)])
-        diag = OfflineDiagnoser(
+        diag = self.backend or OfflineDiagnoser(
             **({} if v.text_priors else {"text_priors": ()}),
             text_sim_floor=v.text_sim_floor,
             text_case_weight=v.text_case_weight,
@@ -194,6 +199,7 @@ class Runner:
         rows = []
         for r, (tags, stated) in zip(reports, read):
             knobs = (
+                getattr(self.backend, "name", "offline"),
                 v.text_sim_floor,
                 v.text_case_weight,
                 v.w_stated,
@@ -332,6 +338,12 @@ def main() -> None:
     ap.add_argument("--dev-only", action="store_true", help="score dev only (while developing: holdout stays unseen)")
     ap.add_argument("--grid", action="store_true", help="also rerun the reader/vote grid on dev (an extra row)")
     ap.add_argument("--cv", action="store_true", help="leave-one-out on dev of the cause ranker, then stop")
+    ap.add_argument(
+        "--diagnoser",
+        choices=("offline", "llm"),
+        default="offline",
+        help="llm: one row by the LLM backend configured by REMEDY_LM / REMEDY_LM_API_BASE (beside the baselines)",
+    )
     args = ap.parse_args()
     if args.cv:
         import describe_cv
@@ -348,11 +360,20 @@ def main() -> None:
         base = KnowledgeBase.open(Path(tmp) / "kb", create=True, embedder=embedder)
         base.load_examples()
         kb = CachedKB(base)
-        runner = Runner(kb, embedder, fitted_ranker(kb, embedder, dev))
-        best, grid = tune(runner, dev) if args.grid else (None, [])
+        if args.diagnoser == "llm":
+            from remedy.retrieval.diagnosis import get_diagnoser
+
+            backend = get_diagnoser("llm")
+            runner = Runner(kb, embedder, backend=backend)
+            rows = {f"describe (llm: {os.environ.get('REMEDY_LM', '?')})": Variant()}
+            best, grid = None, []
+        else:
+            runner = Runner(kb, embedder, fitted_ranker(kb, embedder, dev))
+            best, grid = tune(runner, dev) if args.grid else (None, [])
+            rows = methods(best)
         table: dict[str, dict[str, dict]] = {}
         for split, rs in (("dev", dev), *held.items()):
-            for name, v in methods(best).items():
+            for name, v in rows.items():
                 table.setdefault(name, {})[split] = score(runner.run(rs, v))
             table.setdefault("query baseline (nearest cases)", {})[split] = score(run_query(kb, rs))
             table.setdefault("most frequent on dev", {})[split] = score(run_frequent(dev, rs))
