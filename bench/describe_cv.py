@@ -17,8 +17,8 @@ were fitted on. Two steps:
    every report of the first three batches (dev, holdout, holdout2, holdout3: all seen), causes and
    families; holdout4 stays out.
 
-Usage: ``.venv/bin/python bench/describe_cv.py [--errors] [--c 1.0] [--refresh] [--pool]``;
-``bench/describe.py --cv`` runs the same (without ``--pool``).
+Usage: ``.venv/bin/python bench/describe_cv.py [--errors] [--c 1.0] [--refresh] [--family-rates | --pool]``;
+``bench/describe.py --cv`` runs steps 1-2.
 """
 
 from __future__ import annotations
@@ -115,16 +115,22 @@ def loo(recs: list[dict], c: float = 1.0) -> tuple[dict, dict, list[list[str]]]:
 KNN_GRID = [(k, f, w) for k in (3, 5, 10) for f in (0.2, 0.3) for w in (0.0, 0.1, 0.2, 0.4, 1.0)]
 
 
-def _knn_rank(i: int, pool: list[int], recs: list[dict], sims: np.ndarray, k: int, floor: float, w: float):
-    """Report ``i``'s causes by its vote plus ``w`` x the causes of its ``k`` nearest labelled reports in ``pool``."""
+def _neighbour_votes(i: int, pool: list[int], key: str, recs: list[dict], sims: np.ndarray, k: int, floor: float):
+    """Normalized votes for ``recs[j][key]`` (causes or families) of report ``i``'s ``k`` nearest reports in ``pool``."""
     near = sorted(((sims[i, j], j) for j in pool if j != i), reverse=True)[:k]
     votes: dict[str, float] = {}
     for s, j in near:
-        for rank, cause in enumerate(recs[j]["causes"]):
-            votes[cause] = votes.get(cause, 0.0) + max(0.0, s - floor) / (1 + rank)
+        for rank, label in enumerate(recs[j][key]):
+            votes[label] = votes.get(label, 0.0) + max(0.0, s - floor) / (1 + rank)
     total = sum(votes.values()) or 1.0
+    return {label: v / total for label, v in votes.items()}
+
+
+def _knn_rank(i: int, pool: list[int], recs: list[dict], sims: np.ndarray, k: int, floor: float, w: float):
+    """Report ``i``'s causes by its vote plus ``w`` x the causes of its ``k`` nearest labelled reports in ``pool``."""
+    votes = _neighbour_votes(i, pool, "causes", recs, sims, k, floor)
     scores = recs[i]["evidence"].cause_scores
-    return sorted(CAUSES, key=lambda c: (-(scores.get(c, 0.0) + w * votes.get(c, 0.0) / total), c))
+    return sorted(CAUSES, key=lambda c: (-(scores.get(c, 0.0) + w * votes.get(c, 0.0)), c))
 
 
 def knn_nested(recs: list[dict], embedder) -> dict[str, float]:
@@ -161,17 +167,6 @@ POOL_GRID = [
 ]
 #: the splits :func:`pool_nested` draws on: every batch scored before holdout4
 POOL_SPLITS = ("dev", "holdout", "holdout2", "holdout3")
-
-
-def _neighbour_votes(i: int, pool: list[int], key: str, recs: list[dict], sims: np.ndarray, k: int, floor: float):
-    """Normalized votes for ``recs[j][key]`` (causes or families) of report ``i``'s ``k`` nearest reports in ``pool``."""
-    near = sorted(((sims[i, j], j) for j in pool if j != i), reverse=True)[:k]
-    votes: dict[str, float] = {}
-    for s, j in near:
-        for rank, label in enumerate(recs[j][key]):
-            votes[label] = votes.get(label, 0.0) + max(0.0, s - floor) / (1 + rank)
-    total = sum(votes.values()) or 1.0
-    return {label: v / total for label, v in votes.items()}
 
 
 def _pool_hits(i: int, pool: list[int], recs: list[dict], sims: np.ndarray, families: list[str], cfg: tuple):
@@ -254,15 +249,16 @@ def family_rate_nested(recs: list[dict]) -> dict[str, object]:
     n = len(recs)
     rates_without = [family_rates(recs[:i] + recs[i + 1 :]) for i in range(n)]
 
-    def hits(pool: list[int], w: float) -> int:
-        return sum(_rate_hit(recs[j], family_rates([recs[k] for k in pool if k != j]), w, families) for j in pool)
-
     every = list(range(n))
     insample = {w: sum(_rate_hit(recs[i], rates_without[i], w, families) for i in every) / n for w in RATE_WEIGHTS}
     nested = 0
     for i in every:
         pool = [j for j in every if j != i]
-        w = max(RATE_WEIGHTS, key=lambda x, pool=pool: (hits(pool, x), -x))
+        # each inner report's rates from the rest of the fold, computed once for every weight tried
+        inner = [(recs[j], family_rates([recs[k] for k in pool if k != j])) for j in pool]
+        w = max(
+            RATE_WEIGHTS, key=lambda x, inner=inner: (sum(_rate_hit(r, rates, x, families) for r, rates in inner), -x)
+        )
         nested += _rate_hit(recs[i], rates_without[i], w, families)
     return {"n": n, "vote": insample[0.0], "nested": nested / n, "by_weight": insample}
 

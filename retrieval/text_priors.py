@@ -143,7 +143,7 @@ STATED_FAMILIES: dict[RootCause, tuple[RemedyFamily, ...]] = {
 #: (reward shaping, hyperparameters) resolve most; the offline diagnoser adds these rates to a
 #: description's family ranking (``OfflineSettings.w_family_base_rate``, x the top family score).
 #: Nested leave-one-out over those reports chose the weight and showed family top-3 up 2-3 points,
-#: root causes untouched (README, Diagnosis from a description). ``tests/test_text_priors.py`` checks
+#: root causes untouched (README, Diagnosis from a description). ``tests/retrieval/test_describe.py`` checks
 #: the table against the data file; recompute it with ``bench/describe_cv.py --family-rates``.
 REPORT_FAMILY_RATES: dict[RemedyFamily, float] = {
     _F.reward_shaping: 0.243,
