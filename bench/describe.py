@@ -351,6 +351,16 @@ def main() -> None:
         describe_cv.report_loo(load_reports(args.data))
         return
 
+    backend = None
+    if args.diagnoser == "llm":  # configured before any work starts, so a missing REMEDY_LM fails at once
+        from remedy.cases.errors import LMError
+        from remedy.retrieval.diagnosis import get_diagnoser
+        from remedy.retrieval.llm import lm_from_env
+
+        try:
+            backend = get_diagnoser("llm", lm=lm_from_env())
+        except LMError as e:
+            raise SystemExit(f"error: {e}") from None
     t0 = time.perf_counter()
     reports = load_reports(args.data)
     dev = [r for r in reports if r["split"] == "dev"]
@@ -360,10 +370,7 @@ def main() -> None:
         base = KnowledgeBase.open(Path(tmp) / "kb", create=True, embedder=embedder)
         base.load_examples()
         kb = CachedKB(base)
-        if args.diagnoser == "llm":
-            from remedy.retrieval.diagnosis import get_diagnoser
-
-            backend = get_diagnoser("llm")
+        if backend is not None:
             runner = Runner(kb, embedder, backend=backend)
             rows = {f"describe (llm: {os.environ.get('REMEDY_LM', '?')})": Variant()}
             best, grid = None, []
