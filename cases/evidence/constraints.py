@@ -15,7 +15,7 @@ import math
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..errors import ValidationError
 
@@ -85,6 +85,10 @@ _NODES = (
     ast.IfExp,
 )
 _MAX_LEN = 500
+#: largest exponent of a power (one level only, see ``_check_power``)
+MAX_EXPONENT = 8
+#: largest integer constant; with one level of powers this bounds every integer a constraint can build
+MAX_CONSTANT = 10**15
 
 
 def check_expression(expr: str) -> ast.Expression:
@@ -117,15 +121,47 @@ def _check_node(node: ast.AST, expr: str) -> None:
         raise ValidationError(f"constraint '{expr}' calls something that is not an allowed function")
     if isinstance(node, ast.Constant) and not isinstance(node.value, (int, float, bool, str, type(None))):
         raise ValidationError(f"constraint '{expr}' has a constant of type {type(node.value).__name__}")
-    # a huge exponent is a cheap way to hang the evaluator
-    small_power = (
-        isinstance(node, ast.BinOp)
-        and isinstance(node.right, ast.Constant)
-        and isinstance(node.right.value, (int, float))
-        and abs(node.right.value) <= 8
-    )
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow) and not small_power:
-        raise ValidationError(f"constraint '{expr}' may only raise to a constant power of at most 8")
+    if isinstance(node, ast.Constant) and type(node.value) is int and abs(node.value) > MAX_CONSTANT:
+        raise ValidationError(f"constraint '{expr}' has an integer constant above {MAX_CONSTANT:,}; use a float (1e15)")
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
+        _check_power(node, expr)
+    if isinstance(node, ast.BinOp):
+        _check_no_sequence(node.left, expr)
+        _check_no_sequence(node.right, expr)
+
+
+def _check_power(node: ast.BinOp, expr: str) -> None:
+    """A power is a small constant exponent over a base without powers.
+
+    Python integers have no size limit and ``int ** int`` holds the GIL until it is done, so
+    nested powers (``((10**8)**8)**8...``) hang the process that evaluates them; with one level
+    and integers bounded by :data:`MAX_CONSTANT`, a value stays within a few thousand digits.
+    """
+    exponent = node.right
+    if isinstance(exponent, ast.UnaryOp) and isinstance(exponent.op, (ast.USub, ast.UAdd)):
+        exponent = exponent.operand  # x ** -2
+    if not (
+        isinstance(exponent, ast.Constant)
+        and type(exponent.value) in (int, float)
+        and abs(exponent.value) <= MAX_EXPONENT
+    ):
+        raise ValidationError(f"constraint '{expr}' may only raise to a constant power of at most {MAX_EXPONENT}")
+    if any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Pow) for n in ast.walk(node.left)):
+        raise ValidationError(f"constraint '{expr}' nests powers (a power of a power); write the product out")
+
+
+def _check_no_sequence(operand: ast.AST, expr: str) -> None:
+    """Arithmetic on a tuple or a string (``(0,) * 10**9``, ``'a' * 10**9``) can allocate without bound."""
+    for n in ast.walk(operand):
+        sequence = isinstance(n, ast.Tuple) or (isinstance(n, ast.Constant) and isinstance(n.value, str))
+        # obs[0, 1] and info['key'] read a number: a tuple or string inside an index is fine
+        if sequence and not _is_index(operand, n):
+            raise ValidationError(f"constraint '{expr}' does arithmetic on a tuple or a string; use numbers")
+
+
+def _is_index(root: ast.AST, target: ast.AST) -> bool:
+    """True when ``target`` sits inside the index of a subscript below ``root``."""
+    return any(isinstance(n, ast.Subscript) and any(m is target for m in ast.walk(n.slice)) for n in ast.walk(root))
 
 
 class _NpFacade:
@@ -159,9 +195,9 @@ class Constraint(BaseModel):
     """A named safety constraint: ``expr`` over obs/action/info, TRUE WHEN VIOLATED."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
-    name: str
-    expr: str
-    description: str = ""
+    name: str = Field(..., min_length=1, max_length=100)
+    expr: str = Field(..., max_length=_MAX_LEN)
+    description: str = Field("", max_length=2000)
 
     @field_validator("expr")
     @classmethod
