@@ -20,7 +20,7 @@ from typer.exceptions import TyperException
 from remedy.cases.errors import RemedyError
 from remedy.retrieval.offline_env import offline_defaults
 
-from . import bench, diagnose, doctor, jobs, kb, optimize, patch, report, rules, serve, signature, tokens, verify
+from . import adopt, bench, diagnose, doctor, jobs, kb, optimize, patch, report, rules, serve, signature, tokens, verify
 
 __all__ = ["app", "main"]
 
@@ -62,6 +62,7 @@ _COMMANDS: list[tuple[typer.Typer, str, Callable[..., Any]]] = [
     (app, "similar", kb.similar),
     (case_app, "show", kb.case_show),
     (app, "signature", signature.signature_command),
+    (app, "adopt", adopt.adopt_cmd),
     (patch_app, "check", patch.check),
     (app, "verify", verify.verify),
     (app, "diagnose", diagnose.diagnose),

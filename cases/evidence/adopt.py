@@ -1,0 +1,807 @@
+"""Adopt an agent trained elsewhere: an SB3 zip, an RL Zoo log folder or a Hugging Face SB3 model folder.
+
+:func:`adopt` reads what the files themselves say -- algorithm, hyperparameters, steps trained,
+number of envs, env id and kwargs, whether training normalized observations -- and writes a
+Remedy run directory (``run.yaml``, ``model.zip``, ``vecnormalize.pkl``, ``logs/``), then validates
+it with :meth:`RunDir.load`. Every file looked at is reported as used or ignored, with why.
+
+Everything read here is untrusted (DESIGN.md "Untrusted input"): nothing is unpickled (a
+checkpoint's ``data`` entry is JSON and only its plain values are read; normalization pickles are
+copied, never opened), RL Zoo's OrderedDict YAML is read with a SafeLoader that builds only plain
+data, RL Zoo's ``normalize: "dict(norm_obs=True)"`` strings are parsed, never evaluated, and every
+read is bounded.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import os
+import re
+import shutil
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any, Literal
+
+import gymnasium as gym
+import numpy as np
+import yaml
+from pydantic import BaseModel, ConfigDict
+from pydantic import ValidationError as PydanticValidationError
+
+from ..algos import ALGOS, canonical_algo
+from ..errors import AlgorithmError, CheckpointError, RunDirError
+from ..success import FinalObs, FinalReward, InfoFlag, ReturnThreshold, SuccessSpec, Terminated, parse_success
+from ..yamlfile import MAX_YAML_ALIASES, MAX_YAML_BYTES, check_expanded_size, first_error, safe_load_yaml
+from .rundir import MODEL_ZIP, VECNORMALIZE_PKL, RunConfig, RunDir, checkpoint_algos, write_run_yaml
+
+__all__ = [
+    "AdoptedFile",
+    "AdoptResult",
+    "adopt",
+    "parse_success_option",
+    "read_checkpoint_data",
+    "load_zoo_yaml",
+    "SUCCESS_FORMS",
+    "STATS_NAMES",
+    "MAX_DATA_BYTES",
+]
+
+#: the checkpoint's ``data`` entry is refused past this size once inflated (a PPO's is a few KB)
+MAX_DATA_BYTES = 32_000_000
+#: a log file copied from a metrics archive (``train_eval_metrics.zip``) is refused past this size
+MAX_LOG_BYTES = 64_000_000
+#: names normalization statistics go by: SB3/RL Zoo, Hugging Face (huggingface_sb3, rl_zoo3 push_to_hub)
+STATS_NAMES = ("vecnormalize.pkl", "vec_normalize.pkl")
+#: what ``--success`` accepts (the error for a missing success definition quotes it)
+SUCCESS_FORMS = (
+    "'return>=X', 'info:KEY' (info[KEY] true at the end), 'final_reward>=X', 'obs[I]>=X' (also <=, >, <, ==), "
+    "'terminated' (reaches a goal state), 'survive' (lasts to the time limit), "
+    "or a YAML mapping such as '{kind: return_threshold, threshold: 200}'"
+)
+#: how deep a folder is walked, and how many files are looked at, before the rest is left unread
+_MAX_DEPTH = 4
+_MAX_FILES = 2000
+#: RL Zoo algorithm folder names that are not Remedy's names
+_ZOO_ALGOS = {"ppo_lstm": "RecurrentPPO", "ppo_mask": "MaskablePPO"}
+#: constructor arguments SB3 and sb3-contrib keep as same-named attributes, so ``data`` holds them
+_HYPERPARAMS = (
+    "learning_rate",
+    "n_steps",
+    "batch_size",
+    "n_epochs",
+    "gamma",
+    "gae_lambda",
+    "ent_coef",
+    "vf_coef",
+    "max_grad_norm",
+    "use_sde",
+    "sde_sample_freq",
+    "normalize_advantage",
+    "target_kl",
+    "clip_range",
+    "clip_range_vf",
+    "buffer_size",
+    "learning_starts",
+    "tau",
+    "gradient_steps",
+    "target_update_interval",
+    "exploration_fraction",
+    "exploration_initial_eps",
+    "exploration_final_eps",
+    "policy_delay",
+    "target_policy_noise",
+    "target_noise_clip",
+    "target_entropy",
+    "top_quantiles_to_drop_per_net",
+    "cg_max_steps",
+    "cg_damping",
+    "line_search_shrinking_factor",
+    "line_search_max_iter",
+    "n_critic_updates",
+    "sub_sampling_factor",
+    "n_delta",
+    "n_top",
+    "delta_std",
+    "zero_policy",
+    "alive_bonus_offset",
+    "policy_kwargs",
+)
+#: SB3 policy classes -> the alias a user passes (``PPO("MlpPolicy", ...)``); the same names in every algorithm
+_POLICY_ALIASES = {
+    "ActorCriticPolicy": "MlpPolicy",
+    "ActorCriticCnnPolicy": "CnnPolicy",
+    "MultiInputActorCriticPolicy": "MultiInputPolicy",
+    "RecurrentActorCriticPolicy": "MlpLstmPolicy",
+    "RecurrentActorCriticCnnPolicy": "CnnLstmPolicy",
+    "RecurrentMultiInputActorCriticPolicy": "MultiInputLstmPolicy",
+    "MaskableActorCriticPolicy": "MlpPolicy",
+    "MaskableActorCriticCnnPolicy": "CnnPolicy",
+    "MaskableMultiInputActorCriticPolicy": "MultiInputPolicy",
+    "DQNPolicy": "MlpPolicy",
+    "QRDQNPolicy": "MlpPolicy",
+    "SACPolicy": "MlpPolicy",
+    "TD3Policy": "MlpPolicy",
+    "TQCPolicy": "MlpPolicy",
+    "CrossQPolicy": "MlpPolicy",
+    "ARSPolicy": "LinearPolicy",
+    "ARSLinearPolicy": "LinearPolicy",
+    "MlpPolicy": "MlpPolicy",
+    "CnnPolicy": "CnnPolicy",
+    "MultiInputPolicy": "MultiInputPolicy",
+}
+
+
+class AdoptedFile(BaseModel):
+    """One file the adoption looked at: what it is, whether it was used, and what was read or why not."""
+
+    model_config = ConfigDict(frozen=True)
+    path: str
+    role: str
+    used: bool
+    note: str = ""
+    copied_to: str | None = None
+
+
+class AdoptResult(BaseModel):
+    """What :func:`adopt` wrote: the run directory, its config, the source's layout and every file it looked at."""
+
+    model_config = ConfigDict(frozen=True)
+    run_dir: str
+    source: str
+    layout: Literal["zip", "folder", "zoo", "huggingface"]
+    config: RunConfig
+    files: list[AdoptedFile]
+    warnings: list[str] = []
+
+
+# --------------------------------------------------------------------------- reading files
+
+
+def read_checkpoint_data(path: Path) -> dict[str, Any]:
+    """The JSON ``data`` entry of an SB3 zip, read bounded and never unpickled (``:serialized:`` values stay opaque)."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            if "data" not in zf.namelist():
+                raise CheckpointError(
+                    f"{path} has no 'data' entry, so it is not an SB3 checkpoint; save it with model.save()"
+                )
+            if zf.getinfo("data").file_size > MAX_DATA_BYTES:
+                raise CheckpointError(f"{path}: its 'data' entry is over {MAX_DATA_BYTES:,} bytes; refusing to read it")
+            with zf.open("data") as f:
+                raw = f.read(MAX_DATA_BYTES + 1)  # the header's size may lie; the read itself is bounded
+    except (zipfile.BadZipFile, OSError) as ex:
+        raise CheckpointError(
+            f"{path} is not a readable zip ({ex}); point at an SB3 checkpoint saved with model.save()"
+        ) from ex
+    if len(raw) > MAX_DATA_BYTES:
+        raise CheckpointError(f"{path}: its 'data' entry inflates beyond {MAX_DATA_BYTES:,} bytes; refusing it")
+    try:
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as ex:
+        raise CheckpointError(f"{path}: its 'data' entry is not JSON ({ex}); save the checkpoint again") from ex
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path}: its 'data' entry is not a JSON object; save the checkpoint again")
+    return data
+
+
+def _plain(value: Any) -> bool:
+    """True for JSON data SB3 wrote as is (not a ``:serialized:`` pickle), with finite numbers."""
+    if isinstance(value, dict):
+        return ":serialized:" not in value and all(isinstance(k, str) and _plain(v) for k, v in value.items())
+    if isinstance(value, list):
+        return all(_plain(v) for v in value)
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return value is None or isinstance(value, (bool, int, str))
+
+
+def _policy_class_name(data: dict[str, Any]) -> str | None:
+    """The policy class's name, from the method reprs SB3 writes beside the pickle (``<function X.__init__ at ...>``)."""
+    policy = data.get("policy_class")
+    if not isinstance(policy, dict):
+        return None
+    for value in policy.values():
+        m = re.match(r"<function (\w+)\.\w+ at ", value) if isinstance(value, str) else None
+        if m:
+            return m.group(1)
+    return None
+
+
+class _ZooLoader(yaml.SafeLoader):
+    """SafeLoader plus the inert tags RL Zoo's ``yaml.dump`` writes; any other Python tag stays an error.
+
+    ``!!python/object/apply:collections.OrderedDict`` becomes a dict, ``!!python/tuple`` a list and
+    ``!!python/name:torch.nn.ReLU`` the dotted name as a string (never imported). Aliases are counted.
+    """
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.aliases = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            self.aliases += 1
+            if self.aliases > MAX_YAML_ALIASES:
+                raise yaml.YAMLError(f"more than {MAX_YAML_ALIASES} aliases")
+        return super().compose_node(parent, index)
+
+
+def _ordered_dict(loader: yaml.SafeLoader, node: yaml.Node) -> dict:
+    if not isinstance(node, yaml.SequenceNode) or len(node.value) != 1:
+        raise yaml.constructor.ConstructorError(
+            None, None, "an OrderedDict written in an unknown form", node.start_mark
+        )
+    pairs = loader.construct_sequence(node.value[0], deep=True)
+    if not all(isinstance(p, list) and len(p) == 2 for p in pairs):
+        raise yaml.constructor.ConstructorError(None, None, "an OrderedDict whose items are not pairs", node.start_mark)
+    return {k: v for k, v in pairs}
+
+
+_ZooLoader.add_constructor("tag:yaml.org,2002:python/object/apply:collections.OrderedDict", _ordered_dict)
+_ZooLoader.add_constructor(
+    "tag:yaml.org,2002:python/tuple",
+    lambda loader, node: loader.construct_sequence(node, deep=True),  # type: ignore[arg-type]
+)
+_ZooLoader.add_multi_constructor("tag:yaml.org,2002:python/name:", lambda loader, suffix, node: suffix)
+
+
+def load_zoo_yaml(path: Path) -> dict[str, Any]:
+    """Read an RL Zoo ``config.yml`` / ``args.yml`` / ``env_kwargs.yml`` into plain data; RunDirError if it cannot be."""
+    if path.stat().st_size > MAX_YAML_BYTES:
+        raise RunDirError(f"{path} is over {MAX_YAML_BYTES:,} bytes; refusing to read it")
+    loader = _ZooLoader(path.read_text(encoding="utf-8", errors="replace"))
+    try:
+        data = loader.get_single_data()
+    except yaml.YAMLError as ex:
+        problem = getattr(ex, "problem", None) or str(ex).splitlines()[0]
+        raise RunDirError(f"{path}: {problem}") from None
+    finally:
+        loader.dispose()
+    check_expanded_size(data, str(path), RunDirError)
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise RunDirError(f"{path} is not a mapping")
+    return data
+
+
+def _literal_kwargs(text: str) -> tuple[dict[str, Any], list[str]] | None:
+    """``"dict(a=1, b=True)"`` or ``"{'a': 1}"`` read as literals, never evaluated: (kwargs, names left unread).
+
+    None when the text is neither form. A keyword whose value is not a literal (``activation_fn=nn.ReLU``)
+    is left out and named, so the caller can say so.
+    """
+    try:
+        node = ast.parse(text.strip(), mode="eval").body
+    except SyntaxError:
+        return None
+    if isinstance(node, ast.Dict):
+        try:
+            value = ast.literal_eval(node)
+        except ValueError:
+            return None
+        return (value, []) if isinstance(value, dict) else None
+    if not (
+        isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "dict" and not node.args
+    ):
+        return None
+    kwargs, skipped = {}, []
+    for kw in node.keywords:
+        if kw.arg is None:
+            return None
+        try:
+            kwargs[kw.arg] = ast.literal_eval(kw.value)
+        except ValueError:
+            skipped.append(kw.arg)
+    return kwargs, skipped
+
+
+def _normalize_setting(value: Any) -> tuple[bool, str]:
+    """Whether RL Zoo's ``normalize`` hyperparameter means VecNormalize was on, and what was read of it."""
+    if isinstance(value, str):
+        if value.strip() in ("", "False", "false", "None"):
+            return False, f"normalize: {value!r}"
+        parsed = _literal_kwargs(value)
+        if parsed is None:
+            # RL Zoo evaluates this string; a truthy string there means normalization was on
+            return True, f"normalize: {value!r} (not evaluated; read as on)"
+        value = parsed[0]
+    if isinstance(value, dict):
+        obs = value.get("norm_obs", True)
+        return True, f"normalize: {value} (observations {'normalized' if obs else 'not normalized'})"
+    return bool(value), f"normalize: {value}"
+
+
+# --------------------------------------------------------------------------- success option
+
+
+_NUM = r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)"
+_OP = r"(>=|<=|==|>|<)"
+
+
+def parse_success_option(text: str) -> SuccessSpec:
+    """A success definition from ``--success`` text; the accepted forms are :data:`SUCCESS_FORMS`."""
+    s = text.strip()
+    if s.startswith("{"):
+        data = safe_load_yaml(s, "--success", RunDirError)
+        try:
+            return parse_success(data)
+        except PydanticValidationError as ex:
+            raise RunDirError(f"--success {text!r}: {first_error(ex)}; accepted: {SUCCESS_FORMS}") from None
+    compact = re.sub(r"\s+", "", s)
+    if m := re.fullmatch(rf"return>={_NUM}", compact):
+        return ReturnThreshold(threshold=float(m.group(1)))
+    if m := re.fullmatch(r"info:(\w+)", compact):
+        return InfoFlag(key=m.group(1))
+    if m := re.fullmatch(rf"final_reward{_OP}{_NUM}", compact):
+        return FinalReward(op=m.group(1), value=float(m.group(2)))  # type: ignore[arg-type]
+    if m := re.fullmatch(rf"obs\[(\d+)\]{_OP}{_NUM}", compact):
+        return FinalObs(index=int(m.group(1)), op=m.group(2), value=float(m.group(3)))  # type: ignore[arg-type]
+    if compact in ("terminated", "survive"):
+        return Terminated(survive=compact == "survive")
+    raise RunDirError(f"--success {text!r} is not a success definition; accepted: {SUCCESS_FORMS}")
+
+
+def _default_success(env_id: str) -> SuccessSpec:
+    threshold = getattr(gym.spec(env_id), "reward_threshold", None) if ":" not in env_id else None
+    if threshold is None:
+        raise RunDirError(
+            f"env '{env_id}' defines no reward_threshold, so Remedy cannot tell what success means for it; "
+            f"pass --success, one of {SUCCESS_FORMS}"
+        )
+    return ReturnThreshold(threshold=float(threshold))
+
+
+# --------------------------------------------------------------------------- finding files
+
+
+def _is_checkpoint(path: Path) -> bool:
+    try:
+        with zipfile.ZipFile(path) as zf:
+            return "data" in zf.namelist()
+    except (zipfile.BadZipFile, OSError):
+        return False
+
+
+def _walk(root: Path) -> tuple[list[Path], bool]:
+    """Files under ``root`` (relative, sorted), at most :data:`_MAX_DEPTH` deep and :data:`_MAX_FILES` many."""
+    found: list[Path] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        rel = Path(dirpath).relative_to(root)
+        dirnames[:] = sorted(d for d in dirnames if d != ".git" and len(rel.parts) < _MAX_DEPTH)
+        found.extend(rel / f for f in sorted(filenames))
+        if len(found) > _MAX_FILES:
+            return sorted(found[:_MAX_FILES]), True
+    return sorted(found), False
+
+
+class _Source:
+    """The source folder's files, its layout, and what was decided about each file."""
+
+    def __init__(self, root: Path, files: list[Path], checkpoint: Path | None) -> None:
+        self.root = root
+        self.files = files
+        self.params_dir = self._params_dir()
+        self.layout = self._layout()
+        self.checkpoint = checkpoint or self._choose_checkpoint()
+        self.report: dict[Path, AdoptedFile] = {}
+
+    def _params_dir(self) -> Path | None:
+        """Where RL Zoo's config.yml / args.yml lie: ``<env>/`` in a log folder, the top in a Hub folder."""
+        dirs = sorted({f.parent for f in self.files if f.name in ("config.yml", "args.yml") and len(f.parts) <= 2})
+        return dirs[0] if dirs else None
+
+    def _layout(self) -> Literal["folder", "zoo", "huggingface"]:
+        names = {f.name for f in self.files if len(f.parts) == 1}
+        if self.params_dir is not None and self.params_dir != Path("."):
+            return "zoo"
+        if "README.md" in names or "config.json" in names or self.params_dir is not None:
+            return "huggingface"
+        return "folder"
+
+    def _choose_checkpoint(self) -> Path:
+        zips = [f for f in self.files if len(f.parts) == 1 and f.suffix == ".zip" and _is_checkpoint(self.root / f)]
+        zips = [f for f in zips if not re.fullmatch(r"rl_model_\d+_steps\.zip", f.name)]
+        if not zips:
+            raise RunDirError(f"{self.root} holds no SB3 checkpoint (a .zip saved with model.save()); point at the zip")
+        env_name = self.params_dir.name if self.params_dir not in (None, Path(".")) else None
+        final = [f for f in zips if env_name and f.stem == env_name]
+        rest = [f for f in zips if f.name != "best_model.zip"]
+        if final:
+            return final[0]
+        if len(rest) == 1:
+            return rest[0]
+        if not rest:
+            return zips[0]  # only best_model.zip: training stopped before the final save
+        names = ", ".join(f.name for f in rest)
+        raise RunDirError(f"{self.root} holds several checkpoints ({names}); pass the one to adopt as PATH")
+
+    def mark(self, rel: Path, role: str, used: bool, note: str = "", copied_to: str | None = None) -> None:
+        """Record what was decided about ``rel``."""
+        self.report[rel] = AdoptedFile(path=str(self.root / rel), role=role, used=used, note=note, copied_to=copied_to)
+
+
+def _source_of(path: Path) -> _Source | None:
+    """The folder ``path`` is, or the Zoo/Hub folder around the zip ``path``; None for a zip on its own."""
+    if path.is_dir():
+        files, truncated = _walk(path)
+        src = _Source(path, files, None)
+        if truncated:
+            src.mark(Path("..."), "other", False, f"more than {_MAX_FILES} files; the rest were not looked at")
+        return src
+    if path.suffix != ".zip":
+        raise RunDirError(f"{path} is neither a folder nor a .zip; point at an SB3 checkpoint or a run folder")
+    parent = path.parent
+    around = {p.name for p in parent.iterdir()} if parent.is_dir() else set()
+    zoo_like = any((parent / d / n).is_file() for d in around for n in ("config.yml", "args.yml"))
+    hub_like = bool(around & {"README.md", "config.json", "config.yml", "args.yml"})
+    if zoo_like or hub_like:
+        files, _ = _walk(parent)
+        return _Source(parent, files, path.relative_to(parent))
+    return None
+
+
+# --------------------------------------------------------------------------- deciding the config
+
+
+class _Facts:
+    """What the files say, gathered before the config is built (later sources never override earlier ones)."""
+
+    def __init__(self) -> None:
+        self.algo: tuple[str, str] | None = None  # (name, where it was read)
+        self.env_id: tuple[str, str] | None = None
+        self.env_kwargs: dict[str, Any] | None = None
+        self.normalize: tuple[bool, str] | None = None
+        self.n_envs: int | None = None
+        self.train_steps: int | None = None
+        self.seed: int | None = None
+        self.hyperparams: dict[str, Any] = {}
+        self.notes: list[str] = []
+        self.warnings: list[str] = []
+
+    def set_algo(self, name: Any, where: str) -> None:
+        if self.algo is None and isinstance(name, str) and name:
+            key = _ZOO_ALGOS.get(name.lower(), name)
+            try:
+                self.algo = (canonical_algo(key), where)
+            except AlgorithmError:
+                self.warnings.append(f"{where} names algorithm '{name}', which Remedy does not know")
+
+    def set_env(self, env_id: Any, where: str) -> None:
+        if self.env_id is None and isinstance(env_id, str) and env_id.strip():
+            self.env_id = (env_id.strip(), where)
+
+
+def _read_data(data: dict[str, Any], facts: _Facts) -> str:
+    """Take algorithm hints, hyperparameters, steps, envs and seed from a checkpoint's plain values."""
+    facts.train_steps = data.get("num_timesteps") if isinstance(data.get("num_timesteps"), int) else None
+    facts.n_envs = data.get("n_envs") if isinstance(data.get("n_envs"), int) else None
+    facts.seed = data.get("seed") if isinstance(data.get("seed"), int) else None
+    facts.hyperparams = {k: data[k] for k in _HYPERPARAMS if k in data and data[k] is not None and _plain(data[k])}
+    opaque = [k for k in _HYPERPARAMS if isinstance(data.get(k), dict) and ":serialized:" in data[k]]
+    if opaque:
+        facts.notes.append(f"saved as pickles, not read: {', '.join(opaque)}")
+    cls = _policy_class_name(data)
+    if cls in _POLICY_ALIASES:
+        facts.hyperparams["policy"] = _POLICY_ALIASES[cls]
+    elif cls:
+        facts.notes.append(f"custom policy class {cls} (fine-tuning loads it from the checkpoint)")
+    read = [f"num_timesteps={facts.train_steps}", f"n_envs={facts.n_envs}", f"{len(facts.hyperparams)} hyperparameters"]
+    return "data entry (JSON, no pickles): " + ", ".join(read)
+
+
+def _read_zoo_config(src: _Source, rel: Path, facts: _Facts) -> str:
+    cfg = load_zoo_yaml(src.root / rel)
+    facts.normalize = _normalize_setting(cfg.get("normalize", False))
+    if isinstance(cfg.get("env_kwargs"), dict) and facts.env_kwargs is None:
+        facts.env_kwargs = cfg["env_kwargs"]
+    if facts.n_envs is None and isinstance(cfg.get("n_envs"), int):
+        facts.n_envs = cfg["n_envs"]
+    if facts.train_steps is None and isinstance(cfg.get("n_timesteps"), (int, float)):
+        facts.train_steps = int(cfg["n_timesteps"])
+    if "policy" not in facts.hyperparams and isinstance(cfg.get("policy"), str):
+        facts.hyperparams["policy"] = cfg["policy"]
+    if "policy_kwargs" not in facts.hyperparams and isinstance(cfg.get("policy_kwargs"), str):
+        parsed = _literal_kwargs(cfg["policy_kwargs"])
+        if parsed and parsed[0]:
+            facts.hyperparams["policy_kwargs"] = parsed[0]
+            if parsed[1]:
+                facts.notes.append(f"policy_kwargs {', '.join(parsed[1])} not read (not literals)")
+    for key in ("frame_stack", "env_wrapper", "vec_env_wrapper"):
+        if cfg.get(key):
+            facts.warnings.append(
+                f"RL Zoo trained with {key}: {cfg[key]}; Remedy rolls out without it, "
+                "so a changed observation is refused when the agent is loaded"
+            )
+            facts.notes.append(f"trained with {key}: {cfg[key]}")
+    return facts.normalize[1] + (f", n_envs={cfg['n_envs']}" if "n_envs" in cfg else "")
+
+
+def _read_zoo_args(src: _Source, rel: Path, facts: _Facts) -> str:
+    args = load_zoo_yaml(src.root / rel)
+    facts.set_algo(args.get("algo"), str(rel))
+    facts.set_env(args.get("env"), str(rel))
+    if isinstance(args.get("env_kwargs"), dict) and facts.env_kwargs is None:
+        facts.env_kwargs = args["env_kwargs"]
+    if facts.seed is None and isinstance(args.get("seed"), int) and args["seed"] >= 0:
+        facts.seed = args["seed"]
+    return f"algo={args.get('algo')}, env={args.get('env')}"
+
+
+def _read_model_card(src: _Source, rel: Path, facts: _Facts) -> str:
+    """Algorithm and env id from a Hub model card: its YAML front matter, else the generated title line."""
+    text = (src.root / rel).read_text(encoding="utf-8", errors="replace")[:MAX_YAML_BYTES]
+    meta: Any = {}
+    if m := re.match(r"---\s*\n(.*?)\n---\s*\n", text, re.S):
+        try:
+            meta = safe_load_yaml(m.group(1), str(rel), RunDirError) or {}
+        except RunDirError:
+            meta = {}
+    index = meta.get("model-index") if isinstance(meta, dict) else None
+    if isinstance(index, list) and index and isinstance(index[0], dict):
+        facts.set_algo(index[0].get("name"), f"{rel} model-index")
+        results = index[0].get("results") or [{}]
+        dataset = results[0].get("dataset", {}) if isinstance(results[0], dict) else {}
+        facts.set_env(dataset.get("name") if isinstance(dataset, dict) else None, f"{rel} model-index")
+    if m := re.search(r"\*\*(\w+)\*\* Agent playing \*\*([\w./:-]+)\*\*", text):
+        facts.set_algo(m.group(1), f"{rel} title")
+        facts.set_env(m.group(2), f"{rel} title")
+    return f"algorithm {facts.algo[0] if facts.algo else '?'}, env {facts.env_id[0] if facts.env_id else '?'}"
+
+
+def _zoo_path_hints(src: _Source, facts: _Facts) -> None:
+    """``logs/<algo>/<env>_<n>/``: the folder names say the algorithm and the env."""
+    if src.layout != "zoo":
+        return
+    facts.set_algo(src.root.resolve().parent.name, "the RL Zoo folder name")
+    if src.params_dir is not None:
+        facts.set_env(src.params_dir.name, "the RL Zoo folder name")
+
+
+def _choose_algo(facts: _Facts, data: dict[str, Any], algo: str | None, model: Path) -> str:
+    if algo:
+        return canonical_algo(algo)
+    saved = checkpoint_algos(data)
+    if facts.algo is not None:
+        return facts.algo[0]
+    if len(saved) == 1:
+        return next(iter(saved))
+    could = f" (it could be {' or '.join(sorted(saved))})" if saved else ""
+    raise RunDirError(f"cannot tell which algorithm saved {model}{could}; pass --algo, one of {', '.join(ALGOS)}")
+
+
+def _choose_env(facts: _Facts, env: str | None, model: Path) -> str:
+    if env:
+        return env
+    if facts.env_id is None:
+        raise RunDirError(f"an SB3 checkpoint does not record its env id ({model}); pass --env, e.g. --env CartPole-v1")
+    env_id, where = facts.env_id
+    if ":" in env_id:  # "module:Env-v0" imports a module; a file must not choose one
+        raise RunDirError(f"{where} names env '{env_id}', which imports a module; pass --env {env_id} if you trust it")
+    return env_id
+
+
+# --------------------------------------------------------------------------- the whole adoption
+
+
+def _classify(src: _Source, facts: _Facts) -> tuple[Path | None, list[Path]]:
+    """Mark every file used or ignored; returns (normalization stats to copy, logs to copy)."""
+    # the Zoo's <env>/vecnormalize.pkl first, then one at the top (the Hub's vec_normalize.pkl)
+    stats = [f for f in src.files if f.name in STATS_NAMES and (f.parent == src.params_dir or len(f.parts) == 1)]
+    chosen = min(stats, key=lambda f: (f.parent != src.params_dir, str(f))) if stats else None
+    logs: list[Path] = []
+    readers = {"config.yml": _read_zoo_config, "args.yml": _read_zoo_args, "env_kwargs.yml": _read_env_kwargs}
+    for rel in src.files:
+        if rel == src.checkpoint:
+            continue
+        name = rel.name
+        if rel.parent == src.params_dir and name in readers:
+            try:
+                src.mark(rel, "RL Zoo " + name, True, readers[name](src, rel, facts))
+            except (RunDirError, OSError) as ex:
+                src.mark(rel, "RL Zoo " + name, False, f"unreadable: {ex}")
+        elif rel == chosen:
+            src.mark(rel, "normalization", True, "VecNormalize statistics (copied, not unpickled)", VECNORMALIZE_PKL)
+        elif name in STATS_NAMES or name.endswith(".pkl"):
+            why = (
+                f"another normalization file ({chosen} is used)"
+                if name in STATS_NAMES
+                else "a pickle Remedy does not read"
+            )
+            src.mark(rel, "pickle", False, why)
+        elif _is_log(name):
+            logs.append(rel)
+        elif name == "README.md" and len(rel.parts) == 1:
+            src.mark(rel, "model card", True, _read_model_card(src, rel, facts))
+        else:
+            src.mark(rel, "other", False, _ignored_why(src, rel))
+    return chosen, logs
+
+
+def _is_log(name: str) -> bool:
+    """Training logs Remedy reads (Monitor, progress.csv, TensorBoard) and EvalCallback's evaluations.npz."""
+    return (
+        name.endswith("monitor.csv")
+        or name in ("progress.csv", "evaluations.npz")
+        or name.startswith("events.out.tfevents.")
+    )
+
+
+def _read_env_kwargs(src: _Source, rel: Path, facts: _Facts) -> str:
+    kwargs = load_zoo_yaml(src.root / rel)
+    if facts.env_kwargs is None:
+        facts.env_kwargs = kwargs
+    return f"env kwargs {kwargs}"
+
+
+def _ignored_why(src: _Source, rel: Path) -> str:
+    name = rel.name
+    if name.endswith(".zip"):
+        if name == "best_model.zip":
+            return "best-evaluation checkpoint; pass its path to adopt it instead"
+        if name == "train_eval_metrics.zip":
+            return "metrics archive; unpack it next to the model to use its logs"
+        return "another checkpoint; pass its path to adopt it instead"
+    known = {
+        "config.json": "a copy of the checkpoint's data entry (read from the zip itself)",
+        "results.json": "the Hub's evaluation summary (Remedy evaluates for itself)",
+        "command.txt": "the training command line (informational)",
+    }
+    if len(rel.parts) > 1 and src.checkpoint is not None and rel.parts[0] == src.checkpoint.stem:
+        return "unpacked copy of the checkpoint"
+    return known.get(name, "not a file Remedy reads")
+
+
+def _copy_logs(src: _Source, logs: list[Path], dest: Path) -> None:
+    for rel in logs:
+        target = Path("logs") / rel
+        (dest / target).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src.root / rel, dest / target)
+        role, note = "training log", "copied"
+        if rel.name == "evaluations.npz":
+            role, note = "evaluations", _evaluations_note(src.root / rel)
+        src.mark(rel, role, True, note, str(target))
+
+
+def _evaluations_note(path: Path) -> str:
+    """A one-line summary of RL Zoo's / EvalCallback's ``evaluations.npz`` (loaded without pickle)."""
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            steps, results = npz["timesteps"], npz["results"]
+        if len(steps):
+            return f"copied; {len(steps)} evaluations, last mean return {float(np.mean(results[-1])):.4g} at step {int(steps[-1])}"
+        return "copied; no evaluations in it"
+    except (ValueError, KeyError, OSError) as ex:
+        return f"copied; unreadable ({ex})"
+
+
+def _prepare_out(out: Path) -> None:
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise RunDirError(f"{out} already exists and is not empty; choose a new --out (nothing was written)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+
+
+def _build_config(facts: _Facts, *, env_id: str, algo: str, success: SuccessSpec, normalize: bool) -> RunConfig:
+    notes = list(facts.notes)
+    data: dict[str, Any] = dict(
+        env_id=env_id,
+        env_kwargs=facts.env_kwargs or {},
+        algo=algo,
+        hyperparams=facts.hyperparams,
+        train_steps=facts.train_steps,
+        n_envs=max(1, facts.n_envs or 1),
+        success=success,
+        seed=facts.seed,
+    )
+    if normalize:
+        if "normalize" in RunConfig.model_fields:
+            data["normalize"] = True
+        else:
+            notes.append("trained with VecNormalize (normalize: true)")
+    data["notes"] = "adopted by `remedy adopt`" + ("; " + "; ".join(notes) if notes else "")
+    try:
+        return RunConfig.model_validate(data)
+    except PydanticValidationError as ex:
+        raise RunDirError(f"the values read do not make a valid run.yaml: {first_error(ex)}") from None
+
+
+def adopt(
+    path: str | Path,
+    out: str | Path,
+    *,
+    success: str | SuccessSpec | None = None,
+    env_id: str | None = None,
+    algo: str | None = None,
+) -> AdoptResult:
+    """Write a run directory at ``out`` for the agent at ``path`` (an SB3 zip, an RL Zoo log folder or a Hub folder).
+
+    ``success`` (``--success`` text or a spec), ``env_id`` and ``algo`` override what the files say.
+    Nothing is written unless everything checks out; the result lists every file used or ignored.
+    """
+    path, out = Path(path), Path(out)
+    if not path.exists():
+        raise RunDirError(f"{path} does not exist; point at an SB3 .zip, an RL Zoo log folder or a Hub model folder")
+    spec = parse_success_option(success) if isinstance(success, str) else success
+    src = _source_of(path)
+    facts = _Facts()
+    model = src.root / src.checkpoint if src is not None else path
+    data = read_checkpoint_data(model)
+    data_note = _read_data(data, facts)
+    logs: list[Path] = []
+    if src is not None:
+        stats_rel, logs = _classify(src, facts)
+        _zoo_path_hints(src, facts)
+        stats = src.root / stats_rel if stats_rel is not None else None
+    else:
+        stats = next((path.parent / n for n in STATS_NAMES if (path.parent / n).is_file()), None)
+    config = _build_config(
+        facts,
+        env_id=(chosen_env := _choose_env(facts, env_id, model)),
+        algo=_choose_algo(facts, data, algo, model),
+        success=spec or _default_success(chosen_env),
+        # RL Zoo's `normalize` says so; otherwise statistics shipped with the agent say so
+        normalize=facts.normalize[0] if facts.normalize is not None else stats is not None,
+    )
+    if facts.normalize is not None and facts.normalize[0] and stats is None:
+        raise RunDirError(
+            f"{facts.normalize[1]} in the RL Zoo config says the agent trained with VecNormalize, but no statistics "
+            f"file ({' or '.join(STATS_NAMES)}) lies in {model.parent} or its <env> folder; copy the one saved at the "
+            "end of training there (nothing was written)"
+        )
+    _prepare_out(out)
+    _write(out, model, stats, config, src, logs)
+    return AdoptResult(
+        run_dir=str(out),
+        source=str(path),
+        layout=src.layout if src is not None else "zip",
+        config=config,
+        files=_files_report(src, model, data_note, stats),
+        warnings=facts.warnings,
+    )
+
+
+def _write(
+    out: Path, model: Path, stats: Path | None, config: RunConfig, src: _Source | None, logs: list[Path]
+) -> None:
+    """Write into a scratch folder beside ``out``, validate, then move it into place: all or nothing."""
+    scratch = Path(tempfile.mkdtemp(prefix=f".{out.name}.adopting-", dir=out.parent))
+    try:
+        write_run_yaml(scratch, config)
+        shutil.copy2(model, scratch / MODEL_ZIP)
+        if stats is not None:
+            shutil.copy2(stats, scratch / VECNORMALIZE_PKL)
+        if src is not None:
+            _copy_logs(src, logs, scratch)
+        if out.exists():
+            out.rmdir()  # checked empty above
+        scratch.rename(out)
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
+    try:
+        RunDir.load(out)
+    except BaseException:
+        shutil.rmtree(out, ignore_errors=True)
+        raise
+
+
+def _files_report(src: _Source | None, model: Path, data_note: str, stats: Path | None) -> list[AdoptedFile]:
+    head = AdoptedFile(path=str(model), role="checkpoint", used=True, note=data_note, copied_to=MODEL_ZIP)
+    if src is None:
+        rest = []
+        if stats is not None:
+            rest.append(
+                AdoptedFile(
+                    path=str(stats),
+                    role="normalization",
+                    used=True,
+                    note="VecNormalize statistics beside the zip (copied, not unpickled)",
+                    copied_to=VECNORMALIZE_PKL,
+                )
+            )
+        return [head, *rest]
+    ordered = sorted(src.report.values(), key=lambda f: (not f.used, f.path))
+    return [head, *ordered]

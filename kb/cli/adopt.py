@@ -1,0 +1,69 @@
+"""`remedy adopt PATH --out RUN_DIR`: turn an SB3 zip, an RL Zoo log folder or a Hub model folder into a run directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from .common import JsonOption, console, err_console, print_json
+
+if TYPE_CHECKING:
+    from remedy.cases.evidence.adopt import AdoptResult
+
+__all__ = ["adopt_cmd", "render_adoption"]
+
+
+def render_adoption(result: AdoptResult) -> None:
+    """Print every file used or ignored, then what the run directory holds and what to run next."""
+    table = Table(title=f"{result.source} ({result.layout})")
+    table.add_column("file", style="cyan", overflow="fold")
+    table.add_column("role")
+    table.add_column("used")
+    table.add_column("what was read / why not", overflow="fold")
+    for f in result.files:
+        dest = f" -> {f.copied_to}" if f.copied_to else ""
+        table.add_row(escape(f.path), f.role, "[green]yes[/]" if f.used else "[dim]no[/]", escape(f.note + dest))
+    console.print(table)
+    for warning in result.warnings:
+        err_console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False)
+    c = result.config
+    steps = f"{c.train_steps:,} steps" if c.train_steps is not None else "steps unknown"
+    console.print(
+        f"[bold]wrote {escape(result.run_dir)}[/]: {c.algo} on {c.env_id}, {steps}, {c.n_envs} envs, "
+        f"success: {c.success.describe()}",
+        highlight=False,
+    )
+    console.print(f"next: remedy signature {escape(result.run_dir)}", highlight=False)
+
+
+def adopt_cmd(
+    path: Annotated[
+        Path, typer.Argument(help="An SB3 .zip, an RL Zoo log folder (logs/<algo>/<env>_<n>/) or a Hub model folder.")
+    ],
+    out: Annotated[Path, typer.Option("--out", help="Run directory to write (must not exist, or be empty).")],
+    success: Annotated[
+        str | None,
+        typer.Option(
+            "--success",
+            help="What success means, when the env has no reward_threshold: 'return>=X', 'info:KEY', "
+            "'final_reward>=X', 'obs[I]>=X', 'terminated', 'survive', or a YAML mapping.",
+        ),
+    ] = None,
+    env: Annotated[
+        str | None, typer.Option("--env", help="Env id, when the files do not say it (a bare zip never does).")
+    ] = None,
+    algo: Annotated[str | None, typer.Option("--algo", help="Algorithm, when the files do not say it.")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Write a run directory for an agent trained elsewhere, reading its settings from its own files."""
+    from remedy.cases.evidence.adopt import adopt  # reads gymnasium's registry; deferred so --help stays light
+
+    result = adopt(path, out, success=success, env_id=env, algo=algo)
+    if as_json:
+        print_json(result.model_dump(mode="json"))
+        return
+    render_adoption(result)
