@@ -17,7 +17,7 @@ from typing import Any
 from ..errors import PatchRejectedError
 from ..model import EnvTraits
 from .fit import HYPERPARAMETER_RULES, algo_hyperparameters, check_fit
-from .fuzz import FuzzReport
+from .fuzz import DEFAULT_FUZZ_CALLS, FuzzReport
 from .kinds import patch_kind
 from .spec import Curriculum, Patch
 
@@ -54,7 +54,7 @@ def check_patch(
     env_kwargs: dict | None = None,
     algo: str | None = None,
     *,
-    n_random: int = 200,
+    n_random: int = DEFAULT_FUZZ_CALLS,
     seed: int = 0,
     fuzz_timeout_s: float = 60.0,
 ) -> CheckReport:

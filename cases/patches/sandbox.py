@@ -19,7 +19,13 @@ language models, so they are treated as hostile until shown otherwise:
    so an infinite loop or a memory bomb costs bounded time, never the caller.
 
 Loops are allowed (bounded at run time by CPU timers and the worker's limits);
-``while True`` is refused outright because it never is what a reward means.
+``while True`` is refused outright because it never is what a reward means, and
+so are ``return``/``break``/``continue`` inside ``finally`` (they swallow the
+timer's exception). A reward is a function of the transition, so code may not
+keep state between calls: ``global``/``nonlocal``, mutable defaults,
+module-level lists and sets, writes into module-level values and function
+attributes are refused, and the module-level dicts and arrays that remain are
+made read-only when the code is compiled.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from __future__ import annotations
 import ast
 import math
 from collections.abc import Callable
-from types import SimpleNamespace
+from types import MappingProxyType, SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -587,7 +593,9 @@ class _Checker(ast.NodeVisitor):
         self.generic_visit(node)  # inner first, so np.random.rand names np.random
         if not isinstance(node.ctx, ast.Load):
             raise _reject(
-                f"assigning to attribute '{attr}' is not allowed (line {_line(node)})", "no-attribute-assignment"
+                f"assigning to attribute '{attr}' is not allowed (line {_line(node)}); a function attribute "
+                f"would keep state: {_STATELESS}",
+                "no-attribute-assignment",
             )
         _check_attribute(node)
 
@@ -599,6 +607,7 @@ class _Checker(ast.NodeVisitor):
         if node.decorator_list:
             raise _reject(f"decorators are not allowed (line {_line(node)})", "no-decorators")
         self._check_bound_name(node.name, node)
+        _check_defaults(node.args)
         self.generic_visit(node)
 
     def visit_arg(self, node: ast.arg) -> None:
@@ -620,6 +629,24 @@ class _Checker(ast.NodeVisitor):
             raise _reject(f"bare 'except:' is not allowed; name the exception (line {_line(node)})", "bare-except")
         if node.name:
             self._check_bound_name(node.name, node)
+        self.generic_visit(node)
+
+    def visit_Global(self, node: ast.Global | ast.Nonlocal) -> None:
+        raise _reject(f"'global'/'nonlocal' is not allowed (line {_line(node)}): {_STATELESS}", "no-global")
+
+    visit_Nonlocal = visit_Global
+
+    def visit_Try(self, node: ast.Try) -> None:
+        for jump in _jumps_in(node.finalbody):
+            raise _reject(
+                f"'{type(jump).__name__.lower()}' inside 'finally' is not allowed (line {_line(jump)}): "
+                "it swallows exceptions, the CPU timer's included",
+                "no-finally-jump",
+            )
+        self.generic_visit(node)
+
+    def visit_Lambda(self, node: ast.Lambda) -> None:
+        _check_defaults(node.args)
         self.generic_visit(node)
 
     def visit_While(self, node: ast.While) -> None:
@@ -667,6 +694,106 @@ def _check_attribute(node: ast.Attribute) -> None:
 
 def _line(node: ast.AST) -> int:
     return getattr(node, "lineno", 0)
+
+
+# --------------------------------------------------------------------------- no state between calls
+
+#: why patch code may not keep state; every refusal of that kind says it.
+_STATELESS = "a reward is a function of the transition, so it may not keep state between calls"
+_MUTABLE_DISPLAYS = (ast.List, ast.Set, ast.Dict, ast.ListComp, ast.SetComp, ast.DictComp)
+#: methods that change a value in place (on the attribute allow-list for local lists).
+_MUTATING_METHODS = frozenset({"append", "extend"})
+
+
+def _jumps_in(body: list[ast.stmt]) -> list[ast.AST]:
+    """``return``/``break``/``continue`` anywhere in ``body``, nested functions aside."""
+    found: list[ast.AST] = []
+    stack: list[ast.AST] = list(body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.Return, ast.Break, ast.Continue)):
+            found.append(node)
+        if not isinstance(node, (ast.FunctionDef, ast.Lambda)):
+            stack.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def _holds_mutable(node: ast.AST, displays: tuple[type, ...] = _MUTABLE_DISPLAYS, arrays: bool = True) -> bool:
+    """Whether the expression builds a mutable container (one of ``displays``) or, with ``arrays``, an array."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, displays):
+            return True
+        if isinstance(n, ast.Call) and _is_array_call(n.func) and not _is_scalar_call(n):
+            if arrays:
+                return True
+            continue  # a module-level array literal: made read-only at compile time
+        stack.extend(ast.iter_child_nodes(n))
+    return False
+
+
+def _is_scalar_call(node: ast.Call) -> bool:
+    return isinstance(node.func, ast.Name) or (
+        isinstance(node.func, ast.Attribute) and node.func.attr.startswith("float")
+    )
+
+
+def _check_defaults(args: ast.arguments) -> None:
+    for default in [*args.defaults, *(d for d in args.kw_defaults if d is not None)]:
+        if _holds_mutable(default):
+            raise _reject(
+                f"mutable default argument (line {_line(default)}); use a tuple or a number: {_STATELESS}",
+                "mutable-state",
+            )
+
+
+def _check_no_state(tree: ast.Module) -> None:
+    """Refuse module-level lists/sets and any write into a module-level value from a function."""
+    module_names: set[str] = set()
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Assign):
+            if _holds_mutable(stmt.value, (ast.List, ast.Set, ast.ListComp, ast.SetComp), arrays=False):
+                raise _reject(
+                    f"module-level lists and sets are not allowed (line {_line(stmt)}); use a tuple: {_STATELESS}",
+                    "mutable-state",
+                )
+            module_names.update(t.id for t in stmt.targets if isinstance(t, ast.Name))
+    for fn in (s for s in tree.body if isinstance(s, ast.FunctionDef)):
+        local = _bound_names(fn)
+        for node in ast.walk(fn):
+            root = _written_root(node)
+            if root is not None and root in module_names and root not in local:
+                raise _reject(
+                    f"'{root}' is a module-level value and may not be changed (line {_line(node)}): {_STATELESS}",
+                    "mutable-state",
+                )
+
+
+def _written_root(node: ast.AST) -> str | None:
+    """The name whose value ``node`` changes in place (``X[i] = ...``, ``X[i] += ...``, ``X.append(...)``)."""
+    target: ast.AST | None = None
+    if isinstance(node, ast.Subscript) and isinstance(node.ctx, (ast.Store, ast.Del)):
+        target = node.value
+    elif isinstance(node, ast.AugAssign) and not isinstance(node.target, ast.Name):
+        target = node.target
+    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _MUTATING_METHODS:
+        target = node.func.value
+    while isinstance(target, (ast.Subscript, ast.Attribute)):
+        target = target.value
+    return target.id if isinstance(target, ast.Name) else None
+
+
+def _read_only(value: Any) -> Any:
+    """A module-level constant made read-only: dicts as mapping proxies, arrays with ``write=False``."""
+    if isinstance(value, np.ndarray):
+        value.setflags(write=False)
+        return value
+    if isinstance(value, dict):
+        return MappingProxyType({k: _read_only(v) for k, v in value.items()})
+    if isinstance(value, tuple):
+        return tuple(_read_only(v) for v in value)
+    return value
 
 
 # --------------------------------------------------------------------------- module level: definitions only
@@ -771,6 +898,7 @@ def _checked_tree(code: str, entry: str, params: tuple[str, ...]) -> tuple[ast.M
     known = _bound_names(tree) | set(normalizer.bindings) | set(SAFE_BUILTINS) | {"np", "numpy", "math"}
     _Checker(known).visit(tree)  # first, so a forbidden name is reported as such wherever it sits
     _check_top_level(tree)
+    _check_no_state(tree)
     _check_entry(tree, entry, params)
     return ast.fix_missing_locations(tree), normalizer.bindings
 
@@ -783,7 +911,7 @@ def check_code(code: str, entry: str = "shaped_reward", params: tuple[str, ...] 
     ``math-not-allowed:<name>``, ``attribute-not-allowed:<name>``, ``no-attribute-assignment``,
     ``no-classes``, ``no-global``, ``no-with``, ``no-async``, ``no-generators``, ``no-delete``,
     ``no-decorators``, ``bare-except``, ``no-while-true``, ``top-level-code``, ``non-literal-default``,
-    ``missing-entry``, ``bad-signature``.
+    ``missing-entry``, ``bad-signature``, ``mutable-state``, ``no-finally-jump``.
     """
     _checked_tree(code, entry, tuple(params))
 
@@ -820,6 +948,10 @@ def _load(code: str, entry: str, params: tuple[str, ...]) -> Callable[..., Any]:
         exec(compile(tree, "<patch>", "exec", dont_inherit=True), ns)
     except Exception as ex:
         raise _reject(f"patch code failed while being defined: {type(ex).__name__}: {ex}", "exec") from None
+    for stmt in tree.body:  # aliases (``w = WEIGHTS; w["a"] = 1``) escape the static check; this does not
+        for target in stmt.targets if isinstance(stmt, ast.Assign) else ():
+            if isinstance(target, ast.Name):
+                ns[target.id] = _read_only(ns[target.id])
     return ns[entry]
 
 

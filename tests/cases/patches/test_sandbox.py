@@ -280,3 +280,116 @@ def test_fuzz_is_deterministic_for_a_seed(pendulum_spaces):
     a = fuzz_reward(fn, *pendulum_spaces, n_random=20, seed=3, isolate=False)
     b = fuzz_reward(fn, *pendulum_spaces, n_random=20, seed=3, isolate=False)
     assert a.calls == b.calls and a.problems == b.problems
+
+
+# --------------------------------------------------------------------------- no state, no swallowed timer (issue 29)
+
+
+@pytest.mark.parametrize(
+    "code, rule",
+    [
+        (reward_code("CALLS.append(1)", "return float(len(CALLS))", head="CALLS = []\n"), "mutable-state"),
+        (reward_code("return 0.0", head="SEEN = {1, 2}\n"), "mutable-state"),
+        (reward_code("S['n'] += 1", "return float(S['n'])", head="S = {'n': 0}\n"), "mutable-state"),
+        (reward_code("C[0] = C[0] + 1", "return float(C[0])", head="C = np.array([0.0])\n"), "mutable-state"),
+        (SIG.replace("info)", "info, memo=[0])") + "    return 0.0\n", "mutable-state"),
+        (reward_code("f = lambda a, cache={}: a", "return 0.0"), "mutable-state"),
+        (reward_code("n = 0", "def bump():", "    nonlocal n", "    n += 1", "bump()", "return 0.0"), "no-global"),
+        (reward_code("shaped_reward.calls = 1", "return 0.0"), "no-attribute-assignment"),
+        (
+            reward_code(
+                "for i in range(10):", "    try:", "        pass", "    finally:", "        continue", "return 0.0"
+            ),
+            "no-finally-jump",
+        ),
+        (reward_code("try:", "    x = 1", "finally:", "    return 0.0"), "no-finally-jump"),
+        (
+            reward_code(
+                "for i in range(3):", "    try:", "        pass", "    finally:", "        break", "return 0.0"
+            ),
+            "no-finally-jump",
+        ),
+    ],
+)
+def test_state_between_calls_and_finally_jumps_are_refused(code, rule):
+    with pytest.raises(PatchRejectedError) as info:
+        check_code(code)
+    assert info.value.rule == rule
+    if rule in ("mutable-state", "no-global"):
+        assert "function of the transition" in str(info.value)
+
+
+def test_module_level_constants_stay_usable_but_read_only():
+    head = "W = {'dist': 0.5, 'pair': (1, 2)}\nGOAL = np.array([0.0, 1.0])\n"
+    ok = compile_reward(reward_code("l = []", "l.append(W['dist'])", "return float(GOAL[1]) + l[0]", head=head))
+    assert ok(*ARGS) == 1.5
+    alias = compile_reward(reward_code("w = W", "w['dist'] = 1.0", "return 0.0", head=head))
+    with pytest.raises(SandboxError, match="does not support item assignment"):
+        alias(*ARGS)
+    out = compile_reward(reward_code("np.add(GOAL, 1.0, out=GOAL)", "return 0.0", head=head))
+    with pytest.raises(SandboxError, match="read-only"):
+        out(*ARGS)
+    assert ok(*ARGS) == 1.5  # nothing changed between calls
+
+
+def _fails_on_a_monitor_info(obs, action, reward, next_obs, terminated, truncated, info):
+    return float(reward) + 0.01 * info.get("episode", 0.0)  # a dict at SB3 Monitor's episode ends
+
+
+def test_fuzz_varies_info_and_finds_code_that_breaks_on_real_keys(pendulum_spaces):
+    with pytest.raises(PatchRejectedError) as info:
+        fuzz_reward(_fails_on_a_monitor_info, *pendulum_spaces, n_random=20, isolate=False)
+    assert info.value.rule == "fuzz:exception" and "TypeError" in str(info.value)
+    assert "episode end" in str(info.value)  # the label names the info variant
+
+
+def test_fuzz_makes_thousands_of_calls_by_default(pendulum_spaces):
+    calls = {"n": 0}
+
+    def breaks_late(obs, action, reward, next_obs, terminated, truncated, info):  # state the sandbox would refuse
+        calls["n"] += 1
+        if calls["n"] > 1500:
+            raise ValueError("breaks after 1500 calls")
+        return 0.0
+
+    with pytest.raises(PatchRejectedError) as info:
+        fuzz_reward(breaks_late, *pendulum_spaces, isolate=False)
+    assert info.value.rule == "fuzz:exception" and calls["n"] > 1500
+    good = compile_reward(reward_code("return float(np.clip(reward, -10, 10)) + 0.0 * float(info.get('cost', 0.0))"))
+    infos: list = []
+    report = fuzz_reward(lambda *a: infos.append(a[-1]) or good(*a), *pendulum_spaces, isolate=False)
+    assert report.ok and report.calls >= 2000
+    assert (
+        any(not i for i in infos)
+        and any("episode" in i for i in infos)
+        and any(i.get("debug", 0) is None for i in infos)
+    )
+
+
+def _swallows_the_timer(obs, action, reward, next_obs, terminated, truncated, info):
+    """Raw Python (the sandbox refuses this statically): every timer raise is swallowed by finally."""
+    x = 0
+    for _ in range(10**12):
+        try:
+            for i in range(10**6):  # nearly all the time is spent inside the try, so nearly every raise lands there
+                x += i
+        finally:
+            continue  # noqa: B012
+    return 0.0
+
+
+def _swallows_once(obs, action, reward, next_obs, terminated, truncated, info):
+    try:
+        for _ in range(10**12):
+            pass
+    finally:
+        return 0.0  # noqa: B012
+
+
+def test_a_swallowed_timer_still_ends_the_call(pendulum_spaces):
+    with pytest.raises(PatchRejectedError) as info:  # in the worker: the process ends, the problem is named
+        fuzz_reward(_swallows_the_timer, *pendulum_spaces, n_random=5, timeout_s=60)
+    assert info.value.rule == "fuzz:timeout" and "swallows the timeout" in str(info.value)
+    with pytest.raises(PatchRejectedError) as info:  # in process: returning after a raise is still a timeout
+        fuzz_reward(_swallows_once, *pendulum_spaces, n_random=5, isolate=False)
+    assert info.value.rule == "fuzz:timeout"
