@@ -401,7 +401,8 @@ class KnowledgeBase:
         """
         from remedy.cases.evidence.signature import signature_of_run
 
-        run = signature_of_run(run_dir, n_episodes=n_episodes, seed=seed)
+        # resolved here, before any rollout: a worker that loads the run works in its own directory
+        run = signature_of_run(Path(run_dir).resolve(), n_episodes=n_episodes, seed=seed)
         if same_action_space:
             filters.setdefault("action_space", run.subject.traits.action_space.value)
         return run, self.similar(run.signature, k=k, **filters)

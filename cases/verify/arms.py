@@ -14,6 +14,7 @@ import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..patches.spec import ActionRepeat, Patch, PatchPart, RewardShaping
@@ -187,6 +188,10 @@ def run_arm(spec: ArmSpec) -> ArmResult:
     """Fine-tune one arm (see :func:`remedy.cases.verify.training.finetune`) and evaluate it; a worker job."""
     from .training import finetune
 
+    _absolute(spec.run_dir, "run_dir")
+    _absolute(spec.out_dir, "out_dir")
+    if spec.start_dir is not None:
+        _absolute(spec.start_dir, "start_dir")
     ft = finetune(
         spec.run_dir,
         spec.patch_json,
@@ -227,7 +232,7 @@ def evaluate_trained(
     from ..evidence.envs import make_env
     from ..evidence.rundir import RunDir
 
-    run = RunDir.load(trained_dir)
+    run = RunDir.load(_absolute(trained_dir, "trained_dir"))
     c = run.config
     model = run.load_model()
     vn = _obs_normalizer(run)
@@ -393,8 +398,18 @@ def preference_check(run_dir: str, patch_json: str, n_episodes: int, seed: int) 
     """
     from ..evidence.rundir import RunDir
 
-    records = replay_under_reward(RunDir.load(run_dir), Patch.model_validate_json(patch_json), n_episodes, seed)
+    records = replay_under_reward(
+        RunDir.load(_absolute(run_dir, "run_dir")), Patch.model_validate_json(patch_json), n_episodes, seed
+    )
     return trajectory_verdict([task_measures(r) for r in records], [r.train_ret for r in records])
+
+
+def _absolute(path: str, what: str) -> str:
+    """``path``, refused unless absolute: a worker runs in its own scratch directory, so a relative
+    path would silently name a folder that does not exist there (resolve it before the job starts)."""
+    if not Path(path).is_absolute():
+        raise ValueError(f"{what} {path!r} reached a worker as a relative path; resolve it before the job starts")
+    return path
 
 
 def replay_under_reward(run: RunDir, patch: Patch, n_episodes: int, seed: int) -> list[EpisodeRecord]:

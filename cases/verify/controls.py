@@ -125,7 +125,7 @@ class ControlCache:
     """Trained control arms and their evaluations, on disk under ``root`` (see the module docstring)."""
 
     def __init__(self, root: str | Path) -> None:
-        self.root = Path(root)
+        self.root = Path(root).resolve()  # controls train in workers, each in its own scratch directory
 
     def run_dir(self, key: str) -> Path:
         """Where the control of ``key`` is (or will be) trained and kept."""

@@ -50,6 +50,7 @@ from .arms import ARM_JOB, EVAL_JOB, ArmResult, ArmSpec, Scores, preference_chec
 from .budgets import BudgetChoice, LearnedBudget, choose_budget
 from .controls import ControlCache, control_key
 from .executors import Executor, Job, JobResult, get_executor
+from .fixed import FIX_SHARE, judge_verification
 
 if TYPE_CHECKING:
     from ..evidence.rollcache import RolloutCache
@@ -146,6 +147,9 @@ class VerifyConfig:
     #: two-sided confidence of the screen's pass test (which candidates are confirmed); a screen's stored
     #: effect keeps ``confidence``, and so does every status it can take (:data:`SCREEN_CONFIDENCE`)
     screen_confidence: float = SCREEN_CONFIDENCE
+    #: share of the patient's gap to its success threshold a confirmed treatment must close to count as fixed
+    #: (:mod:`remedy.cases.verify.fixed`; reaching the success definition counts whatever the share)
+    fixed_share: float = FIX_SHARE
 
     @property
     def arms_eval_seed(self) -> int:
@@ -337,7 +341,7 @@ def _precheck(ctx: _Context) -> str:
     try:
         pref = run_limited(
             preference_check,
-            str(ctx.run.path),
+            str(Path(ctx.run.path).resolve()),  # the worker runs in a scratch directory
             ctx.patch.model_dump_json(),
             ctx.config.eval_episodes,
             ctx.config.eval_seed,
@@ -872,7 +876,10 @@ def verify_patch(
             if owned:
                 executor.shutdown()
         _keep_controls(plan, config.control_cache, results)
-    return _case(ctx, _verification(ctx, plan, results))
+    judged = judge_verification(
+        _verification(ctx, plan, results), ctx.evidence.deterministic, ctx.run.config.success, config.fixed_share
+    )
+    return _case(ctx, judged)
 
 
 @contextlib.contextmanager
@@ -882,8 +889,9 @@ def _workdir(keep: str | Path | None) -> Iterator[str]:
         with tempfile.TemporaryDirectory(prefix="remedy-verify-") as tmp:
             yield tmp
         return
-    Path(keep).mkdir(parents=True, exist_ok=True)
-    yield str(keep)
+    path = Path(keep).resolve()  # arms train in workers that run in their own scratch directories
+    path.mkdir(parents=True, exist_ok=True)
+    yield str(path)
 
 
 def verify_and_confirm(

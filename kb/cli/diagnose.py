@@ -36,7 +36,9 @@ DiagnoserOption = Annotated[
 def diagnose(
     run_dir: Annotated[
         Path | None,
-        typer.Argument(help="Run directory (run.yaml + model.zip); or describe the failure with --describe."),
+        typer.Argument(
+            help="Run directory (run.yaml + model.zip); or describe the failure with --describe.", resolve_path=True
+        ),
     ] = None,
     describe: Annotated[
         str | None, typer.Option("--describe", help="Diagnose a failure described in words instead of a run directory.")
@@ -345,8 +347,9 @@ def _render_fix(result) -> None:
         )
     if result.winner is not None:
         w = result.winner
+        verdict = "[bold green]fixed[/]" if result.fixed else "[bold yellow]improved, but the agent still fails[/]"
         console.print(
-            f"[bold green]fixed[/] by {w.patch.summary()} ({effect_text(w.effect)}) after "
+            f"{verdict} by {w.patch.summary()} ({effect_text(w.effect)}) after "
             f"{result.attempts_to_fix} attempt(s), {result.env_steps_to_fix:,} env steps, "
             f"{result.wall_time_to_fix_s:.0f} s",
             highlight=False,
@@ -411,7 +414,7 @@ def _race(race: bool, fraction: float, seeds: int):
 
 
 def fix_cmd(
-    run_dir: Annotated[Path, typer.Argument(help="Run directory (run.yaml + model.zip).")],
+    run_dir: Annotated[Path, typer.Argument(help="Run directory (run.yaml + model.zip).", resolve_path=True)],
     rounds: RoundsOption = 3,
     candidates: CandidatesOption = 2,
     seeds: SeedsOption = 3,

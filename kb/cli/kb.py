@@ -273,7 +273,7 @@ def query(
 
 
 def similar(
-    run_dir: Annotated[Path, typer.Argument(help="A run directory (run.yaml + checkpoint).")],
+    run_dir: Annotated[Path, typer.Argument(help="A run directory (run.yaml + checkpoint).", resolve_path=True)],
     kb: KbOption = Path(DEFAULT_KB),
     k: Annotated[int, typer.Option("--k", "-k", min=1, help="How many cases.")] = 10,
     episodes: Annotated[int, typer.Option("--episodes", min=1, help="Evaluation episodes to roll out.")] = 10,
@@ -418,6 +418,9 @@ def _outcome_text(case: Case) -> str:
         lines.append(
             f"{v.seeds} seeds, {v.budget_steps:,} budget steps, {v.env_steps:,} env steps, {v.wall_time_s:.0f} s"
         )
+        if v.fixed is not None:  # older records were never judged
+            gap = "" if v.gap_closed is None else f", closed {v.gap_closed:.0%} of the gap to the success threshold"
+            lines.append(f"fixed (the agent now works): {'yes' if v.fixed else 'no'}{gap}")
         if v.reason:
             lines.append(f"reason: {v.reason}")
     if case.literature is not None:

@@ -30,7 +30,7 @@ def _env_kwargs(text: str | None) -> dict:
 
 
 def check(
-    patch_file: Annotated[Path, typer.Argument(help="Patch file (.yaml, .yml or .json).")],
+    patch_file: Annotated[Path, typer.Argument(help="Patch file (.yaml, .yml or .json).", resolve_path=True)],
     env: Annotated[str, typer.Option("--env", help="Gymnasium env id the patch is for.")],
     env_kwargs: Annotated[str | None, typer.Option("--env-kwargs", help="Env kwargs as a JSON object.")] = None,
     algo: Annotated[

@@ -67,7 +67,7 @@ def render_signature(rs: RunSignature) -> None:
 
 
 def signature_command(
-    run_dir: Annotated[Path, typer.Argument(help="Run directory (run.yaml + model.zip).")],
+    run_dir: Annotated[Path, typer.Argument(help="Run directory (run.yaml + model.zip).", resolve_path=True)],
     episodes: Annotated[int, typer.Option("--episodes", min=1, help="Evaluation episodes per mode.")] = 20,
     seed: Annotated[int, typer.Option("--seed", help="First episode seed.")] = 0,
     as_json: JsonOption = False,

@@ -56,8 +56,8 @@ def _progress() -> Iterator[Callable[[str, int, int], None]]:
 
 
 def verify(
-    run_dir: Annotated[Path, typer.Argument(help="Run directory: run.yaml + model.zip.")],
-    patch: Annotated[Path, typer.Option("--patch", help="Patch file (YAML or JSON).")],
+    run_dir: Annotated[Path, typer.Argument(help="Run directory: run.yaml + model.zip.", resolve_path=True)],
+    patch: Annotated[Path, typer.Option("--patch", help="Patch file (YAML or JSON).", resolve_path=True)],
     seeds: Annotated[int, typer.Option("--seeds", min=1, help="Training seeds per arm.")] = 3,
     budget: Annotated[
         int | None,
@@ -125,7 +125,7 @@ def verify(
         executor=executor.value,
         force=force,
         seed_base=seed_base,
-        control_cache=None if no_store else str(Path(kb) / "controls"),
+        control_cache=None if no_store else str(Path(kb).resolve() / "controls"),
     )
     runner = get_executor("ray", address=ray_address) if executor is _Executor.ray else get_executor("local")
     rollouts = RolloutCache()  # the confirmation's evidence is the screen's: rolled out once
