@@ -92,7 +92,8 @@ def _pass(s, run, settings: BenchSettings, cache: str | None, race: RaceSettings
         "wall_s": round(time.perf_counter() - t0, 1),
         "statuses": [a.status for a in res.attempts],
         "stages": [a.stage for a in res.attempts],
-        "fixed": res.fixed,
+        "fixed": res.improved,  # confirmed improved (this file's meaning since before the strict "fixed")
+        "works": res.fixed,
         "env_steps_to_fix": res.env_steps_to_fix,
         "stopped_early": res.stopped_early,
         "budget_sources": [a.budget_source for a in res.attempts],

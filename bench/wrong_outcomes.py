@@ -189,6 +189,7 @@ def fix_rates(kb_base: list, truths, scenarios, args) -> list[dict]:
                     "first_causes": res.first_causes,
                     "top1": res.top1,
                     "fixed": res.fixed,
+                    "works": res.works,
                     "winning_patch": res.winning_patch,
                     "total_env_steps": res.total_env_steps,
                     "wall_s": round(res.total_wall_time_s, 1),

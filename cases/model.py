@@ -325,6 +325,11 @@ class Verification(FrozenModel):
     race: RaceStage | None = None
     #: training seeds whose arms (both) went on from their stage-1 runs rather than starting from the checkpoint
     resumed_seeds: list[int] = Field(default_factory=list)
+    #: the agent now works (cases.verify.fixed): an ``improved`` confirmation whose treatment meets the success
+    #: definition or closes the declared share of the patient's gap to it; None: not judged (older records)
+    fixed: bool | None = None
+    #: share of the gap between the patient's own value and its success threshold the treatment closed
+    gap_closed: float | None = Field(default=None, allow_inf_nan=False)
 
 
 class LiteratureEffect(FrozenModel):

@@ -41,6 +41,7 @@ from typing import Any
 
 from remedy.cases.errors import ScenarioError
 from remedy.cases.model import Case, RootCause, Source
+from remedy.cases.verify.executors import Executor
 from remedy.cases.verify.racing import RACE_FRACTION, RACE_SEEDS, RaceSettings
 from remedy.cases.verify.scenarios import Scenario, build, load_scenarios
 from remedy.cases.verify.verification import CONFIRM_SEEDS, SCREEN_CONFIDENCE, VerifyConfig
@@ -98,6 +99,9 @@ class BenchSettings:
     race: bool = True  # race each round's candidates (cases.verify.racing)
     race_fraction: float = RACE_FRACTION
     race_seeds: int = RACE_SEEDS
+    explore: float = 0.0  # share of candidate slots given to a lower-ranked candidate (the factory's negatives)
+    explore_seed: int = 0
+    seed_base: int = 0  # first training seed of the screens (another block: another, independent measurement)
 
     def race_settings(self) -> RaceSettings:
         """How the fix loop races each round's candidates."""
@@ -116,6 +120,7 @@ class BenchSettings:
             eval_episodes=self.eval_episodes or scenario.eval_episodes,
             n_envs=self.n_envs,
             executor=self.executor,
+            seed_base=self.seed_base,
         )
 
 
@@ -130,7 +135,7 @@ class ScenarioResult:
     first_causes: list[str]
     top1: bool
     top3: bool
-    fixed: bool
+    fixed: bool  # a confirmed ``improved`` (the name predates the strict sense below; stored results keep it)
     attempts: int
     attempts_to_fix: int | None
     env_steps_to_fix: int | None
@@ -148,6 +153,8 @@ class ScenarioResult:
     budget_only_fix: bool = False  # the winning patch only added training steps
     baselines: dict[str, dict[str, Any]] | None = None  # arm -> BaselineFix as a dict
     stopped_early: int = 0  # candidates a race dropped at stage 1 (no verdict)
+    #: fixed in the strict sense: the confirmed winner makes the agent work (cases.verify.fixed); None: not judged
+    works: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -164,6 +171,7 @@ class BenchSummary:
     total_env_steps: int
     total_wall_time_s: float
     stopped_early: int = 0  # candidates a race dropped at stage 1, over all scenarios
+    works_rate: float = 0.0  # share of scenarios whose confirmed winner makes the agent work (strict "fixed")
 
 
 @dataclass(frozen=True)
@@ -188,6 +196,7 @@ class SplitSummary:
     budget_only_fix_rate: float
     other_fix_rate: float
     baseline_fix_rates: dict[str, float]
+    works_rate: float = 0.0  # over the same denominator: the confirmed winner makes the agent work
 
 
 @dataclass(frozen=True)
@@ -259,6 +268,7 @@ def summarize(results: Sequence[ScenarioResult]) -> BenchSummary:
         total_env_steps=sum(r.total_env_steps for r in results),
         total_wall_time_s=sum(r.total_wall_time_s for r in results),
         stopped_early=sum(r.stopped_early for r in results),
+        works_rate=frac([bool(r.works) for r in results]),
     )
 
 
@@ -293,6 +303,7 @@ def _split_summary(split: str, rows: Sequence[ScenarioResult], answer: list[str]
         baseline_fix_rates={
             a: frac([bool((r.baselines or {}).get(a, {}).get("fixed")) for r in counted], len(counted)) for a in arms
         },
+        works_rate=frac([bool(r.works) for r in counted], len(counted)),
     )
 
 
@@ -322,7 +333,8 @@ def _scenario_result(s: Scenario, res: FixResult) -> ScenarioResult:
         first_causes=causes,
         top1=top1,
         top3=top3,
-        fixed=res.fixed,
+        fixed=res.improved,
+        works=res.fixed,
         attempts=len(res.attempts),
         attempts_to_fix=res.attempts_to_fix,
         env_steps_to_fix=res.env_steps_to_fix,
@@ -375,8 +387,10 @@ def run_bench(
     label: str = "kb",
     cache_dir: str | Path | None = None,
     progress: BenchProgress | None = None,
+    executor: Executor | None = None,
 ) -> BenchReport:
-    """Run the fix loop on each scenario against ``kb`` (None: cold) and score it.
+    """Run the fix loop on each scenario against ``kb`` (None: cold) and score it (``executor``: a running one to
+    reuse, e.g. a Ray cluster's; None: each loop builds ``settings.executor``).
 
     Attempts are stored as ``bench`` cases in ``store`` (usually ``kb``; None: nowhere).
     A scenario that cannot be built or crashes the loop is scored as not fixed, with the
@@ -410,6 +424,9 @@ def run_bench(
                 n_episodes=settings.diagnose_episodes,
                 out_dir=_fix_dir(store),
                 race=settings.race_settings(),
+                explore=settings.explore,
+                explore_seed=settings.explore_seed,
+                executor=executor,
             )
             row = _scenario_result(s, res)
             arms = _baselines(s, run, settings, say) if settings.baselines else None

@@ -25,11 +25,16 @@ def _fmt(v: float | None, spec: str = ".0f") -> str:
     return "-" if v is None else format(v, spec)
 
 
+def _works(v: bool | None) -> str:
+    """Strict "fixed" (the agent now works): yes / no, or '-' for a result recorded before it was judged."""
+    return "-" if v is None else ("yes" if v else "no")
+
+
 def _scenario_rows(report: BenchReport) -> list[str]:
     rows = [
-        "| scenario | ground truth | first diagnosis (top 3) | top-1 | top-3 | fixed | attempts to fix "
-        "| env steps to fix | wall s to fix | winning patch | effect [CI] |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| scenario | ground truth | first diagnosis (top 3) | top-1 | top-3 | improved | fixed (works) "
+        "| attempts to fix | env steps to fix | wall s to fix | winning patch | effect [CI] |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in report.scenarios:
         e = r.winning_effect
@@ -37,7 +42,8 @@ def _scenario_rows(report: BenchReport) -> list[str]:
         diag = ", ".join(r.first_causes[:3]) or (f"error: {r.error}" if r.error else "-")
         rows.append(
             f"| {r.scenario} | {', '.join(r.ground_truth)} | {diag} | {'yes' if r.top1 else 'no'} "
-            f"| {'yes' if r.top3 else 'no'} | {'yes' if r.fixed else 'no'} | {_fmt(r.attempts_to_fix)} "
+            f"| {'yes' if r.top3 else 'no'} | {'yes' if r.fixed else 'no'} | {_works(r.works)} "
+            f"| {_fmt(r.attempts_to_fix)} "
             f"| {_fmt(r.env_steps_to_fix, ',.0f')} | {_fmt(r.wall_time_to_fix_s)} | {r.winning_patch or '-'} "
             f"| {eff} |"
         )
@@ -51,7 +57,8 @@ def _summary_rows(reports: Sequence[BenchReport]) -> list[str]:
         ("scenarios", lambda s: str(s.n)),
         ("top-1 accuracy", lambda s: f"{s.top1_accuracy:.0%}"),
         ("top-3 accuracy", lambda s: f"{s.top3_accuracy:.0%}"),
-        ("verified-fix rate", lambda s: f"{s.fix_rate:.0%}"),
+        ("confirmed-improved rate", lambda s: f"{s.fix_rate:.0%}"),
+        ("fixed rate (the agent now works)", lambda s: f"{s.works_rate:.0%}"),
         ("mean attempts to fix", lambda s: _fmt(s.mean_attempts_to_fix, ".2f")),
         ("mean env steps to fix", lambda s: _fmt(s.mean_env_steps_to_fix, ",.0f")),
         ("mean wall s to fix", lambda s: _fmt(s.mean_wall_time_to_fix_s, ".0f")),
@@ -96,7 +103,12 @@ def _split_rows(passes: Sequence[BenchReport]) -> list[str]:
                 [_val(x, "top3_accuracy") for x in sums],
                 ["-", _pct(ref.baseline_top3)] + ["-"] * len(arms),
             ),
-            ("verified-fix rate (solvable)", [_val(x, "fix_rate") for x in sums], ["-", "-", *fix_arms]),
+            ("confirmed-improved rate (solvable)", [_val(x, "fix_rate") for x in sums], ["-", "-", *fix_arms]),
+            (
+                "fixed rate, agent works (solvable)",
+                [_val(x, "works_rate") for x in sums],
+                ["-", "-"] + ["-"] * len(arms),
+            ),
             (
                 "... by more training only",
                 [_val(x, "budget_only_fix_rate") for x in sums],

@@ -86,7 +86,7 @@ class DemoResult:
     @property
     def any_improved(self) -> bool:
         """True when at least one scenario ended with a fix verified ``improved``."""
-        return any(r.result.fixed for r in self.rows)
+        return any(r.result.improved for r in self.rows)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready summary (what the demo writes to ``<kb>/demo-summary.json``)."""
@@ -185,7 +185,7 @@ def _one(kb: KnowledgeBase, s: Scenario, settings: DemoSettings, say: DemoProgre
 
 def _query(kb: KnowledgeBase, rows: list[DemoRow], k: int) -> tuple[str | None, list[SimilarCase]]:
     """Similar cases for the signature of the first scenario that was fixed (else the first one)."""
-    pick = next((r for r in rows if r.result.fixed), rows[0] if rows else None)
+    pick = next((r for r in rows if r.result.improved), rows[0] if rows else None)
     if pick is None or pick.result.first_diagnosis is None:
         return None, []
     return pick.scenario, kb.similar(pick.result.first_diagnosis.signature, k=k)

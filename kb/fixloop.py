@@ -9,8 +9,10 @@ linked to the screen); only a confirmation can be ``improved``, and at most
 ``confirmations`` are run per loop, so the chance that the loop reports a false
 fix is at most ``confirmations × (1 − confidence) / 2`` (5% with the defaults;
 see :mod:`remedy.cases.verify.stats`). The loop stops at the first confirmed
-improvement unless ``exhaustive`` (then every screen that clears is confirmed,
-within the cap, and the largest CONFIRMED effect wins); the winning patch is
+fix that makes the agent work (``fixed``, :mod:`remedy.cases.verify.fixed`; an
+``improved`` confirmation that leaves it failing does not stop it) unless
+``exhaustive`` (then every screen that clears is confirmed, within the cap, and a
+fix that works, then the largest CONFIRMED effect, wins); the winning patch is
 written as a YAML file the user can apply with ``remedy verify --patch``.
 
 With racing (on by default; :mod:`remedy.cases.verify.racing`) every round first runs stage 1:
@@ -30,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from remedy.cases.errors import VerificationError
 from remedy.cases.evidence.rollcache import RolloutCache, RolloutSavings
 from remedy.cases.evidence.rundir import RunDir
 from remedy.cases.model import Case, Effect, Provenance, RaceStage, Source, Stage, Status, Verification, new_case_id
@@ -116,11 +119,23 @@ class AttemptRecord:
     budget_source: str | None = None  # user | kb | scenario | prior | patch (Verification.budget_source)
     budget_cases: tuple[str, ...] = ()  # the confirmed fixes a kb budget was learned from
     race: RaceStage | None = None  # stage 1 of a race, when this candidate ran one
+    #: the agent now works (:mod:`remedy.cases.verify.fixed`); None: not judged
+    fixed: bool | None = None
+    gap_closed: float | None = None  # share of the patient's gap to its success threshold the treatment closed
+    #: how the candidate was chosen: its rank in the diagnosis (1 = top) and score, or "exploration"
+    chosen_by: str = "diagnosis"
+    rank: int | None = None
+    score: float | None = None
 
     @property
     def improved(self) -> bool:
         """True when a confirmation on fresh seeds found the task metric clearly better than the control."""
         return self.status == Status.improved.value and self.stage == Stage.confirm.value
+
+    @property
+    def works(self) -> bool:
+        """True when the confirmation is ``improved`` AND the agent now works (``fixed``; stops the loop)."""
+        return self.improved and bool(self.fixed)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready summary (the patch as its parts)."""
@@ -153,6 +168,11 @@ class AttemptRecord:
             },
             "reason": self.reason,
             "race": None if self.race is None else self.race.model_dump(mode="json"),
+            "fixed": self.fixed,
+            "gap_closed": self.gap_closed,
+            "chosen_by": self.chosen_by,
+            "rank": self.rank,
+            "score": self.score,
         }
 
 
@@ -184,9 +204,15 @@ class FixResult:
         return sum(a.status == Status.stopped_early.value for a in self.attempts)
 
     @property
-    def fixed(self) -> bool:
-        """True when some candidate was confirmed ``improved`` on fresh seeds."""
+    def improved(self) -> bool:
+        """True when some candidate was confirmed ``improved`` on fresh seeds (the agent may still fail)."""
         return self.winner is not None
+
+    @property
+    def fixed(self) -> bool:
+        """True when the winner is ``fixed``: confirmed improved AND the agent now works (meets the success
+        definition or closes the declared share of its gap; :mod:`remedy.cases.verify.fixed`)."""
+        return self.winner is not None and self.winner.works
 
     @property
     def first_diagnosis(self) -> DiagnosisReport | None:
@@ -200,6 +226,7 @@ class FixResult:
             "run_dir": str(self.run_dir),
             "scenario": self.scenario,
             "fixed": self.fixed,
+            "improved": self.improved,
             "rounds_used": self.rounds_used,
             "stop_reason": self.stop_reason,
             "first_diagnosis": None
@@ -367,6 +394,8 @@ def _verify(
 def _record(loop: _Loop, rnd: int, cand: CandidatePatch, report: DiagnosisReport, case: Case) -> AttemptRecord:
     parent = loop.cases[-1].case_id if loop.cases else None
     case = stored_case(case, report, source=loop.source, parent_id=parent, scenario=loop.scenario_name)
+    chosen = _how_chosen(loop, report, cand)
+    case = case.model_copy(update={"tags": [*case.tags, *_chosen_tags(chosen)]})
     if loop.store is not None:
         loop.store.add(case)
     loop.cases.append(case)
@@ -389,6 +418,9 @@ def _record(loop: _Loop, rnd: int, cand: CandidatePatch, report: DiagnosisReport
         budget_source=v.budget_source if v else None,
         budget_cases=tuple(v.budget_cases) if v else (),
         race=v.race if v else None,
+        fixed=v.fixed if v else None,
+        gap_closed=v.gap_closed if v else None,
+        **chosen,
     )
     loop.attempts.append(rec)
     loop.steps += rec.env_steps
@@ -397,10 +429,45 @@ def _record(loop: _Loop, rnd: int, cand: CandidatePatch, report: DiagnosisReport
     return rec
 
 
-def _fresh(report: DiagnosisReport, loop: _Loop, k: int) -> list[CandidatePatch]:
-    """The top ``k`` candidates whose patch this loop has not verified yet."""
+def _fresh(report: DiagnosisReport, loop: _Loop, k: int, rnd: int = 1) -> list[CandidatePatch]:
+    """The top ``k`` candidates whose patch this loop has not verified yet; with ``loop.explore`` a seeded share
+    of the slots goes to a random lower-ranked fresh candidate instead (recorded as chosen by exploration)."""
     seen = {c.patch.model_dump_json() for c in loop.cases}
-    return [c for c in report.candidates if c.patch.model_dump_json() not in seen][:k]
+    fresh = [c for c in report.candidates if c.patch.model_dump_json() not in seen]
+    chosen, rest = fresh[:k], fresh[k:]
+    if loop.explore <= 0 or not rest:
+        return chosen
+    import random
+
+    rng = random.Random(f"{loop.explore_seed}:{loop.run.path}:{rnd}")  # same run, same round: same choice
+    for slot in range(len(chosen)):
+        if rest and rng.random() < loop.explore:
+            pick = rest.pop(rng.randrange(len(rest)))
+            loop.explored.add(pick.patch.model_dump_json())
+            chosen[slot] = pick
+    return chosen
+
+
+def _chosen_tags(chosen: dict[str, Any]) -> list[str]:
+    """How the candidate was chosen, as case tags (``chosen:diagnosis``/``chosen:exploration``, ``rank:N``,
+    ``score:X``), so an export keeps it beside the outcome."""
+    tags = [f"chosen:{chosen['chosen_by']}"]
+    if chosen["rank"] is not None:
+        tags.append(f"rank:{chosen['rank']}")
+    if chosen["score"] is not None:
+        tags.append(f"score:{chosen['score']:.4g}")
+    return tags
+
+
+def _how_chosen(loop: _Loop, report: DiagnosisReport, cand: CandidatePatch) -> dict[str, Any]:
+    """The candidate's rank (1 = top) and score in the diagnosis that proposed it, and whether exploration chose it."""
+    key = cand.patch.model_dump_json()
+    ranks = [i for i, c in enumerate(report.candidates, start=1) if c.patch.model_dump_json() == key]
+    return {
+        "chosen_by": "exploration" if key in loop.explored else "diagnosis",
+        "rank": ranks[0] if ranks else None,
+        "score": cand.score,
+    }
 
 
 def with_control_cache(config: VerifyConfig, *bases: object) -> VerifyConfig:
@@ -437,6 +504,8 @@ def fix(
     seed: int = 0,
     confirmations: int = CONFIRMATIONS,
     race: RaceSettings | None = None,
+    explore: float = 0.0,
+    explore_seed: int = 0,
 ) -> FixResult:
     """Diagnose, verify the top ``candidates`` patches, store every attempt, repeat up to ``rounds`` times.
 
@@ -457,13 +526,19 @@ def fix(
     (evidence at the same seeds, a budget patch's checkpoint control) are computed once per loop
     (``FixResult.rollouts`` counts what was reused). ``race`` (default: on, a third of the budget
     on two seeds) races the candidates of a round (:mod:`remedy.cases.verify.racing`);
-    ``RaceSettings(enabled=False)`` screens every candidate at the full budget.
+    ``RaceSettings(enabled=False)`` screens every candidate at the full budget. ``explore`` (0..1) gives that
+    share of candidate slots, drawn with ``explore_seed``, to a random lower-ranked candidate (the data then holds
+    counterfactual negatives, not only the diagnoser's choices); each attempt records how it was chosen.
+    The loop stops at the first confirmed fix that makes the agent work (``fixed``); a confirmed improvement that
+    leaves it failing is kept (and wins if nothing better comes) while the loop goes on.
     """
     run = run_dir if isinstance(run_dir, RunDir) else RunDir.load(run_dir)
     config = with_control_cache(config or VerifyConfig(), store, kb)
     config.check()
     race = race or RaceSettings()
     race.check()
+    if not 0.0 <= explore <= 1.0:
+        raise VerificationError(f"the exploration share must be between 0 and 1, not {explore}")
     config.budget_for(run.config.train_steps)  # no budget at all is the user's to fix, not every candidate's failure
     runner = executor or get_executor(config.executor)
     loop = _Loop(
@@ -477,6 +552,8 @@ def fix(
         progress=progress,
         max_confirmations=confirmations,
         race=race,
+        explore=explore,
+        explore_seed=explore_seed,
     )
     try:
         stop = _rounds(
@@ -518,7 +595,7 @@ def _rounds(
             rollouts=loop.rollouts,
         )
         loop.diagnoses.append(report)
-        chosen = _fresh(report, loop, k_cands)
+        chosen = _fresh(report, loop, k_cands, rnd)
         if not chosen:
             return f"round {rnd}: the diagnosis offered no candidate that was not tried already"
         staged = _race(loop, rnd, rounds, chosen, report)
@@ -527,10 +604,16 @@ def _rounds(
                 continue  # dropped at stage 1 and stored as such by _race
             label = f"round {rnd}/{rounds}, candidate {i}/{len(chosen)} ({cand.patch.summary()})"
             rec = _screen_then_confirm(loop, rnd, cand, report, label, stage_one)
-            if rec is not None and rec.improved and not exhaustive:
+            if rec is not None and rec.works and not exhaustive:  # improved but still failing: keep looking
                 _unscreened(loop, rnd, report, staged[i:])
-                return f"round {rnd}: improvement confirmed on fresh seeds"
-    return f"{rounds} round(s) done" + ("" if loop.fix_at else " without a confirmed improvement")
+                return f"round {rnd}: fix confirmed on fresh seeds (the agent now works)"
+    if any(a.works for a in loop.attempts):
+        return f"{rounds} round(s) done"
+    return f"{rounds} round(s) done" + (
+        " with a confirmed improvement, but the agent still fails"
+        if loop.fix_at
+        else " without a confirmed improvement"
+    )
 
 
 #: a raced candidate's stage-1 case, its standing, and the folder its stage-1 arms were kept in
@@ -664,8 +747,8 @@ def _patch_path(loop: _Loop, winner: AttemptRecord, out_dir: str | Path | None) 
 def _result(loop: _Loop, stop: str, out_dir: str | Path | None) -> FixResult:
     improved = [a for a in loop.attempts if a.improved]  # confirmations only
     winner = None
-    if improved:  # exhaustive: the largest confirmed effect wins; otherwise there is exactly the first one
-        winner = max(improved, key=lambda a: a.effect.diff if a.effect is not None else float("-inf"))
+    if improved:  # a fix that makes the agent work first, then the largest confirmed effect
+        winner = max(improved, key=lambda a: (a.works, a.effect.diff if a.effect is not None else float("-inf")))
     path = _patch_path(loop, winner, out_dir) if winner is not None else None
     fix_at = loop.fix_at or (None, None, None)
     warnings = tuple(w for d in loop.diagnoses for w in d.warnings)

@@ -236,10 +236,11 @@ def test_a_cleared_screen_is_confirmed_on_fresh_seeds(kb, patient, tmp_path):
     assert screen_seeds == {0, 1} and conf_seeds == {2, 3}
     assert stored_conf.eval_seed != stored_screen.eval_seed
     if confirmation.status == Status.improved.value:  # the confirmation, never the screen, is the winner
-        assert result.fixed and result.winner == confirmation and result.attempts_to_fix == 2
+        assert result.improved and result.winner == confirmation and result.attempts_to_fix == 2
+        assert result.fixed == bool(confirmation.fixed)  # fixed: improved AND the agent now works
         assert load_patch(result.patch_path) == budget
     else:
-        assert not result.fixed and result.winner is None and result.patch_path is None
+        assert not result.improved and not result.fixed and result.winner is None and result.patch_path is None
     _check_stored(kb, result, "tiny_confirm")
 
 

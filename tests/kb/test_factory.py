@@ -1,0 +1,149 @@
+"""The case factory (bench/factory.py): shards partition the zoo, a re-run resumes, chunks land with a manifest."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from remedy.cases.io import read_cases
+from remedy.cases.model import Stage, Status
+from remedy.cases.verify.solvability import ORACLE_FILE, latest_results, not_failing
+from remedy.kb.bench import BenchSettings, select_scenarios
+
+from .conftest import make_case
+
+
+@pytest.fixture(scope="module")
+def factory(bench_script_module):
+    return bench_script_module
+
+
+@pytest.fixture(scope="module")
+def bench_script_module():
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).parents[2] / "bench" / "factory.py"
+    spec = importlib.util.spec_from_file_location("remedy_bench_factory", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def zoo():
+    return select_scenarios("cartpole_*")[:3]
+
+
+def _fake_runner(calls: list[str]):
+    """A unit runner that records its calls and returns a screen and its confirmation (improved and fixed)."""
+
+    def run(unit, settings, executor=None, start=None):
+        calls.append(unit.key)
+        screen = make_case(f"s-{unit.key}", status="inconclusive")
+        conf = make_case(f"c-{unit.key}", status="improved")
+        v = conf.verification.model_copy(
+            update={"stage": Stage.confirm, "confirms": screen.case_id, "fixed": True, "env_steps": 100}
+        )
+        conf = conf.model_copy(update={"verification": v, "tags": ["chosen:exploration", "rank:3"]})
+        cases = [screen, conf]
+        return cases, {"unit": unit.key, "scenario": unit.scenario.name, "wall_time_s": 2.0, **factory_counts(cases)}
+
+    return run
+
+
+def factory_counts(cases):
+    import sys
+
+    return sys.modules["remedy_bench_factory"].counts(cases)
+
+
+def test_shards_partition_the_units(factory, zoo):
+    every = [u.key for u in factory.units(zoo, 2, None)]
+    assert len(every) == 6 and len(set(every)) == 6
+    parts = [[u.key for u in factory.units(zoo, 2, (i, 3))] for i in (1, 2, 3)]
+    assert sorted(k for p in parts for k in p) == sorted(every)  # complete
+    assert all(set(a).isdisjoint(b) for i, a in enumerate(parts) for b in parts[i + 1 :])  # disjoint
+    assert every[:3] == [f"{s.name}@0" for s in zoo]  # pass by pass
+
+
+def test_factory_resumes_and_seals_chunks(factory, zoo, tmp_path):
+    calls: list[str] = []
+    out = tmp_path / "factory"
+    ran = factory.run_factory(zoo, BenchSettings(), out, chunk=2, unit_runner=_fake_runner(calls))
+    assert ran == calls == [f"{s.name}@0" for s in zoo]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert [c["n_units"] for c in manifest["chunks"]] == [2, 1]  # every 2 units, the rest at the end
+    t = manifest["totals"]
+    assert (t["attempts"], t["improved"], t["fixed"], t["exploration"], t["env_steps"]) == (3, 3, 3, 3, 300)
+    assert t["confirmations"] == 3 and t["n_units"] == 3 and t["wall_time_s"] == 6.0
+    first = manifest["chunks"][0]
+    assert first["settings"]["explore"] == 0.0 and "remedy" in first["versions"] and "git_commit" in first
+    cases = read_cases(out / first["file"])[0]
+    assert len(cases) == 4 and {c.case_id for c in cases} == {f"{p}-{zoo[i].name}@0" for p in "sc" for i in (0, 1)}
+    assert not list((out / "pending").glob("*"))
+    # a second run has nothing left to do
+    assert factory.run_factory(zoo, BenchSettings(), out, chunk=2, unit_runner=_fake_runner(calls)) == []
+    assert len(calls) == 3
+    # a second pass runs only the new units
+    more = factory.run_factory(zoo, BenchSettings(), out, passes=2, chunk=5, unit_runner=_fake_runner(calls))
+    assert more == [f"{s.name}@1" for s in zoo]
+
+
+def test_a_unit_left_pending_is_sealed_on_resume(factory, zoo, tmp_path):
+    out = tmp_path / "factory"
+    calls: list[str] = []
+    unit = factory.units(zoo, 1, None)[0]
+    cases, summary = _fake_runner(calls)(unit, BenchSettings())
+    factory.save_pending(out, unit, cases, {**summary, "shard": "all"})  # a run killed before sealing
+    assert factory.done_units(out) == {unit.key}
+    ran = factory.run_factory(zoo, BenchSettings(), out, chunk=10, unit_runner=_fake_runner(calls))
+    assert unit.key not in ran and len(ran) == 2
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["totals"]["n_units"] == 3 and len(manifest["chunks"]) == 1
+
+
+def test_sharded_runs_share_one_manifest(factory, zoo, tmp_path):
+    out, calls = tmp_path / "factory", []
+    for i in (1, 2):
+        factory.run_factory(zoo, BenchSettings(), out, shard=(i, 2), chunk=1, unit_runner=_fake_runner(calls))
+    manifest = json.loads((out / "manifest.json").read_text())
+    files = [c["file"] for c in manifest["chunks"]]
+    assert len(files) == len(set(files)) == 3 and sorted(calls) == sorted(f"{s.name}@0" for s in zoo)
+    assert {c["shard"] for c in manifest["chunks"]} == {"1/2", "2/2"}
+
+
+def test_solvable_patients_first_and_not_failing_dropped(factory):
+    scenarios = select_scenarios()
+    zoo = factory.order_zoo(scenarios, ORACLE_FILE)
+    verdicts = latest_results(scenarios, ORACLE_FILE)
+    solvable = [s.name for s in scenarios if s.name in verdicts and verdicts[s.name].verdict == "solvable"]
+    assert solvable and [s.name for s in zoo[: len(solvable)]] == sorted(solvable)
+    assert not {s.name for s in zoo} & not_failing(scenarios, ORACLE_FILE)
+
+
+def test_counts_take_each_attempt_once_at_its_final_verdict(factory):
+    screen = make_case("s1", status="inconclusive")
+    conf = make_case("c1", status="improved")
+    conf = conf.model_copy(
+        update={"verification": conf.verification.model_copy(update={"stage": Stage.confirm, "confirms": "s1"})}
+    )
+    lone = make_case("s2", status="no_effect")
+    c = factory.counts([screen, conf, lone])
+    assert (c["attempts"], c["improved"], c["fixed"], c["confirmations"], c["cases"]) == (2, 1, 0, 1, 3)
+    assert conf.verification.status is Status.improved
+
+
+def test_bad_shard_is_one_error_line(factory, capsys):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).parents[2]
+    res = subprocess.run(
+        [sys.executable, "bench/factory.py", "--shard", "3/2", "--dry-run"], cwd=root, capture_output=True, text=True
+    )
+    assert res.returncode == 2 and res.stderr.strip().count("\n") == 0 and "--shard" in res.stderr
