@@ -14,9 +14,6 @@ read is bounded.
 
 from __future__ import annotations
 
-import ast
-import json
-import math
 import os
 import re
 import shutil
@@ -26,112 +23,37 @@ from pathlib import Path
 from typing import Any, Literal
 
 import gymnasium as gym
-import numpy as np
-import yaml
 from pydantic import BaseModel, ConfigDict
 from pydantic import ValidationError as PydanticValidationError
 
 from ..algos import ALGOS, canonical_algo
 from ..errors import AlgorithmError, CheckpointError, RunDirError
-from ..success import FinalObs, FinalReward, InfoFlag, ReturnThreshold, SuccessSpec, Terminated, parse_success
-from ..yamlfile import MAX_YAML_ALIASES, MAX_YAML_BYTES, check_expanded_size, first_error, safe_load_yaml
-from .rundir import MODEL_ZIP, VECNORMALIZE_PKL, RunConfig, RunDir, checkpoint_algos, write_run_yaml
+from ..success import ReturnThreshold, SuccessSpec
+from ..yamlfile import first_error
+from .envs import check_env_id, make_env
+from .foreign import (
+    SUCCESS_FORMS,
+    CheckpointFacts,
+    checkpoint_facts,
+    evaluations_summary,
+    literal_kwargs,
+    load_zoo_yaml,
+    model_card_names,
+    normalize_setting,
+    parse_success_option,
+    read_checkpoint_data,
+)
+from .rundir import MODEL_ZIP, VECNORMALIZE_PKL, RunConfig, RunDir, write_run_yaml
 
-__all__ = [
-    "AdoptedFile",
-    "AdoptResult",
-    "adopt",
-    "parse_success_option",
-    "read_checkpoint_data",
-    "load_zoo_yaml",
-    "SUCCESS_FORMS",
-    "STATS_NAMES",
-    "MAX_DATA_BYTES",
-]
+__all__ = ["AdoptedFile", "AdoptResult", "adopt", "STATS_NAMES"]
 
-#: the checkpoint's ``data`` entry is refused past this size once inflated (a PPO's is a few KB)
-MAX_DATA_BYTES = 32_000_000
-#: a log file copied from a metrics archive (``train_eval_metrics.zip``) is refused past this size
-MAX_LOG_BYTES = 64_000_000
 #: names normalization statistics go by: SB3/RL Zoo, Hugging Face (huggingface_sb3, rl_zoo3 push_to_hub)
 STATS_NAMES = ("vecnormalize.pkl", "vec_normalize.pkl")
-#: what ``--success`` accepts (the error for a missing success definition quotes it)
-SUCCESS_FORMS = (
-    "'return>=X', 'info:KEY' (info[KEY] true at the end), 'final_reward>=X', 'obs[I]>=X' (also <=, >, <, ==), "
-    "'terminated' (reaches a goal state), 'survive' (lasts to the time limit), "
-    "or a YAML mapping such as '{kind: return_threshold, threshold: 200}'"
-)
 #: how deep a folder is walked, and how many files are looked at, before the rest is left unread
 _MAX_DEPTH = 4
 _MAX_FILES = 2000
 #: RL Zoo algorithm folder names that are not Remedy's names
 _ZOO_ALGOS = {"ppo_lstm": "RecurrentPPO", "ppo_mask": "MaskablePPO"}
-#: constructor arguments SB3 and sb3-contrib keep as same-named attributes, so ``data`` holds them
-_HYPERPARAMS = (
-    "learning_rate",
-    "n_steps",
-    "batch_size",
-    "n_epochs",
-    "gamma",
-    "gae_lambda",
-    "ent_coef",
-    "vf_coef",
-    "max_grad_norm",
-    "use_sde",
-    "sde_sample_freq",
-    "normalize_advantage",
-    "target_kl",
-    "clip_range",
-    "clip_range_vf",
-    "buffer_size",
-    "learning_starts",
-    "tau",
-    "gradient_steps",
-    "target_update_interval",
-    "exploration_fraction",
-    "exploration_initial_eps",
-    "exploration_final_eps",
-    "policy_delay",
-    "target_policy_noise",
-    "target_noise_clip",
-    "target_entropy",
-    "top_quantiles_to_drop_per_net",
-    "cg_max_steps",
-    "cg_damping",
-    "line_search_shrinking_factor",
-    "line_search_max_iter",
-    "n_critic_updates",
-    "sub_sampling_factor",
-    "n_delta",
-    "n_top",
-    "delta_std",
-    "zero_policy",
-    "alive_bonus_offset",
-    "policy_kwargs",
-)
-#: SB3 policy classes -> the alias a user passes (``PPO("MlpPolicy", ...)``); the same names in every algorithm
-_POLICY_ALIASES = {
-    "ActorCriticPolicy": "MlpPolicy",
-    "ActorCriticCnnPolicy": "CnnPolicy",
-    "MultiInputActorCriticPolicy": "MultiInputPolicy",
-    "RecurrentActorCriticPolicy": "MlpLstmPolicy",
-    "RecurrentActorCriticCnnPolicy": "CnnLstmPolicy",
-    "RecurrentMultiInputActorCriticPolicy": "MultiInputLstmPolicy",
-    "MaskableActorCriticPolicy": "MlpPolicy",
-    "MaskableActorCriticCnnPolicy": "CnnPolicy",
-    "MaskableMultiInputActorCriticPolicy": "MultiInputPolicy",
-    "DQNPolicy": "MlpPolicy",
-    "QRDQNPolicy": "MlpPolicy",
-    "SACPolicy": "MlpPolicy",
-    "TD3Policy": "MlpPolicy",
-    "TQCPolicy": "MlpPolicy",
-    "CrossQPolicy": "MlpPolicy",
-    "ARSPolicy": "LinearPolicy",
-    "ARSLinearPolicy": "LinearPolicy",
-    "MlpPolicy": "MlpPolicy",
-    "CnnPolicy": "CnnPolicy",
-    "MultiInputPolicy": "MultiInputPolicy",
-}
 
 
 class AdoptedFile(BaseModel):
@@ -155,194 +77,6 @@ class AdoptResult(BaseModel):
     config: RunConfig
     files: list[AdoptedFile]
     warnings: list[str] = []
-
-
-# --------------------------------------------------------------------------- reading files
-
-
-def read_checkpoint_data(path: Path) -> dict[str, Any]:
-    """The JSON ``data`` entry of an SB3 zip, read bounded and never unpickled (``:serialized:`` values stay opaque)."""
-    try:
-        with zipfile.ZipFile(path) as zf:
-            if "data" not in zf.namelist():
-                raise CheckpointError(
-                    f"{path} has no 'data' entry, so it is not an SB3 checkpoint; save it with model.save()"
-                )
-            if zf.getinfo("data").file_size > MAX_DATA_BYTES:
-                raise CheckpointError(f"{path}: its 'data' entry is over {MAX_DATA_BYTES:,} bytes; refusing to read it")
-            with zf.open("data") as f:
-                raw = f.read(MAX_DATA_BYTES + 1)  # the header's size may lie; the read itself is bounded
-    except (zipfile.BadZipFile, OSError) as ex:
-        raise CheckpointError(
-            f"{path} is not a readable zip ({ex}); point at an SB3 checkpoint saved with model.save()"
-        ) from ex
-    if len(raw) > MAX_DATA_BYTES:
-        raise CheckpointError(f"{path}: its 'data' entry inflates beyond {MAX_DATA_BYTES:,} bytes; refusing it")
-    try:
-        data = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as ex:
-        raise CheckpointError(f"{path}: its 'data' entry is not JSON ({ex}); save the checkpoint again") from ex
-    if not isinstance(data, dict):
-        raise CheckpointError(f"{path}: its 'data' entry is not a JSON object; save the checkpoint again")
-    return data
-
-
-def _plain(value: Any) -> bool:
-    """True for JSON data SB3 wrote as is (not a ``:serialized:`` pickle), with finite numbers."""
-    if isinstance(value, dict):
-        return ":serialized:" not in value and all(isinstance(k, str) and _plain(v) for k, v in value.items())
-    if isinstance(value, list):
-        return all(_plain(v) for v in value)
-    if isinstance(value, float):
-        return math.isfinite(value)
-    return value is None or isinstance(value, (bool, int, str))
-
-
-def _policy_class_name(data: dict[str, Any]) -> str | None:
-    """The policy class's name, from the method reprs SB3 writes beside the pickle (``<function X.__init__ at ...>``)."""
-    policy = data.get("policy_class")
-    if not isinstance(policy, dict):
-        return None
-    for value in policy.values():
-        m = re.match(r"<function (\w+)\.\w+ at ", value) if isinstance(value, str) else None
-        if m:
-            return m.group(1)
-    return None
-
-
-class _ZooLoader(yaml.SafeLoader):
-    """SafeLoader plus the inert tags RL Zoo's ``yaml.dump`` writes; any other Python tag stays an error.
-
-    ``!!python/object/apply:collections.OrderedDict`` becomes a dict, ``!!python/tuple`` a list and
-    ``!!python/name:torch.nn.ReLU`` the dotted name as a string (never imported). Aliases are counted.
-    """
-
-    def __init__(self, stream: str) -> None:
-        super().__init__(stream)
-        self.aliases = 0
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        if self.check_event(yaml.AliasEvent):
-            self.aliases += 1
-            if self.aliases > MAX_YAML_ALIASES:
-                raise yaml.YAMLError(f"more than {MAX_YAML_ALIASES} aliases")
-        return super().compose_node(parent, index)
-
-
-def _ordered_dict(loader: yaml.SafeLoader, node: yaml.Node) -> dict:
-    if not isinstance(node, yaml.SequenceNode) or len(node.value) != 1:
-        raise yaml.constructor.ConstructorError(
-            None, None, "an OrderedDict written in an unknown form", node.start_mark
-        )
-    pairs = loader.construct_sequence(node.value[0], deep=True)
-    if not all(isinstance(p, list) and len(p) == 2 for p in pairs):
-        raise yaml.constructor.ConstructorError(None, None, "an OrderedDict whose items are not pairs", node.start_mark)
-    return {k: v for k, v in pairs}
-
-
-_ZooLoader.add_constructor("tag:yaml.org,2002:python/object/apply:collections.OrderedDict", _ordered_dict)
-_ZooLoader.add_constructor(
-    "tag:yaml.org,2002:python/tuple",
-    lambda loader, node: loader.construct_sequence(node, deep=True),  # type: ignore[arg-type]
-)
-_ZooLoader.add_multi_constructor("tag:yaml.org,2002:python/name:", lambda loader, suffix, node: suffix)
-
-
-def load_zoo_yaml(path: Path) -> dict[str, Any]:
-    """Read an RL Zoo ``config.yml`` / ``args.yml`` / ``env_kwargs.yml`` into plain data; RunDirError if it cannot be."""
-    if path.stat().st_size > MAX_YAML_BYTES:
-        raise RunDirError(f"{path} is over {MAX_YAML_BYTES:,} bytes; refusing to read it")
-    loader = _ZooLoader(path.read_text(encoding="utf-8", errors="replace"))
-    try:
-        data = loader.get_single_data()
-    except yaml.YAMLError as ex:
-        problem = getattr(ex, "problem", None) or str(ex).splitlines()[0]
-        raise RunDirError(f"{path}: {problem}") from None
-    finally:
-        loader.dispose()
-    check_expanded_size(data, str(path), RunDirError)
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise RunDirError(f"{path} is not a mapping")
-    return data
-
-
-def _literal_kwargs(text: str) -> tuple[dict[str, Any], list[str]] | None:
-    """``"dict(a=1, b=True)"`` or ``"{'a': 1}"`` read as literals, never evaluated: (kwargs, names left unread).
-
-    None when the text is neither form. A keyword whose value is not a literal (``activation_fn=nn.ReLU``)
-    is left out and named, so the caller can say so.
-    """
-    try:
-        node = ast.parse(text.strip(), mode="eval").body
-    except SyntaxError:
-        return None
-    if isinstance(node, ast.Dict):
-        try:
-            value = ast.literal_eval(node)
-        except ValueError:
-            return None
-        return (value, []) if isinstance(value, dict) else None
-    if not (
-        isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "dict" and not node.args
-    ):
-        return None
-    kwargs, skipped = {}, []
-    for kw in node.keywords:
-        if kw.arg is None:
-            return None
-        try:
-            kwargs[kw.arg] = ast.literal_eval(kw.value)
-        except ValueError:
-            skipped.append(kw.arg)
-    return kwargs, skipped
-
-
-def _normalize_setting(value: Any) -> tuple[bool, str]:
-    """Whether RL Zoo's ``normalize`` hyperparameter means VecNormalize was on, and what was read of it."""
-    if isinstance(value, str):
-        if value.strip() in ("", "False", "false", "None"):
-            return False, f"normalize: {value!r}"
-        parsed = _literal_kwargs(value)
-        if parsed is None:
-            # RL Zoo evaluates this string; a truthy string there means normalization was on
-            return True, f"normalize: {value!r} (not evaluated; read as on)"
-        value = parsed[0]
-    if isinstance(value, dict):
-        obs = value.get("norm_obs", True)
-        return True, f"normalize: {value} (observations {'normalized' if obs else 'not normalized'})"
-    return bool(value), f"normalize: {value}"
-
-
-# --------------------------------------------------------------------------- success option
-
-
-_NUM = r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)"
-_OP = r"(>=|<=|==|>|<)"
-
-
-def parse_success_option(text: str) -> SuccessSpec:
-    """A success definition from ``--success`` text; the accepted forms are :data:`SUCCESS_FORMS`."""
-    s = text.strip()
-    if s.startswith("{"):
-        data = safe_load_yaml(s, "--success", RunDirError)
-        try:
-            return parse_success(data)
-        except PydanticValidationError as ex:
-            raise RunDirError(f"--success {text!r}: {first_error(ex)}; accepted: {SUCCESS_FORMS}") from None
-    compact = re.sub(r"\s+", "", s)
-    if m := re.fullmatch(rf"return>={_NUM}", compact):
-        return ReturnThreshold(threshold=float(m.group(1)))
-    if m := re.fullmatch(r"info:(\w+)", compact):
-        return InfoFlag(key=m.group(1))
-    if m := re.fullmatch(rf"final_reward{_OP}{_NUM}", compact):
-        return FinalReward(op=m.group(1), value=float(m.group(2)))  # type: ignore[arg-type]
-    if m := re.fullmatch(rf"obs\[(\d+)\]{_OP}{_NUM}", compact):
-        return FinalObs(index=int(m.group(1)), op=m.group(2), value=float(m.group(3)))  # type: ignore[arg-type]
-    if compact in ("terminated", "survive"):
-        return Terminated(survive=compact == "survive")
-    raise RunDirError(f"--success {text!r} is not a success definition; accepted: {SUCCESS_FORMS}")
 
 
 def _default_success(env_id: str) -> SuccessSpec:
@@ -376,6 +110,15 @@ def _walk(root: Path) -> tuple[list[Path], bool]:
         if len(found) > _MAX_FILES:
             return sorted(found[:_MAX_FILES]), True
     return sorted(found), False
+
+
+def _is_model_card(path: Path) -> bool:
+    """A README that a Hub SB3 upload writes (it names the library), not any README next to a zip."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return "stable-baselines3" in f.read(65536)
+    except OSError:
+        return False
 
 
 class _Source:
@@ -437,7 +180,7 @@ def _source_of(path: Path) -> _Source | None:
     parent = path.parent
     around = {p.name for p in parent.iterdir()} if parent.is_dir() else set()
     zoo_like = any((parent / d / n).is_file() for d in around for n in ("config.yml", "args.yml"))
-    hub_like = bool(around & {"README.md", "config.json", "config.yml", "args.yml"})
+    hub_like = bool(around & {"config.json", "config.yml", "args.yml"}) or _is_model_card(parent / "README.md")
     if zoo_like or hub_like:
         files, _ = _walk(parent)
         return _Source(parent, files, path.relative_to(parent))
@@ -475,27 +218,16 @@ class _Facts:
             self.env_id = (env_id.strip(), where)
 
 
-def _read_data(data: dict[str, Any], facts: _Facts) -> str:
-    """Take algorithm hints, hyperparameters, steps, envs and seed from a checkpoint's plain values."""
-    facts.train_steps = data.get("num_timesteps") if isinstance(data.get("num_timesteps"), int) else None
-    facts.n_envs = data.get("n_envs") if isinstance(data.get("n_envs"), int) else None
-    facts.seed = data.get("seed") if isinstance(data.get("seed"), int) else None
-    facts.hyperparams = {k: data[k] for k in _HYPERPARAMS if k in data and data[k] is not None and _plain(data[k])}
-    opaque = [k for k in _HYPERPARAMS if isinstance(data.get(k), dict) and ":serialized:" in data[k]]
-    if opaque:
-        facts.notes.append(f"saved as pickles, not read: {', '.join(opaque)}")
-    cls = _policy_class_name(data)
-    if cls in _POLICY_ALIASES:
-        facts.hyperparams["policy"] = _POLICY_ALIASES[cls]
-    elif cls:
-        facts.notes.append(f"custom policy class {cls} (fine-tuning loads it from the checkpoint)")
-    read = [f"num_timesteps={facts.train_steps}", f"n_envs={facts.n_envs}", f"{len(facts.hyperparams)} hyperparameters"]
-    return "data entry (JSON, no pickles): " + ", ".join(read)
+def _take_checkpoint(ck: CheckpointFacts, facts: _Facts) -> None:
+    """The checkpoint's own values come first: they are what SB3 actually trained with."""
+    facts.train_steps, facts.n_envs, facts.seed = ck.train_steps, ck.n_envs, ck.seed
+    facts.hyperparams = dict(ck.hyperparams)
+    facts.notes.extend(ck.notes)
 
 
 def _read_zoo_config(src: _Source, rel: Path, facts: _Facts) -> str:
     cfg = load_zoo_yaml(src.root / rel)
-    facts.normalize = _normalize_setting(cfg.get("normalize", False))
+    facts.normalize = normalize_setting(cfg.get("normalize", False))
     if isinstance(cfg.get("env_kwargs"), dict) and facts.env_kwargs is None:
         facts.env_kwargs = cfg["env_kwargs"]
     if facts.n_envs is None and isinstance(cfg.get("n_envs"), int):
@@ -505,7 +237,7 @@ def _read_zoo_config(src: _Source, rel: Path, facts: _Facts) -> str:
     if "policy" not in facts.hyperparams and isinstance(cfg.get("policy"), str):
         facts.hyperparams["policy"] = cfg["policy"]
     if "policy_kwargs" not in facts.hyperparams and isinstance(cfg.get("policy_kwargs"), str):
-        parsed = _literal_kwargs(cfg["policy_kwargs"])
+        parsed = literal_kwargs(cfg["policy_kwargs"])
         if parsed and parsed[0]:
             facts.hyperparams["policy_kwargs"] = parsed[0]
             if parsed[1]:
@@ -532,24 +264,11 @@ def _read_zoo_args(src: _Source, rel: Path, facts: _Facts) -> str:
 
 
 def _read_model_card(src: _Source, rel: Path, facts: _Facts) -> str:
-    """Algorithm and env id from a Hub model card: its YAML front matter, else the generated title line."""
-    text = (src.root / rel).read_text(encoding="utf-8", errors="replace")[:MAX_YAML_BYTES]
-    meta: Any = {}
-    if m := re.match(r"---\s*\n(.*?)\n---\s*\n", text, re.S):
-        try:
-            meta = safe_load_yaml(m.group(1), str(rel), RunDirError) or {}
-        except RunDirError:
-            meta = {}
-    index = meta.get("model-index") if isinstance(meta, dict) else None
-    if isinstance(index, list) and index and isinstance(index[0], dict):
-        facts.set_algo(index[0].get("name"), f"{rel} model-index")
-        results = index[0].get("results") or [{}]
-        dataset = results[0].get("dataset", {}) if isinstance(results[0], dict) else {}
-        facts.set_env(dataset.get("name") if isinstance(dataset, dict) else None, f"{rel} model-index")
-    if m := re.search(r"\*\*(\w+)\*\* Agent playing \*\*([\w./:-]+)\*\*", text):
-        facts.set_algo(m.group(1), f"{rel} title")
-        facts.set_env(m.group(2), f"{rel} title")
-    return f"algorithm {facts.algo[0] if facts.algo else '?'}, env {facts.env_id[0] if facts.env_id else '?'}"
+    """Algorithm and env id from a Hub model card."""
+    algo, env = model_card_names((src.root / rel).read_text(encoding="utf-8", errors="replace"))
+    facts.set_algo(algo, str(rel))
+    facts.set_env(env, str(rel))
+    return f"algorithm {algo or '?'}, env {env or '?'}"
 
 
 def _zoo_path_hints(src: _Source, facts: _Facts) -> None:
@@ -561,27 +280,55 @@ def _zoo_path_hints(src: _Source, facts: _Facts) -> None:
         facts.set_env(src.params_dir.name, "the RL Zoo folder name")
 
 
-def _choose_algo(facts: _Facts, data: dict[str, Any], algo: str | None, model: Path) -> str:
-    if algo:
-        return canonical_algo(algo)
-    saved = checkpoint_algos(data)
-    if facts.algo is not None:
-        return facts.algo[0]
-    if len(saved) == 1:
-        return next(iter(saved))
-    could = f" (it could be {' or '.join(sorted(saved))})" if saved else ""
-    raise RunDirError(f"cannot tell which algorithm saved {model}{could}; pass --algo, one of {', '.join(ALGOS)}")
+def _choose_algo(facts: _Facts, saved: set[str], algo: str | None, model: Path) -> str:
+    """``--algo``, else what the files name, else what only one algorithm saves; checked against the checkpoint."""
+    chosen, where = (canonical_algo(algo), "--algo") if algo else (facts.algo or (None, ""))
+    if chosen is None:
+        if len(saved) == 1:
+            return next(iter(saved))
+        could = f" (it could be {' or '.join(sorted(saved))})" if saved else ""
+        raise RunDirError(f"cannot tell which algorithm saved {model}{could}; pass --algo, one of {', '.join(ALGOS)}")
+    if saved and chosen not in saved:
+        raise CheckpointError(
+            f"{model} was saved by {' or '.join(sorted(saved))}, but {where} says {chosen}; "
+            f"pass --algo {sorted(saved)[0]} (or point at the right checkpoint)"
+        )
+    return chosen
 
 
 def _choose_env(facts: _Facts, env: str | None, model: Path) -> str:
+    """``--env``, else the id the files name (one that would import a module is refused); must be registered."""
     if env:
+        check_env_id(env)
         return env
     if facts.env_id is None:
         raise RunDirError(f"an SB3 checkpoint does not record its env id ({model}); pass --env, e.g. --env CartPole-v1")
     env_id, where = facts.env_id
     if ":" in env_id:  # "module:Env-v0" imports a module; a file must not choose one
         raise RunDirError(f"{where} names env '{env_id}', which imports a module; pass --env {env_id} if you trust it")
+    check_env_id(env_id)
     return env_id
+
+
+def _check_space_kinds(ck: CheckpointFacts, env_id: str, env_kwargs: dict[str, Any], model: Path) -> None:
+    """Refuse an env whose space types differ from the checkpoint's (Box vs Discrete), before anything is written.
+
+    Only the types can be compared without unpickling the saved spaces; shapes are checked when the
+    agent is loaded for a rollout.
+    """
+    if ck.observation_space is None and ck.action_space is None:
+        return
+    env = make_env(env_id, env_kwargs)
+    try:
+        actual = {"observation": type(env.observation_space).__name__, "action": type(env.action_space).__name__}
+    finally:
+        env.close()
+    for what, saved in (("observation", ck.observation_space), ("action", ck.action_space)):
+        if saved is not None and saved != actual[what]:
+            raise CheckpointError(
+                f"{model} was trained with a {saved} {what} space, but {env_id} has a {actual[what]} one; "
+                "pass the env it was trained on with --env"
+            )
 
 
 # --------------------------------------------------------------------------- the whole adoption
@@ -662,20 +409,8 @@ def _copy_logs(src: _Source, logs: list[Path], dest: Path) -> None:
         shutil.copy2(src.root / rel, dest / target)
         role, note = "training log", "copied"
         if rel.name == "evaluations.npz":
-            role, note = "evaluations", _evaluations_note(src.root / rel)
+            role, note = "evaluations", "copied; " + evaluations_summary(src.root / rel)
         src.mark(rel, role, True, note, str(target))
-
-
-def _evaluations_note(path: Path) -> str:
-    """A one-line summary of RL Zoo's / EvalCallback's ``evaluations.npz`` (loaded without pickle)."""
-    try:
-        with np.load(path, allow_pickle=False) as npz:
-            steps, results = npz["timesteps"], npz["results"]
-        if len(steps):
-            return f"copied; {len(steps)} evaluations, last mean return {float(np.mean(results[-1])):.4g} at step {int(steps[-1])}"
-        return "copied; no evaluations in it"
-    except (ValueError, KeyError, OSError) as ex:
-        return f"copied; unreadable ({ex})"
 
 
 def _prepare_out(out: Path) -> None:
@@ -728,8 +463,8 @@ def adopt(
     src = _source_of(path)
     facts = _Facts()
     model = src.root / src.checkpoint if src is not None else path
-    data = read_checkpoint_data(model)
-    data_note = _read_data(data, facts)
+    ck = checkpoint_facts(read_checkpoint_data(model))
+    _take_checkpoint(ck, facts)
     logs: list[Path] = []
     if src is not None:
         stats_rel, logs = _classify(src, facts)
@@ -740,11 +475,12 @@ def adopt(
     config = _build_config(
         facts,
         env_id=(chosen_env := _choose_env(facts, env_id, model)),
-        algo=_choose_algo(facts, data, algo, model),
+        algo=_choose_algo(facts, ck.algos, algo, model),
         success=spec or _default_success(chosen_env),
         # RL Zoo's `normalize` says so; otherwise statistics shipped with the agent say so
         normalize=facts.normalize[0] if facts.normalize is not None else stats is not None,
     )
+    _check_space_kinds(ck, config.env_id, config.env_kwargs, model)
     if facts.normalize is not None and facts.normalize[0] and stats is None:
         raise RunDirError(
             f"{facts.normalize[1]} in the RL Zoo config says the agent trained with VecNormalize, but no statistics "
@@ -758,7 +494,7 @@ def adopt(
         source=str(path),
         layout=src.layout if src is not None else "zip",
         config=config,
-        files=_files_report(src, model, data_note, stats),
+        files=_files_report(src, model, ck.describe(), stats),
         warnings=facts.warnings,
     )
 

@@ -17,16 +17,26 @@ if TYPE_CHECKING:
 __all__ = ["adopt_cmd", "render_adoption"]
 
 
+def _shown(path: str, source: str) -> str:
+    """A file's path relative to the adopted folder (the table's title names it), else as given."""
+    root = Path(source) if Path(source).is_dir() else Path(source).parent
+    try:
+        return str(Path(path).relative_to(root))
+    except ValueError:
+        return path
+
+
 def render_adoption(result: AdoptResult) -> None:
     """Print every file used or ignored, then what the run directory holds and what to run next."""
-    table = Table(title=f"{result.source} ({result.layout})")
+    table = Table(title=f"{escape(result.source)} ({result.layout})")
     table.add_column("file", style="cyan", overflow="fold")
-    table.add_column("role")
     table.add_column("used")
-    table.add_column("what was read / why not", overflow="fold")
+    table.add_column("role")
+    table.add_column("what was read, or why not", overflow="fold")
     for f in result.files:
         dest = f" -> {f.copied_to}" if f.copied_to else ""
-        table.add_row(escape(f.path), f.role, "[green]yes[/]" if f.used else "[dim]no[/]", escape(f.note + dest))
+        used = "[green]yes[/]" if f.used else "[dim]no[/]"
+        table.add_row(escape(_shown(f.path, result.source)), used, f.role, escape(f.note + dest))
     console.print(table)
     for warning in result.warnings:
         err_console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False)
@@ -36,8 +46,9 @@ def render_adoption(result: AdoptResult) -> None:
         f"[bold]wrote {escape(result.run_dir)}[/]: {c.algo} on {c.env_id}, {steps}, {c.n_envs} envs, "
         f"success: {c.success.describe()}",
         highlight=False,
+        soft_wrap=True,
     )
-    console.print(f"next: remedy signature {escape(result.run_dir)}", highlight=False)
+    console.print(f"next: remedy signature {escape(result.run_dir)}", highlight=False, soft_wrap=True)
 
 
 def adopt_cmd(

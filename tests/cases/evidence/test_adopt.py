@@ -18,12 +18,8 @@ import torch
 import yaml
 
 from remedy.cases.errors import CheckpointError, RunDirError
-from remedy.cases.evidence.adopt import (
-    adopt,
-    load_zoo_yaml,
-    parse_success_option,
-    read_checkpoint_data,
-)
+from remedy.cases.evidence.adopt import adopt
+from remedy.cases.evidence.foreign import load_zoo_yaml, parse_success_option, read_checkpoint_data
 from remedy.cases.evidence.rundir import RunDir
 from remedy.cases.success import FinalObs, InfoFlag, ReturnThreshold, Terminated
 
@@ -233,7 +229,7 @@ def test_success_option_forms():
 
 
 def test_algorithm_from_checkpoint_conflicts_with_declared(tmp_path, trained):
-    with pytest.raises(CheckpointError, match="saved by PPO"):
+    with pytest.raises(CheckpointError, match="saved by PPO, but --algo says DQN"):
         adopt(trained[0], tmp_path / "out", env_id="CartPole-v1", algo="DQN")
     assert not (tmp_path / "out").exists()
 
@@ -247,11 +243,11 @@ def test_non_empty_out_is_refused(tmp_path, trained):
 
 
 def test_data_entry_that_inflates_too_far_is_refused(tmp_path, monkeypatch):
-    import remedy.cases.evidence.adopt as adopt_mod
+    import remedy.cases.evidence.foreign as foreign
 
     bomb = tmp_path / "bomb.zip"
     with zipfile.ZipFile(bomb, "w", compression=zipfile.ZIP_DEFLATED) as zf:
         zf.writestr("data", json.dumps({"pad": " " * 5000}))
-    monkeypatch.setattr(adopt_mod, "MAX_DATA_BYTES", 1000)
+    monkeypatch.setattr(foreign, "MAX_DATA_BYTES", 1000)
     with pytest.raises(CheckpointError, match="1,000 bytes"):
         read_checkpoint_data(bomb)
