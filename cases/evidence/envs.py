@@ -56,7 +56,7 @@ def is_continuing(env_id: str) -> bool:
 def registered_time_limit(env_id: str) -> int | None:
     """The time limit the env is registered with (None when unknown or unlimited)."""
     try:
-        spec = gym.spec(env_id)
+        spec = gym.spec(_gym_id(env_id))
     except Exception:  # unknown ids, "module:id" not imported yet
         return None
     return int(spec.max_episode_steps) if spec.max_episode_steps else None
@@ -73,19 +73,47 @@ def suggest_env_id(env_id: str) -> str | None:
     return close[0] if close else None
 
 
-def check_env_id(env_id: str) -> None:
-    """Raise :class:`EnvError` (with a did-you-mean) unless ``env_id`` is registered or importable."""
-    if ":" in env_id:  # "package.module:Env-v0" registers on import
-        module = env_id.split(":", 1)[0]
-        try:
-            importlib.import_module(module)
-        except ImportError as ex:
-            raise EnvError(f"cannot import '{module}' for env '{env_id}': {ex}") from ex
+#: "module:Env-v0" ids whose module a trusted caller imported in this process (see :func:`check_env_id`).
+_TRUSTED_MODULE_IDS: set[str] = set()
+
+
+def _gym_id(env_id: str) -> str:
+    """The id to hand Gymnasium: ``module:Env-v0`` only once a trusted check imported the module, else
+    ``Env-v0`` (Gymnasium imports any ``module:`` prefix it is given; a config must not choose imports)."""
+    return env_id if env_id in _TRUSTED_MODULE_IDS else env_id.split(":", 1)[-1]
+
+
+def check_env_id(env_id: str, *, trust: bool = False) -> None:
+    """Raise :class:`EnvError` (with a did-you-mean) unless ``env_id`` is registered.
+
+    A ``package.module:Env-v0`` id imports ``package.module`` only when ``trust`` is set (the
+    user's own run, ``--trust-checkpoint``), and only counts once the import registered
+    ``Env-v0``. Untrusted, the id passes only if ``Env-v0`` is already registered; nothing is imported.
+    """
+    if ":" in env_id and env_id not in _TRUSTED_MODULE_IDS:
+        module, name = env_id.split(":", 1)
+        if not trust and name not in gym.envs.registry:
+            raise EnvError(
+                f"env '{env_id}' would import module '{module}', which a run directory may not choose; "
+                "pass --trust-checkpoint if this is your own run (never in the service), or use a registered id"
+            )
+        if trust:
+            _import_env_module(env_id, module, name)
         return
     if env_id not in gym.envs.registry:
         hint = suggest_env_id(env_id)
         tail = f"; did you mean '{hint}'?" if hint else "; check the id against `gymnasium.pprint_registry()`"
         raise EnvError(f"unknown env '{env_id}'{tail}")
+
+
+def _import_env_module(env_id: str, module: str, name: str) -> None:
+    try:
+        importlib.import_module(module)
+    except ImportError as ex:
+        raise EnvError(f"cannot import '{module}' for env '{env_id}': {ex}") from ex
+    if name not in gym.envs.registry:
+        raise EnvError(f"importing '{module}' registered no env '{name}'; check the id in run.yaml")
+    _TRUSTED_MODULE_IDS.add(env_id)
 
 
 def make_env(
@@ -105,7 +133,7 @@ def make_env(
     check_env_id(env_id)
     kwargs = dict(env_kwargs or {})
     try:
-        env = gym.make(env_id, max_episode_steps=max_episode_steps, **kwargs)
+        env = gym.make(_gym_id(env_id), max_episode_steps=max_episode_steps, **kwargs)
     except TypeError as ex:
         raise EnvError(f"env '{env_id}' rejected env_kwargs {json.dumps(kwargs, default=str)}: {ex}") from ex
     except gym.error.Error as ex:

@@ -5,20 +5,24 @@ Layout (see README "Run directories")::
     RUN_DIR/
       run.yaml            RunConfig: env, algorithm, training, setup wrappers, success definition
       model.zip           SB3 / sb3-contrib checkpoint (``model.save``)
-      vecnormalize.pkl    optional, VecNormalize statistics
+      vecnormalize.pkl    optional, VecNormalize statistics (also vec_normalize.pkl, or either
+                          under <env_id>/ as RL Zoo keeps them; ``vecnormalize:`` in run.yaml names another)
       *monitor.csv        optional, SB3 Monitor episode logs (any depth)
       progress.csv        optional, SB3 CSV logger / RemedyRunCallback output (any depth)
       events.out.tfevents.*  optional, TensorBoard scalars (any depth)
 
 :meth:`RunDir.load` validates the directory and ``run.yaml`` up front so a
 mistake surfaces as one clear line, before anything is rolled out or trained.
+A run directory is untrusted by default: its checkpoint and statistics are
+loaded without unpickling anything they carry and a ``module:`` env id imports
+nothing (see :mod:`.checkpoint`); ``trust=True`` (``--trust-checkpoint``) is for
+a user's own files.
 """
 
 from __future__ import annotations
 
 import difflib
 import hashlib
-import json
 import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,6 +36,7 @@ from ..errors import CheckpointError, RunDirError
 from ..model import Subject
 from ..success import SuccessSpec
 from ..yamlfile import load_yaml_model
+from .checkpoint import MAX_DATA_BYTES, check_zip, load_checkpoint, load_vecnormalize, read_data
 from .constraints import Constraint
 from .envs import check_env_id, check_spaces, env_traits, make_env
 from .wrappers import WRAPPERS, WrapperSpec
@@ -43,6 +48,7 @@ __all__ = [
     "RUN_YAML",
     "MODEL_ZIP",
     "VECNORMALIZE_PKL",
+    "VECNORMALIZE_NAMES",
     "RunConfig",
     "RunDir",
     "write_run_dir",
@@ -55,6 +61,8 @@ __all__ = [
 RUN_YAML = "run.yaml"
 MODEL_ZIP = "model.zip"
 VECNORMALIZE_PKL = "vecnormalize.pkl"
+#: names VecNormalize statistics go by (SB3 docs and RL Zoo; Hugging Face model folders).
+VECNORMALIZE_NAMES = (VECNORMALIZE_PKL, "vec_normalize.pkl")
 
 
 class RunConfig(BaseModel):
@@ -73,6 +81,10 @@ class RunConfig(BaseModel):
     constraints: list[Constraint] = Field(default_factory=list)
     max_episode_steps: int | None = Field(None, gt=0)
     seed: int | None = None
+    #: trained with VecNormalize: true refuses to roll out without its statistics, false ignores any found.
+    normalize: bool | None = None
+    #: where the statistics are, relative to the run directory, when not under a usual name
+    vecnormalize: str | None = None
     notes: str = ""
 
     def to_yaml(self) -> str:
@@ -119,6 +131,14 @@ def sha256_file(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def _inside(path: Path, root: Path) -> bool:
+    """True when ``path`` (symlinks resolved) stays under ``root``: run.yaml cannot point outside its directory."""
+    try:
+        return path.resolve().is_relative_to(root.resolve())
+    except (OSError, RuntimeError):
+        return False
 
 
 def _find(root: Path, pattern: str) -> list[Path]:
@@ -174,14 +194,20 @@ def checkpoint_algos(data: dict) -> set[str]:
 class RunDir:
     """A validated run directory: its config, checkpoint and log files."""
 
-    def __init__(self, path: Path, config: RunConfig):
+    def __init__(self, path: Path, config: RunConfig, *, trust: bool = False):
         self.path = Path(path)
         self.config = config
+        #: the user vouched for these files (--trust-checkpoint): SB3 may unpickle them
+        self.trusted = trust
 
     # -- loading --------------------------------------------------------
     @classmethod
-    def load(cls, path: str | Path) -> RunDir:
-        """Validate ``path`` as a run directory (run.yaml valid, model.zip a readable SB3 zip)."""
+    def load(cls, path: str | Path, *, trust: bool = False) -> RunDir:
+        """Validate ``path`` as a run directory (run.yaml valid, model.zip a readable SB3 zip).
+
+        ``trust`` lets the checkpoint and statistics be unpickled as SB3 does and a ``module:``
+        env id be imported: only for a user's own files (``--trust-checkpoint``), never the service.
+        """
         path = Path(path)
         if not path.is_dir():
             what = "does not exist" if not path.exists() else "is not a directory"
@@ -189,10 +215,11 @@ class RunDir:
         if not (path / RUN_YAML).is_file():
             raise RunDirError(f"{path} has no {RUN_YAML}; it is not a run directory (see README 'Run directories')")
         config = RunConfig.from_yaml_file(path / RUN_YAML)
-        check_env_id(config.env_id)  # unknown ids fail here, before any rollout
+        check_env_id(config.env_id, trust=trust)  # unknown ids fail here, before any rollout
         _check_wrapper_kinds(path / RUN_YAML, config)
-        run = cls(path, config)
+        run = cls(path, config, trust=trust)
         run._check_checkpoint()
+        run._check_normalization()
         return run
 
     def _check_checkpoint(self) -> None:
@@ -203,24 +230,23 @@ class RunDir:
             raise CheckpointError(
                 f"{mp} is not a zip file (corrupt or not an SB3 checkpoint); save it again with model.save()"
             )
+        check_zip(mp)  # entries read as streams: a zip bomb is refused at the cap, a bad CRC as corrupt
         try:
             with zipfile.ZipFile(mp) as zf:
                 names = set(zf.namelist())
-                bad = zf.testzip()
         except (zipfile.BadZipFile, OSError) as ex:
             raise CheckpointError(f"{mp} is corrupt ({ex}); save it again with model.save()") from ex
-        if bad is not None or "data" not in names:
+        if "data" not in names:
             raise CheckpointError(f"{mp} is not a complete SB3 checkpoint (missing or damaged entries); save it again")
         self._check_algo(mp)
 
     def _check_algo(self, mp: Path) -> None:
         """Refuse a checkpoint saved by another algorithm than run.yaml declares (PPO declared as A2C)."""
         try:
-            with zipfile.ZipFile(mp) as zf:
-                data = json.loads(zf.read("data"))
-        except (OSError, ValueError, KeyError, zipfile.BadZipFile):
+            data = read_data(mp, max_bytes=MAX_DATA_BYTES)
+        except CheckpointError:
             return  # an unreadable data entry is the loader's to explain
-        found = checkpoint_algos(data) if isinstance(data, dict) else set()
+        found = checkpoint_algos(data)
         declared = self.config.algo
         if found and declared not in found:
             saved = " or ".join(sorted(found))
@@ -235,11 +261,32 @@ class RunDir:
         """The checkpoint file."""
         return self.path / MODEL_ZIP
 
+    def vecnormalize_candidates(self) -> list[Path]:
+        """Where statistics are looked for, in order: ``vecnormalize:`` from run.yaml, then the usual names
+        in the run directory and in ``<env_id>/`` (RL Zoo's layout)."""
+        found = [self.path / self.config.vecnormalize] if self.config.vecnormalize else []
+        env_id = self.config.env_id
+        folders = [self.path] + [self.path / name for name in dict.fromkeys((env_id, env_id.split(":")[-1]))]
+        found += [folder / name for folder in folders for name in VECNORMALIZE_NAMES]
+        return [p for p in found if _inside(p, self.path)]
+
     @property
     def vecnormalize_path(self) -> Path | None:
-        """VecNormalize statistics, if saved."""
-        p = self.path / VECNORMALIZE_PKL
-        return p if p.is_file() else None
+        """VecNormalize statistics to roll out with: the first candidate found; None when run.yaml says
+        ``normalize: false`` (rolled out raw on purpose) or when none is there."""
+        if self.config.normalize is False:
+            return None
+        return next((p for p in self.vecnormalize_candidates() if p.is_file()), None)
+
+    def _check_normalization(self) -> None:
+        """Refuse a run that says it trained with VecNormalize when no statistics can be found."""
+        if self.config.normalize and self.vecnormalize_path is None:
+            looked = ", ".join(str(p.relative_to(self.path)) for p in self.vecnormalize_candidates())
+            raise RunDirError(
+                f"{self.path / RUN_YAML} says normalize: true, but no VecNormalize statistics are in {self.path} "
+                f"(looked for {looked}); copy them there, name them with 'vecnormalize: PATH', or set "
+                "normalize: false to roll out without normalization"
+            )
 
     @property
     def monitor_files(self) -> list[Path]:
@@ -282,12 +329,15 @@ class RunDir:
         """Load the checkpoint with its algorithm class; spaces are checked against the run's env.
 
         ``env`` (a gym env or VecEnv) is attached for fine-tuning; ``overrides`` are
-        passed to ``Algo.load`` (e.g. ``learning_rate=1e-4``).
+        passed to ``Algo.load`` (e.g. ``learning_rate=1e-4``). Untrusted runs are loaded
+        without unpickling anything from the zip (:func:`.checkpoint.load_checkpoint`).
         """
         algo_cls = get_algo(self.config.algo)
-        model = self._load(algo_cls, None, device)
         probe = env if env is not None else self.make_env()
         try:
+            if not self.trusted:
+                return self._load(algo_cls, env, device, spaces_env=probe, **overrides)
+            model = self._load(algo_cls, None, device)
             check_spaces(model, probe)
         finally:
             if env is None:
@@ -296,29 +346,49 @@ class RunDir:
             return model
         return self._load(algo_cls, env, device, **overrides)
 
-    def _load(self, algo_cls: type[BaseAlgorithm], env: Any, device: str, **overrides: Any):
+    def _load(self, algo_cls: type[BaseAlgorithm], env: Any, device: str, spaces_env: Any = None, **overrides: Any):
         try:
+            if spaces_env is not None:
+                hp = self.config.hyperparams
+                return load_checkpoint(
+                    self.model_path,
+                    algo_cls,
+                    spaces_env=spaces_env,
+                    env=env,
+                    device=device,
+                    hyperparams=hp,
+                    **overrides,
+                )
+            check_zip(self.model_path)
             return algo_cls.load(str(self.model_path), env=env, device=device, **overrides)
-        except (ValueError, KeyError, RuntimeError, zipfile.BadZipFile, EOFError, OSError, AttributeError) as ex:
+        except CheckpointError:
+            raise
+        except (
+            ValueError,
+            KeyError,
+            RuntimeError,
+            zipfile.BadZipFile,
+            EOFError,
+            OSError,
+            AttributeError,
+            TypeError,
+        ) as ex:
             first = str(ex).splitlines()[0] if str(ex) else type(ex).__name__
             raise CheckpointError(
                 f"cannot load {self.model_path} as {self.config.algo}: {first}; check 'algo' in run.yaml"
             ) from ex
 
-    def load_vecnormalize(self, venv: Any):
-        """Wrap ``venv`` in the saved VecNormalize statistics (frozen, rewards unnormalized), or return it as is."""
-        if self.vecnormalize_path is None:
-            return venv
-        from stable_baselines3.common.vec_env import VecNormalize
+    def load_vecnormalize(self, venv: Any, *, evaluation: bool = True):
+        """Wrap ``venv`` in the saved VecNormalize statistics, or return it as is when there are none.
 
-        try:
-            vn = VecNormalize.load(str(self.vecnormalize_path), venv)
-        except Exception as ex:  # pickle errors come in many types
-            raise CheckpointError(
-                f"cannot load {self.vecnormalize_path}: {ex}; save it again with vec_env.save()"
-            ) from ex
-        vn.training, vn.norm_reward = False, False
-        return vn
+        ``evaluation`` freezes them as SB3 evaluates (``training=False``, ``norm_reward=False``);
+        fine-tuning passes False to keep the saved flags. Untrusted statistics are unpickled with
+        an allow-list (:func:`.checkpoint.load_vecnormalize`).
+        """
+        path = self.vecnormalize_path
+        if path is None:
+            return venv
+        return load_vecnormalize(path, venv, trust=self.trusted, evaluation=evaluation)
 
     def subject(self) -> Subject:
         """The case's subject part for this run (checkpoint hash and env traits included)."""

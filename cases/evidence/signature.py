@@ -288,13 +288,18 @@ class RunSignature:
     signature: Signature
 
 
-def signature_of_run(path: str | Path, *, n_episodes: int = 20, seed: int = 0, stochastic: bool = True) -> RunSignature:
-    """Load a run directory, collect evidence and compute its failure signature."""
+def signature_of_run(
+    path: str | Path, *, n_episodes: int = 20, seed: int = 0, stochastic: bool = True, trust: bool = False
+) -> RunSignature:
+    """Load a run directory, collect evidence and compute its failure signature.
+
+    ``trust``: the user's own files (``--trust-checkpoint``), loaded as SB3 does; see :meth:`RunDir.load`.
+    """
     from .rundir import RunDir
 
     if n_episodes < 1:
         raise ValidationError(f"need at least 1 episode, got {n_episodes}")
-    run = RunDir.load(path)
+    run = RunDir.load(path, trust=trust)
     subject = run.subject()
     bundle = collect_evidence(run, n_episodes=n_episodes, seed=seed, stochastic=stochastic)
     feats = compute_features(bundle, subject)

@@ -18,7 +18,6 @@ import math
 import shutil
 import tempfile
 import time
-import zipfile
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,7 +28,8 @@ import gymnasium as gym
 import numpy as np
 
 from ..algos import get_algo, is_on_policy
-from ..errors import PatchRejectedError, RunDirError
+from ..errors import CheckpointError, PatchRejectedError, RunDirError
+from ..evidence.checkpoint import read_data
 from ..evidence.envs import env_traits
 from ..evidence.rundir import RunConfig, RunDir, write_run_dir
 from ..patches.apply import PatchPlan, make_patched_env_fn
@@ -297,7 +297,7 @@ def _wrap_normalization(run: RunDir, venv, plan: PatchPlan, gamma: float):
 
     want = plan.normalization
     if run.vecnormalize_path is not None:
-        vn = VecNormalize.load(str(run.vecnormalize_path), venv)
+        vn = run.load_vecnormalize(venv, evaluation=False)  # allow-list unpickling unless the run is trusted
         vn.training = True
         if want is not None and want.reward:
             vn.norm_reward = True
@@ -326,19 +326,16 @@ def _saved_params(run: RunDir) -> dict[str, Any]:
     """Plain constructor values stored in the checkpoint's ``data`` JSON (no torch load, no unpickling)."""
     keys = ("n_steps", "batch_size", "gamma", "num_timesteps", "learning_starts")
     try:
-        with zipfile.ZipFile(run.model_path) as zf:
-            data = json.loads(zf.read("data"))
-    except (OSError, KeyError, ValueError, zipfile.BadZipFile):
+        data = read_data(run.model_path)  # bounded read: a data entry that inflates past the cap is refused
+    except CheckpointError:
         return {}
     return {k: data.get(k) for k in keys if isinstance(data.get(k), (int, float))}
 
 
 def _load_for_training(run: RunDir, venv, overrides: dict[str, Any]):
-    """One ``Algo.load(path, env=venv, **overrides)``; on failure, the run dir's loader explains why."""
-    try:
-        return get_algo(run.config.algo).load(str(run.model_path), env=venv, device="cpu", **copy.deepcopy(overrides))
-    except (ValueError, KeyError, RuntimeError, AttributeError):
-        return run.load_model(env=venv, **overrides)  # raises CheckpointError with the mismatch spelled out
+    """One ``Algo.load(path, env=venv, **overrides)`` through the run dir's loader (no unpickling from the
+    zip unless the run is trusted; a mismatch is spelled out as a CheckpointError)."""
+    return run.load_model(env=venv, **copy.deepcopy(overrides))
 
 
 def _params_finite(model) -> bool:
