@@ -251,3 +251,20 @@ def test_data_entry_that_inflates_too_far_is_refused(tmp_path, monkeypatch):
     monkeypatch.setattr(foreign, "MAX_DATA_BYTES", 1000)
     with pytest.raises(CheckpointError, match="1,000 bytes"):
         read_checkpoint_data(bomb)
+
+
+def test_env_with_other_space_types_is_refused_before_writing(tmp_path, trained):
+    with pytest.raises(CheckpointError, match="Discrete action space, but Pendulum-v1 has a Box one"):
+        adopt(trained[0], tmp_path / "out", env_id="Pendulum-v1", success="return>=-200")
+    assert not (tmp_path / "out").exists()
+
+
+def test_zoo_normalize_string_is_parsed_never_evaluated(tmp_path, trained):
+    run = _zoo_folder(tmp_path, trained)
+    marker = tmp_path / "evaluated"
+    config = dict(ZOO_CONFIG, normalize=f"__import__('pathlib').Path('{marker}').touch()")
+    (run / "CartPole-v1" / "config.yml").write_text(yaml.dump(OrderedDict(sorted(config.items()))))
+    result = adopt(run, tmp_path / "out")
+    assert not marker.exists()
+    assert "not evaluated" in _by_name(result)["config.yml"].note
+    assert RunDir.load(tmp_path / "out").vecnormalize_path is not None  # a truthy string means it was on
