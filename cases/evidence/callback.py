@@ -181,7 +181,11 @@ class RemedyRunCallback(BaseCallback):
         self._record_row()  # the final state, with the last train() scalars
         if self.config is None:  # training ended before it started
             self.config = infer_run_config(self.model, self.success)
-        self.config = self.config.model_copy(update={"train_steps": int(self.num_timesteps)})
+        update: dict[str, Any] = {"train_steps": int(self.num_timesteps)}
+        env = self.model.get_env()
+        if self.config.normalize is None and env is not None and unwrap_vec_normalize(env) is not None:
+            update["normalize"] = True  # recorded, so a rollout without vecnormalize.pkl is refused
+        self.config = self.config.model_copy(update=update)
         write_run_yaml(self.run_dir, self.config)
         self._save()
 

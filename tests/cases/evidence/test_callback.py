@@ -57,6 +57,7 @@ def test_save_freq_and_vecnormalize(tmp_path):
     assert probe.seen is True  # saved at 128 steps, before training ended
     run = RunDir.load(run_dir)
     assert run.vecnormalize_path is not None and run.config.train_steps == 256 and run.config.n_envs == 2
+    assert run.config.normalize is True  # the VecNormalize wrapper is recorded in run.yaml
     bundle = collect_evidence(run, n_episodes=2, seed=0, stochastic=False)
     assert all(r.length == 200 for r in bundle.deterministic)  # Pendulum never terminates
 
