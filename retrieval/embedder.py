@@ -6,6 +6,7 @@ tags). Vectors are float32 and unit-norm, so cosine similarity is a dot product.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Sequence
 from functools import lru_cache
@@ -15,10 +16,12 @@ import numpy as np
 
 from .offline_env import offline_defaults
 
-__all__ = ["Embedder", "MiniLMEmbedder", "default_embedder", "MINILM_NAME"]
+__all__ = ["Embedder", "MiniLMEmbedder", "default_embedder", "MINILM_NAME", "EMBEDDER_ENV"]
 
 #: Name recorded in the index's sidecar; changing it forces `remedy kb reindex`.
 MINILM_NAME = "all-MiniLM-L6-v2"
+#: ``numpy`` (default: the same model without torch, see light_embedder.py) or ``torch`` (sentence-transformers)
+EMBEDDER_ENV = "REMEDY_EMBEDDER"
 
 
 @runtime_checkable
@@ -75,5 +78,19 @@ def _load_minilm(device: str) -> Any:
 
 @lru_cache(maxsize=1)
 def default_embedder() -> Embedder:
-    """The process-wide default embedder (MiniLM), loaded once: loading takes seconds."""
-    return MiniLMEmbedder()
+    """The process-wide default embedder (MiniLM), loaded once.
+
+    The numpy implementation by default: the same vectors (cosine >= 0.999, tested) without
+    the seconds of torch and sentence-transformers imports; ``REMEDY_EMBEDDER=torch`` picks the
+    sentence-transformers one.
+    """
+    choice = os.environ.get(EMBEDDER_ENV, "numpy").strip().lower()
+    if choice == "torch":
+        return MiniLMEmbedder()
+    if choice != "numpy":
+        from remedy.cases.errors import RemedyError
+
+        raise RemedyError(f"{EMBEDDER_ENV}={choice!r} is not an embedder; use 'numpy' (default) or 'torch'")
+    from .light_embedder import LightMiniLMEmbedder
+
+    return LightMiniLMEmbedder()

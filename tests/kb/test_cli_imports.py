@@ -115,3 +115,24 @@ def light_kb(tmp_path_factory):
         kb.load_examples()
         case_id = next(iter(kb.cases())).case_id
     return root, case_id
+
+
+#: what a query may import (it searches the LanceDB index) and what it must not (the encoder runs in numpy)
+NO_TORCH = ("torch", "sentence_transformers", "transformers")
+
+
+def test_query_and_describe_run_without_torch(light_kb):
+    kb, _ = light_kb
+    probe = _PROBE.replace(repr(HEAVY), repr(NO_TORCH))
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    env.pop("REMEDY_EMBEDDER", None)
+    argvs = [
+        ["query", "the lander hovers above the pad", "--kb", str(kb), "--json"],
+        ["diagnose", "--describe", "the pendulum chatters", "--env", "Pendulum-v1", "--kb", str(kb)],
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-c", probe, json.dumps(argvs)], capture_output=True, text=True, env=env, timeout=300
+    )
+    res = json.loads(next(ln for ln in proc.stdout.splitlines() if ln.startswith("MODULES ")).removeprefix("MODULES "))
+    assert res["codes"] == [0, 0], proc.stderr[-2000:]
+    assert res["heavy"] == [], f"a query imported {res['heavy']}"

