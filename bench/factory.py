@@ -210,7 +210,7 @@ def commit_chunk(out: Path, chunk: Path) -> None:
         f"{entry['improved']} improved, {entry['fixed']} fixed, {entry['env_steps']:,} env steps, "
         f"{entry['wall_time_s'] / 3600:.2f} h (totals {totals['attempts']} / {totals['improved']} / {totals['fixed']})"
     )
-    paths = [str(chunk), str(out / MANIFEST)]
+    paths = [str(chunk), str(out / MANIFEST), *([str(ORACLE_FILE)] if _oracle_changed() else [])]
     for _ in range(30):
         add = subprocess.run(["git", "add", *paths], capture_output=True, text=True)
         if add.returncode == 0:
@@ -224,6 +224,12 @@ def commit_chunk(out: Path, chunk: Path) -> None:
             return
         time.sleep(5)
     print(f"could not commit {chunk.name}: the git index stayed locked", flush=True)
+
+
+def _oracle_changed() -> bool:
+    """True when the oracle records have lines not committed yet (appended by ``--check-oracle``)."""
+    res = subprocess.run(["git", "diff", "--quiet", "--", str(ORACLE_FILE)], capture_output=True)
+    return res.returncode == 1
 
 
 # --------------------------------------------------------------------------- running
@@ -290,6 +296,28 @@ def run_unit(unit: Unit, settings: BenchSettings, executor: Any = None, start: f
 PASS_SEED_STRIDE = 1000
 
 
+def build_missing(zoo: Sequence[Scenario]) -> int:
+    """Train every zoo patient that is neither shipped nor cached (one at a time, in this process); how many."""
+    from remedy.cases.verify.scenarios import build_scenario, bundled_checkpoint, find_built
+
+    missing = [s for s in zoo if bundled_checkpoint(s) is None and find_built(s) is None]
+    for i, s in enumerate(missing, start=1):
+        t0 = time.perf_counter()
+        built = build_scenario(s)
+        print(f"built {i}/{len(missing)} {s.name}: success {built.success_rate} ({time.perf_counter() - t0:.0f} s)")
+    return len(missing)
+
+
+def check_oracle(unit: Unit, oracle: Path) -> bool:
+    """Record the patient's oracle verdict if it has none (``remedy bench build``'s check, appended to ``oracle``);
+    False when the patient does not fail (no unit to run)."""
+    from remedy.cases.verify.solvability import check_scenarios
+
+    for r in check_scenarios([unit.scenario], results=oracle):
+        print(f"oracle {unit.scenario.name}: {r.verdict} ({r.wall_time_s or 0:.0f} s)", flush=True)
+    return unit.scenario.name not in not_failing([unit.scenario], oracle)
+
+
 def make_executor(name: str, address: str | None) -> Any:
     """A running executor to share over the units (Ray at ``address``), or None: each loop builds a local one."""
     if name == "local":
@@ -311,9 +339,11 @@ def run_factory(
     commit: bool = False,
     executor: Any = None,
     unit_runner: Callable[..., tuple[list[Case], dict[str, Any]]] = run_unit,
+    oracle: Path | None = None,
 ) -> list[str]:
     """Run every unit of this shard not done yet; seal a chunk every ``chunk`` units (and the rest at the end).
-    Returns the keys of the units run now."""
+    With ``oracle`` (a results file), a patient without a verdict is checked first (``--check-oracle``) and a
+    patient that does not fail is recorded as a skipped unit. Returns the keys of the units run now."""
     shard_tag = "all" if shard is None else f"{shard[0]}/{shard[1]}"
     meta = {**asdict(settings), "passes": passes, "chunk": chunk, "pass_seed_stride": PASS_SEED_STRIDE}
     todo = [u for u in units(zoo, passes, shard) if u.key not in done_units(out)]
@@ -325,6 +355,10 @@ def run_factory(
         if unit.key in done_units(out):  # another process of the same shard got there first
             continue
         print(f"[{(time.perf_counter() - start) / 60:6.1f} min] unit {i}/{len(todo)}: {unit.key}", flush=True)
+        if oracle is not None and not check_oracle(unit, oracle):
+            skipped = {"unit": unit.key, "scenario": unit.scenario.name, "skipped": "not failing", "wall_time_s": 0.0}
+            save_pending(out, unit, [], {**skipped, **counts([]), "shard": shard_tag})
+            continue
         cases, summary = unit_runner(unit, settings, executor=executor, start=start)
         save_pending(out, unit, cases, {**summary, "shard": shard_tag})
         ran.append(unit.key)
@@ -389,6 +423,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--oracle-results", type=Path, default=ORACLE_FILE)
     ap.add_argument("--commit", action="store_true", help="git-commit each chunk (Parquet + manifest) as it lands")
     ap.add_argument("--status", action="store_true", help="print the manifest's totals and what is pending, and stop")
+    ap.add_argument("--build-first", action="store_true", help="train every zoo patient not yet built, first")
+    ap.add_argument(
+        "--check-oracle", action="store_true", help="check a patient's oracle before its first unit, if unrecorded"
+    )
     ap.add_argument("--dry-run", action="store_true", help="list this shard's units still to run, and stop")
     args = ap.parse_args(argv)
     if args.status:
@@ -413,6 +451,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         done = done_units(args.out)
         todo = [u.key for u in units(zoo, args.passes, parse_shard(args.shard)) if u.key not in done]
         return print("\n".join(todo) + f"\n{len(todo)} unit(s) to run")
+    if args.build_first:
+        build_missing(zoo)
     executor = make_executor(args.executor, args.ray_address)
     try:
         run_factory(
@@ -425,6 +465,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             max_units=args.max_units,
             commit=args.commit,
             executor=executor,
+            oracle=args.oracle_results if args.check_oracle else None,
         )
     finally:
         if executor is not None:
