@@ -6,10 +6,16 @@ starts ``remedy serve`` on a free loopback port as its own process, and sends
 ``POST /v1/query`` (hybrid search, embedding included) from 1, 4 and 16
 concurrent clients (threads, one httpx connection each), reporting p50/p95
 latency and throughput. Then, with the service stopped, it times the same query
-through the cold CLI (``remedy query TEXT --kb``) for contrast. Target: query
-p50 <= 30 ms at 10k cases.
+through the cold CLI (``remedy query TEXT --kb``) for contrast. Targets: p50 <= 20 ms at
+1 client and >= 100 queries/s at 16 clients, 10k cases.
 
-    nice .venv/bin/python bench/service.py --sizes 1000,10000 --queries 200
+Two arms, one after the other on the same KB, printed side by side: ``before`` is the
+service as it shipped until the light query path (sentence-transformers encoder,
+``REMEDY_EMBEDDER=torch``, one encoder call per request: the bench's launcher swaps the
+:class:`BatchingEmbedder` out), ``after`` is `remedy serve` as it is (numpy encoder, concurrent
+queries batched).
+
+    nice .venv/bin/python bench/service.py --sizes 1000,10000 --queries 200 [--arms before,after]
 """
 
 from __future__ import annotations
@@ -54,16 +60,25 @@ def build_kb(root: Path, size: int) -> tuple[str, float]:
     return token, time.perf_counter() - start
 
 
-def start_server(root: Path) -> tuple[subprocess.Popen, str]:
-    """`remedy serve` on a free loopback port, once /health answers (bounded wait)."""
+# The "before" service: the same `remedy serve`, with each request encoding on its own.
+_BEFORE = """
+import sys
+import remedy.retrieval.batching as batching
+batching.BatchingEmbedder = lambda inner, **kw: inner
+from remedy.kb.cli import main
+sys.argv = ["remedy", *sys.argv[1:]]
+main()
+"""
+
+
+def start_server(root: Path, arm: str = "after") -> tuple[subprocess.Popen, str]:
+    """`remedy serve` (arm ``after``) or the before-service on a free loopback port, once /health answers."""
     port = _port()
     url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen(
-        [str(REMEDY), "serve", "--kb", str(root), "--port", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    serve = ["serve", "--kb", str(root), "--port", str(port)]
+    program = [str(REMEDY)] if arm == "after" else [sys.executable, "-c", _BEFORE]
+    env = {**os.environ, "REMEDY_EMBEDDER": "numpy" if arm == "after" else "torch"}
+    proc = subprocess.Popen([*program, *serve], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
     for _ in range(1200):
         if proc.poll() is not None:
             raise SystemExit(f"remedy serve exited: {proc.stderr.read()}")
@@ -106,7 +121,7 @@ def load(url: str, token: str, texts: list[str], clients: int) -> dict[str, floa
     }
 
 
-def cold_cli(root: Path, text: str, runs: int) -> float:
+def cold_cli(root: Path, text: str, runs: int, arm: str = "after") -> float:
     """Median wall seconds of `remedy query TEXT --kb ROOT` in a fresh process."""
     times = []
     for _ in range(runs):
@@ -115,7 +130,7 @@ def cold_cli(root: Path, text: str, runs: int) -> float:
             [str(REMEDY), "query", text, "--kb", str(root), "--json"],
             check=True,
             capture_output=True,
-            env={**os.environ},
+            env={**os.environ, "REMEDY_EMBEDDER": "numpy" if arm == "after" else "torch"},
         )
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
@@ -126,15 +141,30 @@ def run_size(size: int, args: argparse.Namespace, work: Path) -> dict:
     token, build_s = build_kb(root, size)
     rng = np.random.default_rng(args.seed)
     texts = [synth_summary(rng)[0] for _ in range(args.queries)]
-    proc, url = start_server(root)
-    try:
-        load(url, token, texts[: min(20, len(texts))], 1)  # warm-up: first requests pay lazy imports
-        rows = [load(url, token, texts, c) for c in args.clients]
-    finally:
-        proc.terminate()
-        proc.wait(timeout=60)
-    cold = cold_cli(root, texts[0], args.cli_runs)
-    return {"size": size, "build_s": build_s, "load": rows, "cold_cli_s": cold}
+    arms = {}
+    for arm in args.arms:
+        proc, url = start_server(root, arm)
+        try:
+            load(url, token, texts[: min(20, len(texts))], 1)  # warm-up: first requests pay lazy imports
+            rows = [load(url, token, texts, c) for c in args.clients]
+        finally:
+            proc.terminate()
+            proc.wait(timeout=60)
+        arms[arm] = {"load": rows, "cold_cli_s": cold_cli(root, texts[0], args.cli_runs, arm)}
+    return {"size": size, "build_s": build_s, "arms": arms}
+
+
+def _print(r: dict, arms: list[str]) -> None:
+    cold = ", ".join(f"{a} {r['arms'][a]['cold_cli_s']:.2f} s" for a in arms)
+    print(f"\n{r['size']:,} cases (built in {r['build_s']:.0f} s); cold CLI query: {cold}")
+    head = "".join(f" | {a + ' p50 ms':>15} {a + ' p95 ms':>15} {a + ' q/s':>12}" for a in arms)
+    print(f"{'clients':>8}{head}")
+    for i, clients in enumerate(r["arms"][arms[0]]["load"]):
+        cells = "".join(
+            f" | {row['p50_ms']:>15.1f} {row['p95_ms']:>15.1f} {row['qps']:>12.1f}"
+            for row in (r["arms"][a]["load"][i] for a in arms)
+        )
+        print(f"{clients['clients']:>8}{cells}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -145,21 +175,15 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--queries", type=int, default=200, help="queries per concurrency level")
     p.add_argument("--cli-runs", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--arms", default="before,after", help="before (torch, unbatched) and/or after (shipped)")
     args = p.parse_args(argv)
     args.clients = [int(c) for c in args.clients.split(",")]
+    args.arms = [a for a in args.arms.split(",") if a]
     results = []
     with tempfile.TemporaryDirectory(prefix="remedy-bench-service-") as tmp:
         for size in (int(s) for s in args.sizes.split(",")):
             results.append(run_size(size, args, Path(tmp)))
-            r = results[-1]
-            print(f"\n{size:,} cases (built in {r['build_s']:.0f} s); cold CLI query {r['cold_cli_s']:.1f} s")
-            print(f"{'clients':>8} {'queries':>8} {'p50 ms':>8} {'p95 ms':>8} {'q/s':>8}")
-            for row in r["load"]:
-                print(
-                    f"{row['clients']:>8} {row['queries']:>8} {row['p50_ms']:>8.1f} {row['p95_ms']:>8.1f} "
-                    f"{row['qps']:>8.1f}",
-                    flush=True,
-                )
+            _print(results[-1], args.arms)
     print(f"load average at the end: {os.getloadavg()[0]:.1f}")
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps({"results": results, "loadavg": os.getloadavg()}, indent=2))
