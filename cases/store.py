@@ -56,6 +56,8 @@ _CONFIG: dict[str, str | bool | int | float | list[str]] = {
 LOCK_TIMEOUT_S = 2.0
 #: file in the KB directory that `remedy serve` writes while it owns the KB: ``{"url", "pid"}``
 SERVE_MARKER = "serve.json"
+#: a prefix of a generated id (``c-`` + hex, as the CLI tables show them) that `get` resolves when unique
+_SHORT_ID = re.compile(r"c-[0-9a-f]{6,15}")
 
 
 def _v0_to_v1(con: duckdb.DuckDBPyConnection) -> None:
@@ -338,6 +340,8 @@ class CaseStore:
             if row is not None:
                 return case_from_json(row[0])
             close = self._near(con, case_id)
+            if len(close) == 1 and close[0].startswith(case_id) and _SHORT_ID.fullmatch(case_id):
+                return self.get(close[0])  # a unique short id, like a short git hash
         hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else "; list ids with `remedy query`"
         raise CaseNotFoundError(f"no case {case_id!r} in {self._kb}{hint}")
 

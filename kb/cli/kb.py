@@ -7,6 +7,7 @@ result. The facade is imported inside the commands so `remedy --help` stays fast
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
@@ -49,6 +50,8 @@ __all__ = [
     "similar",
     "case_show",
     "render_similar",
+    "print_similar",
+    "short_id",
     "render_case",
     "format_effect",
 ]
@@ -269,7 +272,7 @@ def query(
     elif not hits:
         console.print("No similar cases (try fewer filters, or `remedy kb init` to load the examples).", soft_wrap=True)
     else:
-        console.print(render_similar(hits, title=f"cases similar to {text!r}"))
+        print_similar(hits, title=f"cases similar to {text!r}")
 
 
 def similar(
@@ -301,7 +304,10 @@ def similar(
         print_json({"signature": run.signature.model_dump(mode="json"), "similar": [h.as_dict() for h in hits]})
         return
     console.print(f"[bold]signature:[/] {run.signature.summary}", soft_wrap=True)
-    console.print(render_similar(hits, title=f"cases similar to {run_dir}") if hits else "No similar cases.")
+    if hits:
+        print_similar(hits, title=f"cases similar to {run_dir}")
+    else:
+        console.print("No similar cases.")
 
 
 def _similar_remote(
@@ -329,13 +335,61 @@ def format_effect(case: Case) -> str:
     return "lit." if case.literature is not None else "-"
 
 
+def short_id(case_id: str) -> str:
+    """``c-1a2b3c4d`` for a generated ``c-`` + 16 hex id (like a short git hash; `case show` takes it), else the id."""
+    return case_id[:10] if re.fullmatch(r"c-[0-9a-f]{16}", case_id) else case_id
+
+
+#: columns of the tab-separated form of the similar-cases table (printed when stdout is not a terminal)
+SIMILAR_TSV = (
+    "case_id",
+    "rank",
+    "similarity",
+    "env_id",
+    "algo",
+    "symptoms",
+    "root_causes",
+    "patch",
+    "effect",
+    "status",
+)
+
+
+def print_similar(hits: list[SimilarCase], title: str) -> None:
+    """The similar-cases table on a terminal; in a pipe, one tab-separated line per case with full ids.
+
+    A rich table squeezed into a pipe's 80 columns folds every cell; the lines keep each column whole
+    for ``cut`` and ``awk`` (``--json`` has everything).
+    """
+    if console.is_terminal:
+        console.print(render_similar(hits, title=title))
+        return
+    typer.echo("\t".join(SIMILAR_TSV))
+    for h in hits:
+        c = h.case
+        cells = [
+            c.case_id,
+            str(h.rank),
+            f"{h.similarity:.2f}",
+            c.subject.env_id,
+            c.subject.algo,
+            ",".join(c.signature.symptoms) or "-",
+            ",".join(r.value for r in c.root_causes) or "-",
+            c.patch.summary(),
+            format_effect(c),
+            c.status,
+        ]
+        typer.echo("\t".join(" ".join(cell.split()) for cell in cells))
+
+
 def render_similar(hits: list[SimilarCase], title: str = "") -> Table:
-    """The table of similar cases: rank, similarity, env, symptoms, root cause, patch, effect, status."""
+    """The table of similar cases: short id, rank, similarity, env, symptoms, root cause, patch, effect, status."""
     t = Table(title=title or None, title_justify="left", show_lines=False)
     fold = {"overflow": "fold"}  # ids and tags are single long words: fold, never cut them off
     add_columns(
         t,
         [
+            ("id", {"no_wrap": True, "style": "cyan"}),
             ("#", {"justify": "right"}),
             ("sim", {"justify": "right"}),
             ("env", fold),
@@ -349,6 +403,7 @@ def render_similar(hits: list[SimilarCase], title: str = "") -> Table:
     for h in hits:
         c = h.case
         t.add_row(
+            short_id(c.case_id),
             str(h.rank),
             f"{h.similarity:.2f}",
             f"{c.subject.env_id}\n[dim]{c.subject.algo}[/]",
@@ -365,7 +420,9 @@ def render_similar(hits: list[SimilarCase], title: str = "") -> Table:
 
 
 def case_show(
-    case_id: Annotated[str, typer.Argument(help="The case id (see `remedy query --json`).")],
+    case_id: Annotated[
+        str, typer.Argument(help="The case id, or a unique prefix such as the short id the tables show.")
+    ],
     kb: KbOption = Path(DEFAULT_KB),
     as_json: JsonOption = False,
     server: ServerOption = None,
