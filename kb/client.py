@@ -159,6 +159,10 @@ class RemedyClient:
         """Cancel a job."""
         return self._request("POST", f"/v1/jobs/{_quote(job_id)}/cancel").json()
 
+    def revoke_token(self, id_or_name: str) -> dict[str, Any]:
+        """Revoke a token by id or name (needs an admin token)."""
+        return self._request("POST", f"/v1/tokens/{_quote(id_or_name)}/revoke").json()
+
     def wait(
         self,
         job_id: str,

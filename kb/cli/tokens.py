@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from .common import DEFAULT_KB, JsonOption, KbOption, console, print_json
+from .common import DEFAULT_KB, JsonOption, KbOption, ServerOption, console, print_json
 
 __all__ = ["tokens_create", "tokens_list", "tokens_revoke"]
 
@@ -28,7 +28,9 @@ def tokens_create(
     role: Annotated[
         str,
         typer.Option(
-            "--role", help="reader (query, cases, stats), writer (+ import, jobs), or reviewer (+ rule reviews)."
+            "--role",
+            help="reader (query, cases, stats), writer (+ import, jobs), reviewer (+ rule reviews), "
+            "or admin (+ revoke tokens and cancel anyone's job through the service).",
         ),
     ],
     name: Annotated[str | None, typer.Option("--name", help="A label, e.g. the person or CI job using it.")] = None,
@@ -75,7 +77,17 @@ def tokens_list(kb: KbOption = Path(DEFAULT_KB), as_json: JsonOption = False) ->
 def tokens_revoke(
     token: Annotated[str, typer.Argument(help="The token's id or name (see `remedy tokens list`).")],
     kb: KbOption = Path(DEFAULT_KB),
+    server: ServerOption = None,
 ) -> None:
-    """Revoke a token: requests with it get 401 from then on."""
-    record = _tokens(kb).revoke(token)
-    console.print(f"revoked {record.role.value} token {record.name} ({record.token_id})", highlight=False)
+    """Revoke a token: requests with it get 401 from then on. While `remedy serve` holds the KB, revoke
+    through it with --server and an admin token in $REMEDY_TOKEN."""
+    if server:
+        from remedy.kb.client import RemedyClient
+
+        with RemedyClient(server) as client:
+            out = client.revoke_token(token)
+        role, name, token_id = out["role"], out["name"], out["token_id"]
+    else:
+        record = _tokens(kb).revoke(token)
+        role, name, token_id = record.role.value, record.name, record.token_id
+    console.print(f"revoked {role} token {name} ({token_id})", highlight=False)

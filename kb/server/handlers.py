@@ -16,8 +16,9 @@ import pydantic_core
 from remedy.cases.errors import ImportFileError, ValidationError
 from remedy.cases.io import case_to_json
 
-from .jobs import Handler, JobProgress
+from .jobs import Handler, JobProgress, JobRecord
 from .models import DiagnoseIn, FixJobIn, Hit, ImportOut, ImportProblem, MineIn, MineOut, VerifyJobIn
+from .tokens import Role, TokenOut, TokenRecord
 from .uploads import run_path
 
 if TYPE_CHECKING:
@@ -37,6 +38,8 @@ __all__ = [
     "rules",
     "review",
     "mine",
+    "cancel_job",
+    "revoke_token",
 ]
 
 
@@ -286,3 +289,18 @@ def job_handlers(service: Service) -> dict[str, Handler]:
         "verify": lambda params, progress: _run_verify(service, params, progress),
         "fix": lambda params, progress: _run_fix(service, params, progress),
     }
+
+
+def cancel_job(service: Service, job_id: str, token: TokenRecord) -> JobRecord:
+    """Cancel a job for ``token``: its owner or an admin may; anyone else gets 403 and nothing changes."""
+    from fastapi import HTTPException  # the one HTTP status decided here, not by the error tree
+
+    job = service.jobs.get(job_id)
+    if not (token.role is Role.admin or job.owned_by(token.token_id, token.name)):
+        raise HTTPException(403, f"job {job_id} belongs to {job.owner!r}; only its owner or an admin may cancel it")
+    return service.jobs.request_cancel(job_id)
+
+
+def revoke_token(service: Service, id_or_name: str) -> TokenOut:
+    """Revoke a token by id or name; it gets 401 from the next request on."""
+    return TokenOut.of(service.tokens.revoke(id_or_name))

@@ -5,7 +5,8 @@ record is written at every change, so a restart finds every job: one that was
 running when the service died is marked ``failed`` with the reason
 ``interrupted``, never silently lost; queued ones are queued again.
 Cancellation sets a flag that the job's progress callback checks between
-steps (a finished fine-tuning job, a stage of the fix loop).
+steps (a finished fine-tuning job, a stage of the fix loop). A job records who
+submitted it (the token's name and id); only that token or an admin may cancel it.
 """
 
 from __future__ import annotations
@@ -56,7 +57,12 @@ CREATE TABLE IF NOT EXISTS jobs (
     finished_at TIMESTAMPTZ
 )
 """
-_COLS = "job_id, kind, state, params, owner, message, done, total, result, error, cancel, created_at, started_at, finished_at"
+#: added after the first release: which token submitted the job (names need not be unique, ids are)
+_OWNER_ID = "ALTER TABLE jobs ADD COLUMN IF NOT EXISTS owner_id VARCHAR"
+_COLS = (
+    "job_id, kind, state, params, owner, message, done, total, result, error, cancel, created_at, started_at, "
+    "finished_at, owner_id"
+)
 
 #: ``progress(message, done, total)``: what the existing verify and fix callbacks report
 JobProgress = Callable[[str, int, int], None]
@@ -105,6 +111,7 @@ class JobRecord:
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    owner_id: str | None = None
 
     @classmethod
     def from_row(cls, row: tuple) -> JobRecord:
@@ -124,6 +131,7 @@ class JobRecord:
             created,
             started,
             finished,
+            owner_id,
         ) = row
         return cls(
             job_id,
@@ -140,7 +148,15 @@ class JobRecord:
             created,
             started,
             finished,
+            owner_id,
         )
+
+    def owned_by(self, token_id: str, name: str) -> bool:
+        """Whether the token ``token_id`` (named ``name``) submitted this job.
+
+        Jobs recorded before token ids were kept match by name.
+        """
+        return self.owner_id == token_id if self.owner_id is not None else self.owner == name
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready: what the HTTP API returns for a job."""
@@ -172,17 +188,20 @@ class JobStore:
         self._lock = threading.Lock()
         with store.connection() as con:
             con.execute(_TABLE)
+            con.execute(_OWNER_ID)
 
     def _write(self, sql: str, args: list[Any]) -> None:
         with self._lock, self.store.connection() as con:
             con.execute(sql, args)
 
-    def submit(self, kind: str, params: dict[str, Any], owner: str | None = None) -> JobRecord:
-        """Record a new queued job."""
+    def submit(
+        self, kind: str, params: dict[str, Any], owner: str | None = None, owner_id: str | None = None
+    ) -> JobRecord:
+        """Record a new queued job, submitted by the token named ``owner`` (id ``owner_id``)."""
         job_id = f"job-{_now():%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
         self._write(
-            "INSERT INTO jobs (job_id, kind, state, params, owner, created_at) VALUES (?, ?, ?, ?, ?, ?)",
-            [job_id, kind, JobState.queued.value, json.dumps(params, default=str), owner, _now()],
+            "INSERT INTO jobs (job_id, kind, state, params, owner, owner_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [job_id, kind, JobState.queued.value, json.dumps(params, default=str), owner, owner_id, _now()],
         )
         return self.get(job_id)
 
@@ -281,11 +300,13 @@ class JobRunner:
             self._thread.join(timeout)
             self._thread = None
 
-    def submit(self, kind: str, params: dict[str, Any], owner: str | None = None) -> JobRecord:
+    def submit(
+        self, kind: str, params: dict[str, Any], owner: str | None = None, owner_id: str | None = None
+    ) -> JobRecord:
         """Record a job and queue it."""
         if kind not in self.handlers:
             raise ValidationError(f"unknown job kind {kind!r}; use one of {', '.join(sorted(self.handlers))}")
-        job = self.jobs.submit(kind, params, owner)
+        job = self.jobs.submit(kind, params, owner, owner_id)
         self._queue.put(job.job_id)
         return job
 

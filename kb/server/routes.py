@@ -3,8 +3,10 @@
 Every route but ``/health`` needs ``Authorization: Bearer <token>``: ``reader`` for
 reads (open to anyone with ``--public-read``), ``writer`` for imports, uploads,
 jobs and mining, ``reviewer`` for accepting and rejecting rules (the review is
-recorded under the token's name). Wrong or missing token: 401; a role too low:
-403; nothing is written.
+recorded under the token's name), ``admin`` for revoking tokens. A job may be
+cancelled by the token that submitted it or an admin. Wrong, revoked or missing
+token: 401 (checked against the store on every request); a role too low: 403;
+nothing is written.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from .models import (
     StatsOut,
     VerifyJobIn,
 )
-from .tokens import Role, TokenRecord
+from .tokens import Role, TokenOut, TokenRecord
 from .uploads import unpack_run
 
 __all__ = ["router"]
@@ -97,6 +99,22 @@ def _reviewer(token: Annotated[TokenRecord | None, Depends(_require(Role.reviewe
 
 
 Reviewer = Annotated[TokenRecord, Depends(_reviewer)]
+
+
+def _named(role: Role) -> Callable[..., TokenRecord]:
+    """A dependency for routes that act as a token (never open without one, even with ``--public-read``)."""
+
+    # the dependency as a default, not in the annotation: annotations are strings here, resolved at module level
+    def named(token: TokenRecord | None = Depends(_require(role))) -> TokenRecord:
+        if token is None:
+            raise HTTPException(401, f"this needs a {role.value} token", headers={"WWW-Authenticate": "Bearer"})
+        return token
+
+    return named
+
+
+WriterToken = Annotated[TokenRecord, Depends(_named(Role.writer))]
+Admin = Annotated[TokenRecord, Depends(_named(Role.admin))]
 
 
 @router.get("/health", response_model=Health, tags=["service"])
@@ -253,14 +271,14 @@ def mine(service: Svc, _: Writer, req: Annotated[MineIn | None, Body()] = None) 
 def submit_verify(req: VerifyJobIn, service: Svc, token: Writer) -> JobOut:
     """Queue a verification (treatment vs control fine-tunes); the case is stored when it is done."""
     params = handlers.check_verify(service, req)
-    return JobOut(**service.runner.submit("verify", params, _owner(token)).as_dict())
+    return JobOut(**service.runner.submit("verify", params, _owner(token), _owner_id(token)).as_dict())
 
 
 @router.post("/v1/jobs/fix", response_model=JobOut, status_code=202, tags=["jobs"])
 def submit_fix(req: FixJobIn, service: Svc, token: Writer) -> JobOut:
     """Queue the closed fix loop on an uploaded run; every attempt is stored."""
     params = handlers.check_fix(service, req)
-    return JobOut(**service.runner.submit("fix", params, _owner(token)).as_dict())
+    return JobOut(**service.runner.submit("fix", params, _owner(token), _owner_id(token)).as_dict())
 
 
 @router.get("/v1/jobs", response_model=list[JobOut], tags=["jobs"])
@@ -278,10 +296,21 @@ def get_job(job_id: str, service: Svc, _: Reader) -> JobOut:
 
 
 @router.post("/v1/jobs/{job_id}/cancel", response_model=JobOut, tags=["jobs"])
-def cancel_job(job_id: str, service: Svc, _: Writer) -> JobOut:
-    """Cancel a job: a queued one at once, a running one at its next step."""
-    return JobOut(**service.jobs.request_cancel(job_id).as_dict())
+def cancel_job(job_id: str, service: Svc, token: WriterToken) -> JobOut:
+    """Cancel a job (its owner's token or an admin's; 403 otherwise): a queued one at once, a running one
+    at its next step."""
+    return JobOut(**handlers.cancel_job(service, job_id, token).as_dict())
 
 
 def _owner(token: TokenRecord | None) -> str | None:
     return token.name if token is not None else None
+
+
+def _owner_id(token: TokenRecord | None) -> str | None:
+    return token.token_id if token is not None else None
+
+
+@router.post("/v1/tokens/{token}/revoke", response_model=TokenOut, tags=["service"])
+def revoke_token(token: str, service: Svc, _: Admin) -> TokenOut:
+    """Revoke a token by id or name (admin token): from the next request on it gets 401."""
+    return handlers.revoke_token(service, token)

@@ -2,7 +2,10 @@
 
 A token is shown once, when it is created (``remedy tokens create``); the store
 keeps its hash, a short id, a name and a role. Roles are ordered: a ``writer``
-may do what a ``reader`` may, a ``reviewer`` what a ``writer`` may.
+may do what a ``reader`` may, a ``reviewer`` what a ``writer`` may, an ``admin``
+what a ``reviewer`` may, and also revoke tokens through the service and cancel
+anyone's job. Every request is checked against the store (no token set is
+cached), so a revocation takes effect at the next request.
 """
 
 from __future__ import annotations
@@ -10,14 +13,16 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from enum import StrEnum
+
+from pydantic import BaseModel
 
 from remedy.cases.errors import ValidationError
 from remedy.cases.store import CaseStore
 
-__all__ = ["Role", "TokenRecord", "TokenStore", "TOKEN_PREFIX"]
+__all__ = ["Role", "TokenRecord", "TokenOut", "TokenStore", "TOKEN_PREFIX"]
 
 #: every token starts with this, so a leaked one is easy to spot in logs and scanners
 TOKEN_PREFIX = "rmd_"
@@ -35,11 +40,13 @@ CREATE TABLE IF NOT EXISTS api_tokens (
 
 
 class Role(StrEnum):
-    """What a token may do: read (query, cases, stats, diagnose), write (import, runs, jobs), review (rules)."""
+    """What a token may do: read (query, cases, stats, diagnose), write (import, runs, jobs), review (rules),
+    administer (revoke tokens, cancel any job)."""
 
     reader = "reader"
     writer = "writer"
     reviewer = "reviewer"
+    admin = "admin"
 
     def allows(self, needed: Role) -> bool:
         """True when this role is at least ``needed``."""
@@ -61,6 +68,21 @@ class TokenRecord:
     def active(self) -> bool:
         """False once revoked."""
         return self.revoked_at is None
+
+
+class TokenOut(BaseModel):
+    """A token as the HTTP API shows it (never its secret)."""
+
+    token_id: str
+    name: str
+    role: Role
+    created_at: datetime
+    revoked_at: datetime | None = None
+
+    @classmethod
+    def of(cls, record: TokenRecord) -> TokenOut:
+        """The API view of a stored token."""
+        return cls(**record.__dict__)
 
 
 def _hash(token: str) -> str:
@@ -102,11 +124,10 @@ class TokenStore:
         if len(matches) != 1:
             what = "no active token" if not matches else f"{len(matches)} active tokens"
             raise ValidationError(f"{what} with id or name {id_or_name!r}; see `remedy tokens list` and pass its id")
+        revoked_at = datetime.now(UTC)
         with self.store.connection() as con:
-            con.execute(
-                "UPDATE api_tokens SET revoked_at = ? WHERE token_id = ?", [datetime.now(UTC), matches[0].token_id]
-            )
-        return matches[0]
+            con.execute("UPDATE api_tokens SET revoked_at = ? WHERE token_id = ?", [revoked_at, matches[0].token_id])
+        return replace(matches[0], revoked_at=revoked_at)
 
     def authenticate(self, token: str) -> TokenRecord | None:
         """The active token matching ``token``, or None; hashes are compared in constant time."""

@@ -71,15 +71,17 @@ def server(tmp_path_factory, embedder):
     kb = tmp_path / "kb"
     with KnowledgeBase.open(kb, embedder=embedder) as base:  # built in process: cold CLI runs are slow
         base.add_many(corpus_cases())
-    _, token = TokenStore(CaseStore(kb / "remedy.duckdb")).create("writer", "e2e")
+    tokens = TokenStore(CaseStore(kb / "remedy.duckdb"))
+    _, token = tokens.create("writer", "e2e")
+    extra = {name: tokens.create(role, name)[1] for name, role in (("root", "admin"), ("leaked", "reader"))}
     with _running(kb) as url:
-        yield url, token, kb, tmp_path
+        yield url, token, kb, tmp_path, extra
     assert not (kb / SERVE_MARKER).exists()  # a clean stop removes the marker
 
 
 @pytest.mark.slow
 def test_cli_goes_through_the_running_service(server):
-    url, token, kb, tmp = server
+    url, token, kb, tmp, _ = server
     assert json.loads((kb / SERVE_MARKER).read_text())["url"] == url
     q = _cli("query", "the lander hovers and never lands", "--server", url, "--json", token=token)
     assert q.returncode == 0, q.stderr
@@ -97,13 +99,27 @@ def test_cli_goes_through_the_running_service(server):
 
 @pytest.mark.slow
 def test_direct_access_to_a_served_kb_names_the_service_and_bad_tokens_fail(server):
-    url, token, kb, _tmp = server
+    url, token, kb, _tmp, _ = server
     direct = _cli("kb", "stats", "--kb", kb)
     assert direct.returncode == 1 and f"served by `remedy serve` at {url}" in direct.stderr, direct.stderr
     denied = _cli("kb", "stats", "--server", url, token="rmd_not-a-token")
     assert denied.returncode == 1 and "401" in denied.stderr and "Traceback" not in denied.stderr
     missing = _cli("case", "show", "nope", "--server", url, token=token)
     assert missing.returncode == 1 and "404" in missing.stderr
+
+
+@pytest.mark.slow
+def test_a_leaked_token_is_revoked_while_the_service_runs(server):
+    url, token, _kb, _tmp, extra = server
+    leaked = {"Authorization": f"Bearer {extra['leaked']}"}
+    assert httpx.get(f"{url}/v1/stats", headers=leaked, timeout=30).status_code == 200
+    denied = _cli("tokens", "revoke", "leaked", "--server", url, token=token)  # a writer may not
+    assert denied.returncode == 1 and "403" in denied.stderr and "Traceback" not in denied.stderr
+    done = _cli("tokens", "revoke", "leaked", "--server", url, token=extra["root"])
+    assert done.returncode == 0 and "revoked reader token leaked" in done.stdout, done.stderr
+    after = httpx.get(f"{url}/v1/stats", headers=leaked, timeout=30)  # the very next request, no restart
+    assert after.status_code == 401 and "revoked" in after.json()["detail"]
+    assert httpx.get(f"{url}/v1/stats", headers={"Authorization": f"Bearer {token}"}, timeout=30).status_code == 200
 
 
 @pytest.fixture(scope="module")
