@@ -59,6 +59,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CONFIRM_SEEDS",
+    "CONFIRM_DESIGN",
+    "CONFIRM_DESIGNS",
     "SCREEN_CONFIDENCE",
     "EVAL_BLOCK_STRIDE",
     "VerifyConfig",
@@ -98,6 +100,15 @@ CONFIRM_SEEDS = 8
 #: lenient one costs confirmations on null candidates: ``bench/calibration.py sim --screen-confidence 0.8``
 #: measures the A/A screen pass rate (about 10%) and that screen + confirmation stays under the target.
 SCREEN_CONFIDENCE = 0.8
+#: how a confirmation decides (:attr:`VerifyConfig.confirm_design`). ``fixed``: every confirmation seed is
+#: trained, then one test at ``confidence``. ``sequential``: a group-sequential test with looks at half and all
+#: of the confirmation seeds (4 and 8 by default), the one-sided ``(1 - confidence) / 2`` spent over the looks by
+#: a Pocock-type spending function, and a futility stop at the half-way look when the difference is not above
+#: zero (:class:`~remedy.cases.verify.stats.SequentialDesign`): a decisive fix stops at 4 seeds, a null patch
+#: usually too, and each confirmation still false-passes at most ``(1 - confidence) / 2``
+#: (``bench/calibration.py power`` measures both designs side by side).
+CONFIRM_DESIGNS = ("fixed", "sequential")
+CONFIRM_DESIGN = "fixed"
 #: the level screens passed at before they had their own: the oracle records and cost lines made then are
 #: keyed without a screen level, and read at this one
 EARLIER_SCREEN_CONFIDENCE = 0.95
@@ -150,6 +161,9 @@ class VerifyConfig:
     #: share of the patient's gap to its success threshold a confirmed treatment must close to count as fixed
     #: (:mod:`remedy.cases.verify.fixed`; reaching the success definition counts whatever the share)
     fixed_share: float = FIX_SHARE
+    #: how a confirmation decides: ``fixed`` (all its seeds, one test) or ``sequential`` (looks at half and all of
+    #: them, alpha-spending boundaries, a futility stop half-way; :data:`CONFIRM_DESIGN`); screens are unaffected
+    confirm_design: str = CONFIRM_DESIGN
 
     @property
     def arms_eval_seed(self) -> int:
@@ -182,6 +196,14 @@ class VerifyConfig:
         ``seed_base`` plus this."""
         return self.seeds + self.seeds_to_confirm * confirmations
 
+    def sequential(self) -> stats.SequentialDesign | None:
+        """The looks of a sequential confirmation with this config's ``seeds`` (a confirmation's config, from
+        :meth:`confirmation`): half (rounded up) and all of them; None for the fixed design or under 4 seeds,
+        where half a confirmation holds fewer than 2 seeds per arm."""
+        if self.confirm_design != "sequential" or self.seeds < 4:
+            return None
+        return stats.SequentialDesign(looks=(math.ceil(self.seeds / 2), self.seeds), alpha=(1 - self.confidence) / 2)
+
     def budget_for(self, train_steps: int | None, declared: int | None = None) -> int:
         """Fine-tuning steps per arm: explicit, else the scenario's declared budget, else a fraction of training
         (:func:`~remedy.cases.verify.budgets.choose_budget` without a budget learned from the KB)."""
@@ -193,6 +215,10 @@ class VerifyConfig:
             raise VerificationError("--screen-confidence and the confidence must each be between 0 and 1 (e.g. 0.8)")
         if self.seeds < 1 or self.eval_episodes < 1 or self.n_envs < 1:
             raise VerificationError("--seeds, --episodes and n_envs must each be at least 1")
+        if self.confirm_design not in CONFIRM_DESIGNS:
+            raise VerificationError(
+                f"confirm design '{self.confirm_design}' is unknown; use one of {', '.join(CONFIRM_DESIGNS)}"
+            )
         if self.confirm_seeds is not None and self.confirm_seeds < 2:
             raise VerificationError("--confirm-seeds must be at least 2 (a confirmation needs seed-to-seed spread)")
         if self.seed_base < 0 or self.seed_base + self.control_seed_offset < 0:
@@ -398,7 +424,8 @@ def _pooled(controls: list[ArmResult]) -> ArmResult:
     )
 
 
-def _jobs(ctx: _Context, shifted: tuple[tuple[str, str], ...], workdir: Path) -> _Plan:
+def _jobs(ctx: _Context, shifted: tuple[tuple[str, str], ...], workdir: Path, seeds: range | None = None) -> _Plan:
+    """The jobs of the training seeds ``seeds`` (indices from 0; None: all of ``config.seeds``)."""
     from .training import arm_budgets
 
     cfg = ctx.config
@@ -412,7 +439,7 @@ def _jobs(ctx: _Context, shifted: tuple[tuple[str, str], ...], workdir: Path) ->
     run_yaml = (Path(run_dir) / "run.yaml").read_text()
     score_patch_json = ctx.patch.model_dump_json() if reward_patch else None
     plan = _Plan(checkpoint_control=control_is_checkpoint)
-    for i in range(cfg.seeds):
+    for i in seeds if seeds is not None else range(cfg.seeds):
         arms: list[tuple[str, str | None, int]] = [("treatment", ctx.patch.model_dump_json(), t_budget)]
         # every seed has a control, evaluated on that seed's block; a checkpoint control is the same agent
         # for every seed (no training), but each block is its own evaluation of it
@@ -671,11 +698,18 @@ def _screen_test(ctx: _Context, arms: dict[str, list[ArmResult]], primary: str) 
     )
 
 
-def _verification(ctx: _Context, plan: _Plan, results: Sequence[JobResult]) -> Verification:
+def _arms(plan: _Plan, results: Sequence[JobResult]) -> tuple[dict[str, list[ArmResult]], list[str], int]:
+    """The arms a plan's results make (shared controls included, a checkpoint control pooled into one run),
+    failures, and env steps spent."""
     arms, failures, steps = _collect(plan.jobs, results)
     arms["control"] = sorted(arms["control"] + plan.reused, key=lambda a: a.seed)
     if plan.checkpoint_control and arms["control"]:
         arms["control"] = [_pooled(arms["control"])]
+    return arms, failures, steps
+
+
+def _verification(ctx: _Context, plan: _Plan, results: Sequence[JobResult]) -> Verification:
+    arms, failures, steps = _arms(plan, results)
     shared = dict(controls=plan.controls, controls_reused=plan.n_reused)
     if failures or not arms["treatment"] or not arms["control"]:
         reason = "; ".join(failures) or "no arm produced a result"
@@ -864,22 +898,89 @@ def verify_patch(
         return _case(ctx, failed)
     owned = executor is None
     executor = executor or get_executor(config.executor)
+    design = config.sequential() if ctx.stage is Stage.confirm else None
     with _workdir(arms_dir) as tmp:
-        plan = _jobs(ctx, _shifted(scenario), Path(tmp))
-        reuse = f" ({plan.n_reused} shared control(s) reused)" if plan.n_reused else ""
-        ctx.say(f"{len(plan.jobs)} jobs{reuse}", 0, len(plan.jobs))
         try:
-            results = executor.run(
-                plan.jobs, progress=lambda r, d, n: ctx.say(f"{r.id}: {'ok' if r.ok else 'failed'}", d, n)
-            )
+            if design is None:
+                plan, results = _run(ctx, executor, _jobs(ctx, _shifted(scenario), Path(tmp)))
+            else:
+                plan, results = _sequential(ctx, executor, design, _shifted(scenario), Path(tmp))
         finally:
             if owned:
                 executor.shutdown()
-        _keep_controls(plan, config.control_cache, results)
     judged = judge_verification(
         _verification(ctx, plan, results), ctx.evidence.deterministic, ctx.run.config.success, config.fixed_share
     )
     return _case(ctx, judged)
+
+
+def _run(ctx: _Context, executor: Executor, plan: _Plan) -> tuple[_Plan, list[JobResult]]:
+    """Run a plan's jobs; keep the controls it trained in the shared cache."""
+    reuse = f" ({plan.n_reused} shared control(s) reused)" if plan.n_reused else ""
+    ctx.say(f"{len(plan.jobs)} jobs{reuse}", 0, len(plan.jobs))
+    results = executor.run(plan.jobs, progress=lambda r, d, n: ctx.say(f"{r.id}: {'ok' if r.ok else 'failed'}", d, n))
+    _keep_controls(plan, ctx.config.control_cache, results)
+    return plan, list(results)
+
+
+def _merged(a: _Plan, b: _Plan) -> _Plan:
+    """Two looks' plans as one (the jobs and controls of both)."""
+    return _Plan(
+        jobs=a.jobs + b.jobs,
+        reused=a.reused + b.reused,
+        train_keys={**a.train_keys, **b.train_keys},
+        controls=a.controls + b.controls,
+        n_reused=a.n_reused + b.n_reused,
+        checkpoint_control=b.checkpoint_control,
+    )
+
+
+def _sequential(
+    ctx: _Context, executor: Executor, design: stats.SequentialDesign, shifted: tuple[tuple[str, str], ...], tmp: Path
+) -> tuple[_Plan, list[JobResult]]:
+    """A sequential confirmation: train the seeds of each look in turn and stop at the first look that decides
+    (:func:`~remedy.cases.verify.stats.sequential_look`) or fails. The config is left at the deciding look: its
+    seeds, and the two-sided confidence of its nominal level, so the stored effect and status are that look's."""
+    plan, results, done = _Plan(), [], 0
+    for k, n in enumerate(design.looks):
+        ctx.say(f"sequential confirmation, look {k + 1} of {len(design.looks)}: {n} seeds per arm")
+        look, res = _run(ctx, executor, _jobs(ctx, shifted, tmp, range(done, n)))
+        plan, results, done = _merged(plan, look), results + res, n
+        ctx.config = replace(ctx.config, seeds=n, confidence=1.0 - 2.0 * design.level(k))
+        verdict = _look(plan, results, design, k)
+        if verdict == stats.END and k < len(design.looks) - 1:
+            break  # a job failed: the verification is failed, with the job's reason
+        if verdict != stats.CONTINUE:
+            ctx.notes.append(_look_note(design, k, verdict))
+            break
+    return plan, results
+
+
+def _look(plan: _Plan, results: Sequence[JobResult], design: stats.SequentialDesign, k: int) -> str:
+    """What look ``k`` decides (a failed job or a missing arm ends the confirmation: ``end``)."""
+    arms, failures, _ = _arms(plan, results)
+    if failures or not arms["treatment"] or not arms["control"]:
+        return stats.END
+    outcomes = {s for a in arms["treatment"] + arms["control"] for s in _nominal(a).successes}
+    name = "success_rate" if len(outcomes) > 1 else "return_iqm"  # the primary metric, as _effects picks it
+    pick, agg = _PRIMARY[name]
+    t, c = ([pick(a) for a in arms[arm]] for arm in ("treatment", "control"))
+    return stats.sequential_look(name, t, c, design, k, aggregate=agg)[1]
+
+
+def _look_note(design: stats.SequentialDesign, k: int, verdict: str) -> str:
+    """What the reason says about where a sequential confirmation stopped."""
+    why = {
+        stats.IMPROVED: "the gain crossed the efficacy boundary",
+        stats.FUTILE: "futility stop: no gain half-way",
+        stats.END: "the last look",
+    }[verdict]
+    looks = "/".join(map(str, design.looks))
+    return (
+        f"sequential confirmation (looks at {looks} seeds, {design.spending} spending of one-sided "
+        f"{design.alpha:.3g}): stopped at look {k + 1} ({design.looks[k]} seeds per arm, one-sided level "
+        f"{design.level(k):.4g}): {why}"
+    )
 
 
 @contextlib.contextmanager
