@@ -392,17 +392,18 @@ class KnowledgeBase:
         n_episodes: int = 10,
         seed: int = 0,
         same_action_space: bool = True,
+        trust: bool = False,
         **filters: Any,
     ) -> tuple[RunSignature, list[SimilarCase]]:
         """Roll out the agent in ``run_dir``, compute its failure signature, and find similar cases.
 
         By default only cases with the same action-space type are returned (their patches fit);
-        ``filters`` are those of :meth:`similar`.
+        ``filters`` are those of :meth:`similar`; ``trust``: the user's own files (``--trust-checkpoint``).
         """
         from remedy.cases.evidence.signature import signature_of_run
 
         # resolved here, before any rollout: a worker that loads the run works in its own directory
-        run = signature_of_run(Path(run_dir).resolve(), n_episodes=n_episodes, seed=seed)
+        run = signature_of_run(Path(run_dir).resolve(), n_episodes=n_episodes, seed=seed, trust=trust)
         if same_action_space:
             filters.setdefault("action_space", run.subject.traits.action_space.value)
         return run, self.similar(run.signature, k=k, **filters)

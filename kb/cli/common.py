@@ -17,6 +17,7 @@ __all__ = [
     "KbOption",
     "JsonOption",
     "ServerOption",
+    "TrustCheckpointOption",
     "console",
     "err_console",
     "print_json",
@@ -51,6 +52,16 @@ ServerOption = Annotated[
         "--server",
         envvar="REMEDY_SERVER",
         help="Go through a running `remedy serve` at this URL (token from $REMEDY_TOKEN) instead of --kb.",
+    ),
+]
+
+TrustCheckpointOption = Annotated[
+    bool,
+    typer.Option(
+        "--trust-checkpoint",
+        help="Load RUN_DIR as SB3 does: unpickle its checkpoint and normalization stats and import a "
+        "'module:' env id. Only for your own files (a checkpoint is code); ignored with --server, "
+        "the service never trusts.",
     ),
 ]
 

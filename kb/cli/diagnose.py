@@ -18,6 +18,7 @@ from .common import (
     KbOption,
     ScreenConfidenceOption,
     ServerOption,
+    TrustCheckpointOption,
     add_columns,
     console,
     effect_text,
@@ -69,6 +70,7 @@ def diagnose(
     kb: KbOption = Path(DEFAULT_KB),
     as_json: JsonOption = False,
     server: ServerOption = None,
+    trust_checkpoint: TrustCheckpointOption = False,
 ) -> None:
     """Say why the agent in RUN_DIR (or the one described with --describe) fails: ranked root causes and patches.
 
@@ -95,7 +97,7 @@ def diagnose(
             assert run_dir is not None  # _check_source made sure exactly one of the two is given
             report = diagnose_run(
                 store,
-                run_dir,
+                _trusted(run_dir) if trust_checkpoint else run_dir,
                 diagnoser=backend,
                 k=k,
                 n_episodes=episodes,
@@ -142,6 +144,13 @@ def _diagnose_remote(server, run_dir, describe, text_opts, diagnoser, k, episode
             k=k,
         )
     return remote.diagnose(server, run_dir, diagnoser=diagnoser, k=k, episodes=episodes, seed=seed)
+
+
+def _trusted(run_dir: Path):
+    """The run loaded as the user's own (``--trust-checkpoint``)."""
+    from remedy.cases.evidence.rundir import RunDir
+
+    return RunDir.load(run_dir, trust=True)
 
 
 def _check_source(run_dir: Path | None, describe: str | None, text_opts: dict) -> None:
@@ -444,6 +453,7 @@ def fix_cmd(
     kb: KbOption = Path(DEFAULT_KB),
     as_json: JsonOption = False,
     server: ServerOption = None,
+    trust_checkpoint: TrustCheckpointOption = False,
 ) -> None:
     """Diagnose → verify the top candidates (raced) → store every attempt → repeat until a fix is verified."""
     racing = _race(race, race_fraction, race_seeds)
@@ -472,7 +482,7 @@ def fix_cmd(
     from remedy.kb.fixloop import fix, one_torch_thread
 
     one_torch_thread()
-    run = RunDir.load(run_dir)  # a directory that is not a run fails here, before a KB is created
+    run = RunDir.load(run_dir, trust=trust_checkpoint)  # not a run: fails here, before a KB is created
     backend = _backend(diagnoser)
     config = VerifyConfig(
         seeds=seeds,

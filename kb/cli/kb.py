@@ -28,6 +28,7 @@ from .common import (
     JsonOption,
     KbOption,
     ServerOption,
+    TrustCheckpointOption,
     add_columns,
     console,
     err_console,
@@ -287,6 +288,7 @@ def similar(
     only_improved: Annotated[bool, typer.Option("--only-improved", help="Only verified improvements.")] = False,
     as_json: JsonOption = False,
     server: ServerOption = None,
+    trust_checkpoint: TrustCheckpointOption = False,
 ) -> None:
     """What fixed failures like this agent's: signature of RUN_DIR, then the nearest stored cases."""
     if server:
@@ -299,6 +301,7 @@ def similar(
             seed=seed,
             same_action_space=not any_action_space,
             only_improved=only_improved,
+            trust=trust_checkpoint,
         )
     if as_json:
         print_json({"signature": run.signature.model_dump(mode="json"), "similar": [h.as_dict() for h in hits]})

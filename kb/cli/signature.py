@@ -11,7 +11,7 @@ from rich.table import Table
 
 from remedy.cases.vocab import COMPONENT_PREFIX, FEATURES, SYMPTOMS
 
-from .common import JsonOption, console, print_json
+from .common import JsonOption, TrustCheckpointOption, console, print_json
 
 if TYPE_CHECKING:
     from remedy.cases.evidence.signature import RunSignature
@@ -71,14 +71,15 @@ def signature_command(
     episodes: Annotated[int, typer.Option("--episodes", min=1, help="Evaluation episodes per mode.")] = 20,
     seed: Annotated[int, typer.Option("--seed", help="First episode seed.")] = 0,
     as_json: JsonOption = False,
+    trust_checkpoint: TrustCheckpointOption = False,
 ) -> None:
     """Roll the agent out (deterministic and stochastic) and print its failure signature."""
     from remedy.cases.evidence.signature import signature_of_run  # rollouts need gymnasium, SB3, scipy
 
     if as_json:
-        rs = signature_of_run(run_dir, n_episodes=episodes, seed=seed)
+        rs = signature_of_run(run_dir, n_episodes=episodes, seed=seed, trust=trust_checkpoint)
         print_json(rs.signature.model_dump(mode="json"))
         return
     with console.status(f"rolling out {episodes} episodes per mode..."):
-        rs = signature_of_run(run_dir, n_episodes=episodes, seed=seed)
+        rs = signature_of_run(run_dir, n_episodes=episodes, seed=seed, trust=trust_checkpoint)
     render_signature(rs)
