@@ -90,7 +90,9 @@ def check_env_id(env_id: str, *, trust: bool = False) -> None:
     user's own run, ``--trust-checkpoint``), and only counts once the import registered
     ``Env-v0``. Untrusted, the id passes only if ``Env-v0`` is already registered; nothing is imported.
     """
-    if ":" in env_id and env_id not in _TRUSTED_MODULE_IDS:
+    if env_id in _TRUSTED_MODULE_IDS:  # imported by a trusted check earlier in this process
+        return
+    if ":" in env_id:
         module, name = env_id.split(":", 1)
         if not trust and name not in gym.envs.registry:
             raise EnvError(

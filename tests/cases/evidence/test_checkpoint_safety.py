@@ -17,6 +17,7 @@ import cloudpickle
 import numpy as np
 import pytest
 import yaml
+from typer.testing import CliRunner
 
 from remedy.cases.errors import CheckpointError, EnvError
 from remedy.cases.evidence.checkpoint import check_zip, read_data, serialized_keys
@@ -204,3 +205,26 @@ def test_trusted_module_must_register_the_env(run_copy, marker_module):
     with pytest.raises(EnvError, match=f"importing '{module}' registered no env 'Nope-v0'"):
         RunDir.load(run_copy, trust=True)
     assert marker.exists()  # trusted: the user's own module was imported
+
+
+# -- the CLI -----------------------------------------------------------------------------------------
+def test_trust_checkpoint_flag_on_every_command_that_loads_a_checkpoint():
+    from remedy.kb.cli import app
+
+    for command in (["signature"], ["diagnose"], ["similar"], ["verify"], ["fix"]):
+        out = CliRunner().invoke(app, [*command, "--help"], terminal_width=200).output
+        assert "--trust-checkpoint" in out, command
+
+
+def test_signature_cli_refuses_a_payload_run_then_trusts_the_users_own(run_copy, tmp_path, marker_module):
+    from remedy.kb.cli import app
+
+    module, marker = marker_module
+    _edit_yaml(run_copy, env_id=f"{module}:Nope-v0")
+    refused = CliRunner().invoke(app, ["signature", str(run_copy), "--episodes", "1", "--json"])
+    assert isinstance(refused.exception, EnvError) and "--trust-checkpoint" in str(refused.exception)
+    assert not marker.exists()
+    _edit_yaml(run_copy, env_id=f"{module}:CartPole-v1")
+    trusted = CliRunner().invoke(app, ["signature", str(run_copy), "--episodes", "1", "--json", "--trust-checkpoint"])
+    assert trusted.exit_code == 0, trusted.output
+    assert marker.exists() and "symptoms" in json.loads(trusted.stdout)
