@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from remedy.cases.errors import VerificationError
+from remedy.cases.errors import RemedyError, VerificationError
 from remedy.cases.evidence.rollcache import RolloutCache, RolloutSavings
 from remedy.cases.evidence.rundir import RunDir
 from remedy.cases.model import Case, Effect, Provenance, RaceStage, Source, Stage, Status, Verification, new_case_id
@@ -53,6 +53,7 @@ from remedy.cases.verify.verification import (
 from remedy.retrieval.diagnosis import Attempt, CandidatePatch, Diagnoser, DiagnosisReport
 
 from .diagnose import diagnose_run
+from .fixed_agent import write_fixed_agent
 
 #: shared control arms live in this folder of the KB (cases.verify.controls)
 CONTROLS_DIR = "controls"
@@ -187,6 +188,8 @@ class FixResult:
     rounds_used: int
     winner: AttemptRecord | None = None
     patch_path: Path | None = None
+    #: the winner's fine-tuned agent, written as a run directory (:mod:`remedy.kb.fixed_agent`)
+    fixed_dir: Path | None = None
     env_steps_to_fix: int | None = None
     wall_time_to_fix_s: float | None = None
     attempts_to_fix: int | None = None
@@ -239,6 +242,7 @@ class FixResult:
             "attempts": [a.as_dict() for a in self.attempts],
             "winner": None if self.winner is None else self.winner.as_dict(),
             "patch_path": None if self.patch_path is None else str(self.patch_path),
+            "fixed_dir": None if self.fixed_dir is None else str(self.fixed_dir),
             "attempts_to_fix": self.attempts_to_fix,
             "env_steps_to_fix": self.env_steps_to_fix,
             "wall_time_to_fix_s": None if self.wall_time_to_fix_s is None else round(self.wall_time_to_fix_s, 2),
@@ -275,6 +279,12 @@ class _Loop:
     race: RaceSettings = field(default_factory=RaceSettings)
     #: where stage-1 arms are kept for the survivors to go on from (made on first use, removed at the end)
     arms_root: Path | None = None
+    #: an improved confirmation's case id -> the folder its trained arms are kept in (for the fixed agent)
+    kept: dict[str, Path] = field(default_factory=dict)
+    #: share of candidate slots given on purpose to a lower-ranked candidate (counterfactual data), and its seed
+    explore: float = 0.0
+    explore_seed: int = 0
+    explored: set[str] = field(default_factory=set)  # patches (JSON) chosen by exploration
 
     def arms_dir(self, name: str) -> Path:
         """A folder for one stage-1 candidate's trained arms, under this loop's temporary root."""
@@ -559,12 +569,12 @@ def fix(
         stop = _rounds(
             loop, rounds, candidates, diagnoser, exhaustive, exclude_scenario, tuple(exclude_ids), k, n_episodes, seed
         )
+        return _result(loop, stop, out_dir)  # before the kept arms go: the winner's agent is written from them
     finally:
         if executor is None:
             runner.shutdown()
         if loop.arms_root is not None:
             shutil.rmtree(loop.arms_root, ignore_errors=True)
-    return _result(loop, stop, out_dir)
 
 
 def _rounds(
@@ -713,9 +723,23 @@ def _screen_then_confirm(
         loop.say(f"{label}: cleared the screen, but the loop's {loop.max_confirmations} confirmation(s) are spent")
         return None
     loop.say(f"{label}: confirming on fresh seeds")
-    rec = _record(loop, rnd, cand, report, _verify(loop, cand, report, f"{label} confirm", confirms=screen))
+    arms = loop.arms_dir(f"confirm-{loop.confirmations + 1}")  # its agents: the fixed agent, if it wins
+    rec = _record(
+        loop, rnd, cand, report, _verify(loop, cand, report, f"{label} confirm", confirms=screen, arms_dir=arms)
+    )
+    _keep_agents(loop, rec, arms)
     loop.say(f"{label}: confirmation {rec.status}")
     return rec
+
+
+def _keep_agents(loop: _Loop, rec: AttemptRecord, arms: Path) -> None:
+    """Keep an improved confirmation's treatment agents (one may be handed back); drop everything else now."""
+    if not rec.improved:
+        shutil.rmtree(arms, ignore_errors=True)
+        return
+    for control in arms.glob("control-*"):
+        shutil.rmtree(control, ignore_errors=True)
+    loop.kept[rec.case_id] = arms
 
 
 def _resume(loop: _Loop, stage_one: _StageOne | None) -> Resume | None:
@@ -744,12 +768,36 @@ def _patch_path(loop: _Loop, winner: AttemptRecord, out_dir: str | Path | None) 
     return path
 
 
+def _fixed_agent(loop: _Loop, winner: AttemptRecord, out: Path) -> Path | None:
+    """Write the winner's agent to ``out/fixed/`` (:mod:`remedy.kb.fixed_agent`); None, with a warning, if it cannot."""
+    case = next((c for c in loop.cases if c.case_id == winner.case_id), None)
+    arms = loop.kept.get(winner.case_id)
+    if case is None or arms is None:
+        return None
+    try:
+        cfg = loop.config
+        agent = write_fixed_agent(
+            loop.run,
+            case,
+            arms,
+            out,
+            eval_episodes=cfg.eval_episodes,
+            learning_rate=cfg.learning_rate,
+            n_envs=cfg.n_envs,
+        )
+    except (RemedyError, OSError) as err:  # the fix stands (its case and patch are stored); only the copy is lost
+        loop.say(f"could not write the fixed agent: {err}")
+        return None
+    return agent.path
+
+
 def _result(loop: _Loop, stop: str, out_dir: str | Path | None) -> FixResult:
     improved = [a for a in loop.attempts if a.improved]  # confirmations only
     winner = None
     if improved:  # a fix that makes the agent work first, then the largest confirmed effect
         winner = max(improved, key=lambda a: (a.works, a.effect.diff if a.effect is not None else float("-inf")))
     path = _patch_path(loop, winner, out_dir) if winner is not None else None
+    fixed_dir = _fixed_agent(loop, winner, path.parent) if winner is not None and path is not None else None
     fix_at = loop.fix_at or (None, None, None)
     warnings = tuple(w for d in loop.diagnoses for w in d.warnings)
     return FixResult(
@@ -760,6 +808,7 @@ def _result(loop: _Loop, stop: str, out_dir: str | Path | None) -> FixResult:
         rounds_used=len(loop.diagnoses),
         winner=winner,
         patch_path=path,
+        fixed_dir=fixed_dir,
         env_steps_to_fix=fix_at[0],
         wall_time_to_fix_s=fix_at[1],
         attempts_to_fix=fix_at[2],

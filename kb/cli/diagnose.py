@@ -369,6 +369,13 @@ def _render_fix(result) -> None:
             highlight=False,
             soft_wrap=True,
         )
+        if getattr(result, "fixed_dir", None) is not None:
+            console.print(
+                f"fixed agent: [bold]{result.fixed_dir}[/] (model.zip, run.yaml, patch.yaml, apply_sb3.py, "
+                "rlzoo_hyperparams.yml; README.txt says which seed and why)",
+                highlight=False,
+                soft_wrap=True,
+            )
     else:
         console.print(
             "[yellow]no confirmed fix[/]: every attempt is stored in the KB; try more --rounds, "
@@ -445,7 +452,12 @@ def fix_cmd(
         ),
     ] = 2,
     out: Annotated[
-        Path | None, typer.Option("--out", help="Where to write the winning patch (default <kb>/fixes).")
+        Path | None,
+        typer.Option(
+            "--out",
+            help="Where to write the winning patch and the fixed agent (<out>/fixed/; default <kb>/fixes). "
+            "With --server: a folder under the service's <kb>/fixes/.",
+        ),
     ] = None,
     race: RaceOption = True,
     race_fraction: RaceFractionOption = 1 / 3,
@@ -453,58 +465,52 @@ def fix_cmd(
     kb: KbOption = Path(DEFAULT_KB),
     as_json: JsonOption = False,
     server: ServerOption = None,
+    wait: Annotated[
+        bool, typer.Option("--wait/--no-wait", help="With --server: follow the job, or print its id.")
+    ] = True,
     trust_checkpoint: TrustCheckpointOption = False,
 ) -> None:
     """Diagnose → verify the top candidates (raced) → store every attempt → repeat until a fix is verified."""
-    racing = _race(race, race_fraction, race_seeds)
+    from remedy.kb.settings import FixSettings, settings_from
+
+    settings = settings_from(
+        FixSettings,
+        rounds=rounds,
+        candidates=candidates,
+        seeds=seeds,
+        confirm_seeds=confirm_seeds,
+        screen_confidence=screen_confidence,
+        budget=budget,
+        executor=executor,
+        diagnoser=diagnoser,
+        exhaustive=exhaustive,
+        confirmations=confirmations,
+        out=None if out is None else str(out),
+        race=race,
+        race_fraction=race_fraction,
+        race_seeds=race_seeds,
+    )
+    settings.race_settings()  # a bad race is refused before anything runs, local or served
     if server:
         from . import remote
 
-        return remote.fix(
-            server,
-            run_dir,
-            as_json,
-            True,
-            rounds=rounds,
-            candidates=candidates,
-            seeds=seeds,
-            confirm_seeds=confirm_seeds,
-            screen_confidence=screen_confidence,
-            budget=budget,
-            diagnoser=diagnoser,
-            race=race,
-            race_fraction=race_fraction,
-            race_seeds=race_seeds,
-        )
+        return remote.fix(server, run_dir, as_json, wait, settings)
     from remedy.cases.evidence.rundir import RunDir
-    from remedy.cases.verify.verification import VerifyConfig
     from remedy.kb.facade import KnowledgeBase
     from remedy.kb.fixloop import fix, one_torch_thread
 
     one_torch_thread()
     run = RunDir.load(run_dir, trust=trust_checkpoint)  # not a run: fails here, before a KB is created
     backend = _backend(diagnoser)
-    config = VerifyConfig(
-        seeds=seeds,
-        confirm_seeds=confirm_seeds,
-        screen_confidence=screen_confidence,
-        budget_steps=budget,
-        executor=executor,
-    )
     with KnowledgeBase.open(kb, create=True) as base, _Live(disable=as_json) as live:
         result = fix(
             base,
             run,
             store=base,
-            config=config,
-            rounds=rounds,
-            candidates=candidates,
             diagnoser=backend,
-            exhaustive=exhaustive,
             out_dir=out or base.root / "fixes",
             progress=live.update,
-            confirmations=confirmations,
-            race=racing,
+            **settings.loop_kwargs(),
         )
     if as_json:
         print_json(result.as_dict())

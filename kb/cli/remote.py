@@ -18,6 +18,7 @@ from rich.console import Console
 from .common import console, print_json
 
 if TYPE_CHECKING:
+    from remedy.kb.settings import FixSettings, VerifySettings
     from remedy.miners import Rule
     from remedy.retrieval.diagnosis import DiagnosisReport
 
@@ -186,32 +187,36 @@ def _finish(job: dict[str, Any]) -> dict[str, Any]:
     return job["result"]
 
 
-def verify(server: str, run_dir: Path, patch_file: Path, as_json: bool, wait: bool, **params: Any) -> None:
-    """`remedy verify` as a job on the service: upload the run, queue, follow, print the stored case."""
-    from remedy.cases.model import Case
+def verify(server: str, run_dir: Path, patch_file: Path, as_json: bool, wait: bool, settings: VerifySettings) -> None:
+    """`remedy verify` as a job on the service: upload the run, queue it with the same settings, follow, and
+    print the outcome as a local run prints it (the service screens and confirms with the same library call)."""
     from remedy.cases.patches.io import load_patch
 
-    from .verify import render_verification
+    from .verify import render_outcome
 
     patch = json.loads(load_patch(patch_file).model_dump_json())  # checked here: a bad file fails before upload
     with _client(server) as client:
         run = client.upload_run(run_dir)
-        job = client.submit("verify", run_id=run["run_id"], patch=patch, **params)
+        job = client.submit("verify", run_id=run["run_id"], patch=patch, **settings.model_dump())
         if not wait:
             return _print_job(job, as_json)
         result = _finish(_follow(client, job, as_json))
     if as_json:
-        print_json({k: result[k] for k in ("case_id", "status", "stored", "case")})
+        print_json(result)
         return
-    console.print(render_verification(Case.model_validate(result["case"])))
-    console.print(f"case [bold]{result['case_id']}[/] stored in {server} (job {job['job_id']})", highlight=False)
+    render_outcome(result, f"{server} (job {job['job_id']})")
 
 
-def fix(server: str, run_dir: Path, as_json: bool, wait: bool, **params: Any) -> None:
-    """`remedy fix` as a job on the service; prints the loop's result (its JSON shape)."""
+def fix(server: str, run_dir: Path, as_json: bool, wait: bool, settings: FixSettings) -> None:
+    """`remedy fix` as a job on the service with every option of the local loop; prints the loop's result (its
+    JSON shape) and where the service wrote the winning patch and the fixed agent."""
+    from remedy.kb.server.models import FixJobIn
+    from remedy.kb.settings import settings_from
+
+    settings_from(FixJobIn, **settings.model_dump(), run_id="not-uploaded-yet")  # a bad --out fails before upload
     with _client(server) as client:
         run = client.upload_run(run_dir)
-        job = client.submit("fix", run_id=run["run_id"], **params)
+        job = client.submit("fix", run_id=run["run_id"], **settings.model_dump())
         if not wait:
             return _print_job(job, as_json)
         result = _finish(_follow(client, job, as_json))
@@ -223,9 +228,12 @@ def fix(server: str, run_dir: Path, as_json: bool, wait: bool, **params: Any) ->
             f"round {a.get('round')}: {a.get('family')} -> {a.get('status')} ({a.get('case_id')})", highlight=False
         )
     console.print(
-        f"stopped: {result.get('stop_reason')}; fixed: {bool(result.get('winner'))} (job {job['job_id']})",
+        f"stopped: {result.get('stop_reason')}; fixed: {bool(result.get('fixed'))} (job {job['job_id']})",
         highlight=False,
     )
+    for key, what in (("patch_path", "winning patch"), ("fixed_dir", "fixed agent")):
+        if result.get(key):
+            console.print(f"{what} (on the service's machine): [bold]{result[key]}[/]", highlight=False, soft_wrap=True)
 
 
 def _print_job(job: dict[str, Any], as_json: bool) -> None:

@@ -8,7 +8,6 @@ both cases are stored, and only the confirmation can be ``improved``.
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -20,12 +19,16 @@ import typer
 from rich.console import Group
 from rich.table import Table
 
+from remedy.cases.errors import ValidationError
+from remedy.kb.settings import VerifySettings, settings_from
+
 from .common import (
     DEFAULT_KB,
     JsonOption,
     KbOption,
     ScreenConfidenceOption,
     ServerOption,
+    TrustCheckpointOption,
     console,
     print_json,
     progress_bar,
@@ -35,7 +38,7 @@ from .common import (
 if TYPE_CHECKING:
     from remedy.cases.model import Case
 
-__all__ = ["verify", "render_verification"]
+__all__ = ["verify", "render_verification", "render_outcome"]
 
 
 class _Executor(StrEnum):
@@ -88,6 +91,7 @@ def verify(
         bool, typer.Option("--no-confirm", help="Screen only: a screen that clears stays inconclusive.")
     ] = False,
     episodes: Annotated[int, typer.Option("--episodes", min=1, help="Evaluation episodes per agent.")] = 20,
+    n_envs: Annotated[int, typer.Option("--n-envs", min=1, help="Parallel envs of an on-policy fine-tune.")] = 8,
     executor: Annotated[_Executor, typer.Option("--executor", help="Where jobs run.")] = _Executor.local,
     ray_address: Annotated[
         str | None, typer.Option("--ray-address", help="Ray cluster address (default: a local Ray).")
@@ -102,56 +106,74 @@ def verify(
     wait: Annotated[
         bool, typer.Option("--wait/--no-wait", help="With --server: follow the job, or print its id.")
     ] = True,
+    trust_checkpoint: TrustCheckpointOption = False,
 ) -> None:
     """Fine-tune with the patch (treatment) and without (control), compare on the original task, store the case."""
-    if server:
-        from . import remote
-
-        return remote.verify(
-            server, run_dir, patch, json_out, wait, seeds=seeds, budget=budget, episodes=episodes, force=force
-        )
-    from remedy.cases.evidence.rollcache import RolloutCache
-    from remedy.cases.patches.io import load_patch
-    from remedy.cases.verify.executors import get_executor
-    from remedy.cases.verify.verification import VerifyConfig, verify_and_confirm, verify_patch
-
-    the_patch = load_patch(patch)
-    config = VerifyConfig(
+    settings = settings_from(
+        VerifySettings,
         seeds=seeds,
         confirm_seeds=confirm_seeds,
         screen_confidence=screen_confidence,
-        budget_steps=budget,
-        eval_episodes=episodes,
+        budget=budget,
+        episodes=episodes,
+        n_envs=n_envs,
         executor=executor.value,
         force=force,
         seed_base=seed_base,
-        control_cache=None if no_store else str(Path(kb).resolve() / "controls"),
+        confirm=not no_confirm,
     )
-    runner = get_executor("ray", address=ray_address) if executor is _Executor.ray else get_executor("local")
-    rollouts = RolloutCache()  # the confirmation's evidence is the screen's: rolled out once
+    if server:
+        from . import remote
+
+        if no_store or ray_address:
+            raise ValidationError("the service stores every case on its own executor; drop --no-store / --ray-address")
+        return remote.verify(server, run_dir, patch, json_out, wait, settings)
+    from remedy.cases.evidence.rundir import RunDir
+    from remedy.cases.patches.io import load_patch
+    from remedy.cases.verify.executors import get_executor
+    from remedy.kb.verify import verify as verify_run
+
+    the_patch = load_patch(patch)
+    runner = get_executor("ray", address=ray_address) if executor is _Executor.ray and ray_address else None
     try:
         with _progress() as update:
-            if no_confirm:
-                screen = verify_patch(run_dir, the_patch, config, executor=runner, progress=update, rollouts=rollouts)
-                confirmation = None
-            else:
-                screen, confirmation = verify_and_confirm(
-                    run_dir, the_patch, config, executor=runner, progress=update, rollouts=rollouts
-                )
+            outcome = verify_run(
+                RunDir.load(run_dir, trust=True) if trust_checkpoint else run_dir,
+                the_patch,
+                settings,
+                store=None if no_store else (lambda case: _store(case, kb)),
+                control_cache=None if no_store else Path(kb).resolve() / "controls",
+                executor=runner,
+                progress=update,
+            )
     finally:
-        runner.shutdown()
-    cases = [c for c in (screen, confirmation) if c is not None]
-    stored = [False if no_store else _store(c, kb) for c in cases]
-    next_base = seed_base + config.seeds_spent(len(cases) - 1)
+        if runner is not None:
+            runner.shutdown()
     if json_out:
-        _print_json(cases, stored, next_base)
+        print_json(outcome.as_dict())
         return
-    for case, was_stored in zip(cases, stored):
+    render_outcome(outcome.as_dict(), str(kb), no_store)
+
+
+def render_outcome(data: dict, place: str, no_store: bool = False) -> None:
+    """Print a verification's outcome (the ``remedy verify --json`` shape, local or from the service): each
+    case's table, where it was stored, and the seeds it used."""
+    from remedy.cases.model import Case
+
+    parts = [data["screen"], data] if data.get("screen") else [data]
+    cases = [Case.model_validate(part["case"]) for part in parts]
+    for case, part in zip(cases, parts):
         console.print(render_verification(case))
-        where = f"stored in {kb}" if was_stored else ("not stored (--no-store)" if no_store else f"already in {kb}")
+        where = (
+            f"stored in {place}"
+            if part["stored"]
+            else ("not stored (--no-store)" if no_store else f"already in {place}")
+        )
         console.print(f"{_stage(case)} case [bold]{case.case_id}[/] {where}", highlight=False)
+    first = cases[0].verification.seed_base if cases[0].verification is not None else 0
+    next_base = data["next_seed_base"]
     console.print(
-        f"[dim]seeds used: {seed_base}..{next_base - 1}; to re-verify on fresh seeds pass --seed-base {next_base}[/]",
+        f"[dim]seeds used: {first}..{next_base - 1}; to re-verify on fresh seeds pass --seed-base {next_base}[/]",
         highlight=False,
     )
 
@@ -161,25 +183,6 @@ def _stage(case: Case) -> str:
     if case.verification is None:
         raise ValueError(f"case {case.case_id} carries no verification")
     return case.verification.stage.value
-
-
-def _print_json(cases: list[Case], stored: list[bool], next_base: int) -> None:
-    """The final case (the confirmation when there is one) at the top level, the screen under ``screen``."""
-    from remedy.cases.io import case_to_json
-
-    def one(case: Case, was_stored: bool) -> dict:
-        return {
-            "case_id": case.case_id,
-            "status": case.status,
-            "stored": was_stored,
-            "case": json.loads(case_to_json(case)),
-        }
-
-    out = one(cases[-1], stored[-1])
-    out["stage"] = _stage(cases[-1])
-    out["screen"] = one(cases[0], stored[0]) if len(cases) > 1 else None
-    out["next_seed_base"] = next_base
-    print_json(out)
 
 
 def _store(case: Case, kb: Path) -> bool:

@@ -22,8 +22,11 @@ from typing import TYPE_CHECKING, Any
 import pydantic
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from swagger_ui_bundle import swagger_ui_path
 
 from remedy.cases import errors as E
 from remedy.cases.io import format_validation_error
@@ -153,13 +156,37 @@ def create_app(
         lifespan=lifespan,
         description="Knowledge base of diagnose-fix-verify cases for trained RL agents. "
         "Send `Authorization: Bearer <token>` (see `remedy tokens create`).",
+        docs_url=None,  # served by _install_docs from a package: FastAPI's own page loads from a CDN
+        redoc_url=None,  # ReDoc has no self-hosted bundle here; /docs covers the same schema
     )
     app.add_middleware(BodyLimit, max_body=max_body_bytes, max_upload=max_upload_bytes)
+    _install_docs(app)
     _install_error_handlers(app)
     from .routes import router
 
     app.include_router(router)
     return app
+
+
+# -- API docs ----------------------------------------------------------------------------
+
+#: where the Swagger UI assets of the ``swagger-ui-bundle`` package are served (no CDN: /docs works offline)
+DOCS_ASSETS = "/docs-assets"
+
+
+def _install_docs(app: FastAPI) -> None:
+    """``/docs``: Swagger UI with its JS, CSS and icon served by this app from the installed package."""
+    app.mount(DOCS_ASSETS, StaticFiles(directory=str(swagger_ui_path)), name="docs-assets")
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs() -> HTMLResponse:
+        return get_swagger_ui_html(
+            openapi_url=app.openapi_url or "/openapi.json",
+            title=f"{app.title} - API docs",
+            swagger_js_url=f"{DOCS_ASSETS}/swagger-ui-bundle.js",
+            swagger_css_url=f"{DOCS_ASSETS}/swagger-ui.css",
+            swagger_favicon_url=f"{DOCS_ASSETS}/favicon-32x32.png",
+        )
 
 
 # -- errors ------------------------------------------------------------------------------

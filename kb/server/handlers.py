@@ -210,75 +210,77 @@ def mine(service: Service, req: MineIn) -> MineOut:
 
 
 def check_verify(service: Service, req: VerifyJobIn) -> dict[str, Any]:
-    """Refuse a verify job that could never run (unknown run, bad patch, no budget) before queueing it."""
+    """Refuse a verify job that could never run (unknown run, bad patch, bad settings, no budget) before queueing it."""
     from remedy.cases.evidence.rundir import RunDir
     from remedy.cases.patches.spec import Patch
 
     run = RunDir.load(run_path(service.runs_dir, req.run_id))
     Patch.from_data(req.patch)
-    _verify_config(req).budget_for(run.config.train_steps)
+    req.config().budget_for(run.config.train_steps)
     return req.model_dump()
 
 
 def check_fix(service: Service, req: FixJobIn) -> dict[str, Any]:
     """Refuse a fix job that could never run before queueing it."""
     from remedy.cases.evidence.rundir import RunDir
-    from remedy.cases.verify.verification import VerifyConfig
 
     run = RunDir.load(run_path(service.runs_dir, req.run_id))
     _backend(req.diagnoser)
-    VerifyConfig(seeds=req.seeds, budget_steps=req.budget).budget_for(run.config.train_steps)
+    req.race_settings()
+    req.config().budget_for(run.config.train_steps)
     return req.model_dump()
 
 
-def _verify_config(req: VerifyJobIn) -> Any:
-    from remedy.cases.verify.verification import VerifyConfig
+def _store(service: Service) -> Any:
+    """Stores one case in the service's KB, taking turns with imports and reviews."""
 
-    config = VerifyConfig(
-        seeds=req.seeds, budget_steps=req.budget, eval_episodes=req.episodes, n_envs=req.n_envs, force=req.force
-    )
-    config.check()
-    return config
+    def add(case: Any) -> bool:
+        with service.write_lock:
+            return service.kb.add(case)
+
+    return add
 
 
 def _run_verify(service: Service, params: dict[str, Any], progress: JobProgress) -> dict[str, Any]:
+    """`remedy verify`'s library call (screen, confirm, store) with the request's settings; its ``--json`` shape."""
     from remedy.cases.patches.spec import Patch
-    from remedy.cases.verify.verification import verify_patch
+    from remedy.kb.verify import verify
 
     req = VerifyJobIn.model_validate(params)
-    case = verify_patch(
-        run_path(service.runs_dir, req.run_id), Patch.from_data(req.patch), _verify_config(req), progress=progress
+    outcome = verify(
+        run_path(service.runs_dir, req.run_id),
+        Patch.from_data(req.patch),
+        req,
+        store=_store(service),
+        control_cache=service.kb.root / "controls",
+        progress=progress,
     )
-    progress("storing the case", 0, 0)
-    with service.write_lock:
-        stored = service.kb.add(case)
-    return {"case_id": case.case_id, "status": case.status, "stored": stored, "case": json.loads(case_to_json(case))}
+    return json.loads(to_json_bytes(outcome.as_dict()))
+
+
+def fixes_dir(service: Service, out: str | None) -> Path:
+    """Where a fix job writes its winning patch and fixed agent: ``<kb>/fixes/<out>`` (``out`` is a checked
+    relative folder name, :class:`FixJobIn`)."""
+    root = (service.kb.root / "fixes").resolve()
+    target = (root / out).resolve() if out else root
+    if not target.is_relative_to(root):
+        raise ValidationError("out must name a folder under the service's <kb>/fixes/")
+    return target
 
 
 def _run_fix(service: Service, params: dict[str, Any], progress: JobProgress) -> dict[str, Any]:
-    from remedy.cases.verify.racing import RaceSettings
-    from remedy.cases.verify.verification import VerifyConfig
+    """The fix loop with the request's settings (every option of `remedy fix`); its ``--json`` shape."""
     from remedy.kb.fixloop import fix
 
     req = FixJobIn.model_validate(params)
-    config = VerifyConfig(
-        seeds=req.seeds,
-        confirm_seeds=req.confirm_seeds,
-        screen_confidence=req.screen_confidence,
-        budget_steps=req.budget,
-    )
-    race = RaceSettings(enabled=req.race, fraction=req.race_fraction, seeds=req.race_seeds)
     result = fix(
         service.kb,
         run_path(service.runs_dir, req.run_id),
         store=service.kb,
-        config=config,
-        rounds=req.rounds,
-        candidates=req.candidates,
         diagnoser=_backend(req.diagnoser),
-        out_dir=service.kb.root / "fixes",
+        out_dir=fixes_dir(service, req.out),
         progress=progress,
-        race=race,
+        **req.loop_kwargs(),
     )
     return json.loads(to_json_bytes(result.as_dict()))
 

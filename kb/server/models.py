@@ -6,13 +6,17 @@
 
 from __future__ import annotations
 
+import json
 import math
+import re
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
+from remedy.cases.errors import ValidationError
 from remedy.cases.model import Signature, Subject
+from remedy.kb.settings import FixSettings, VerifySettings
 from remedy.miners.model import Rule
 
 __all__ = [
@@ -35,15 +39,72 @@ __all__ = [
     "JobOut",
     "JobProgressOut",
     "ErrorOut",
+    "SignatureIn",
+    "SubjectIn",
+    "RequestBodyError",
+    "MAX_TEXT",
 ]
+
+#: longest free text in a request (a description, a summary, a note)
+MAX_TEXT = 4_000
+#: longest id or name (env ids, algorithms, tags, feature names)
+MAX_NAME = 200
+#: most bytes of a free-form JSON object in a request (env kwargs, hyperparameters, a patch)
+MAX_OBJECT_BYTES = 64 * 1024
+Name = Annotated[str, StringConstraints(max_length=MAX_NAME)]
+
+
+class RequestBodyError(ValidationError):
+    """The request body is not usable JSON: nested too deeply, not UTF-8, or text with lone surrogates."""
+
 
 Mode = Literal["hybrid", "vector", "text"]
 Space = Literal["discrete", "continuous"]
 DiagnoserName = Literal["offline", "llm", "auto"]
 
 
+#: one folder name of a fix job's ``out``
+_OUT_PART = re.compile(r"[A-Za-z0-9._-]{1,64}")
+
+
 class _In(BaseModel):
     model_config = ConfigDict(extra="forbid")  # a misspelt filter is an error, not a silent no-op
+
+
+def _small_object(v: dict[str, Any]) -> dict[str, Any]:
+    """A free-form object no larger than :data:`MAX_OBJECT_BYTES` as JSON (and encodable as UTF-8)."""
+    try:
+        size = len(json.dumps(v, default=str).encode())
+    except (ValueError, RecursionError) as err:
+        raise ValueError(f"not plain JSON ({type(err).__name__})") from None
+    if size > MAX_OBJECT_BYTES:
+        raise ValueError(f"{size:,} bytes as JSON; at most {MAX_OBJECT_BYTES:,}")
+    return v
+
+
+class SignatureIn(Signature):
+    """A failure signature as a request sends it: bounded summary, feature and symptom counts."""
+
+    features: dict[Name, float] = Field(default_factory=dict, max_length=500)
+    symptoms: list[Name] = Field(default_factory=list, max_length=64)
+    summary: str = Field(..., max_length=MAX_TEXT)
+
+
+class SubjectIn(Subject):
+    """The agent's subject as a request sends it: bounded ids, texts and parameter objects."""
+
+    env_id: str = Field(..., max_length=MAX_NAME)
+    env_kwargs: dict[Name, Any] = Field(default_factory=dict, max_length=100)
+    algo: str = Field(..., max_length=MAX_NAME)
+    hyperparams: dict[Name, Any] = Field(default_factory=dict, max_length=200)
+    checkpoint_sha256: str | None = Field(None, max_length=128)
+    reward_ref: str | None = Field(None, max_length=MAX_TEXT)
+    success: str = Field("", max_length=MAX_TEXT)
+
+    @field_validator("env_kwargs", "hyperparams")
+    @classmethod
+    def _small(cls, v: dict[str, Any]) -> dict[str, Any]:
+        return _small_object(v)
 
 
 class Health(BaseModel):
@@ -100,7 +161,7 @@ class QueryIn(_Filters):
 class SimilarIn(_Filters):
     """``POST /v1/similar``: the cases nearest to a failure signature."""
 
-    signature: Signature
+    signature: SignatureIn
 
 
 class Hit(BaseModel):
@@ -175,15 +236,15 @@ class DiagnoseIn(_In):
     ``action_space`` and ``tags`` of `remedy diagnose --describe`)."""
 
     run_id: str | None = Field(None, max_length=40)
-    subject: Subject | None = None
-    signature: Signature | None = None
+    subject: SubjectIn | None = None
+    signature: SignatureIn | None = None
     describe: str | None = Field(
         None, min_length=1, max_length=4000, description="The failure in words (what `--describe` takes)."
     )
     env: str | None = Field(None, max_length=200, description="With describe: the env id, if known.")
     algo: str | None = Field(None, max_length=100, description="With describe: the algorithm, if known.")
     action_space: Space | None = Field(None, description="With describe: the action space, if known.")
-    tags: list[str] | None = Field(
+    tags: list[Name] | None = Field(
         None,
         max_length=32,
         description="With describe: symptom tags to use instead of reading them off the text.",
@@ -233,35 +294,37 @@ class MineOut(BaseModel):
     flagged: dict[str, str] = Field(description="Ids flagged by this run, with how the evidence turned.")
 
 
-class VerifyJobIn(_In):
-    """``POST /v1/jobs/verify``: fine-tune treatment vs control on an uploaded run, store the case."""
+class VerifyJobIn(VerifySettings):
+    """``POST /v1/jobs/verify``: screen a patch on an uploaded run and confirm a screen that clears, as
+    `remedy verify` does (the same settings, :class:`~remedy.kb.settings.VerifySettings`); store the cases."""
 
     run_id: str = Field(..., max_length=40)
     patch: dict[str, Any] = Field(..., description="A patch: one part or {'parts': [...]}, as in a patch file.")
-    seeds: int = Field(3, ge=1, le=20)
-    budget: int | None = Field(None, ge=1, le=50_000_000, description="Env steps per arm (default 20% of train_steps).")
-    episodes: int = Field(20, ge=1, le=500)
-    n_envs: int = Field(8, ge=1, le=64)
-    force: bool = False
 
 
-class FixJobIn(_In):
-    """``POST /v1/jobs/fix``: the closed loop on an uploaded run; every attempt is stored."""
+class FixJobIn(FixSettings):
+    """``POST /v1/jobs/fix``: the closed loop on an uploaded run with every option of `remedy fix`
+    (:class:`~remedy.kb.settings.FixSettings`); every attempt is stored. ``out`` names a folder under the
+    service's ``<kb>/fixes/`` (the service writes the winning patch and the fixed agent there and returns
+    their paths)."""
 
     run_id: str = Field(..., max_length=40)
-    rounds: int = Field(3, ge=1, le=20)
-    candidates: int = Field(2, ge=1, le=10)
-    seeds: int = Field(3, ge=1, le=20)
-    #: training seeds per arm of a confirmation on fresh seeds (``remedy fix --confirm-seeds``)
-    confirm_seeds: int = Field(8, ge=2, le=40)
-    #: two-sided level at which a screen passes (``remedy fix --screen-confidence``)
-    screen_confidence: float = Field(0.8, ge=0.5, le=0.99)
-    budget: int | None = Field(None, ge=1, le=50_000_000)
-    diagnoser: DiagnoserName = "offline"
-    #: race each round's candidates (stage 1 on ``race_fraction`` of the budget and ``race_seeds`` seeds)
-    race: bool = True
-    race_fraction: float = Field(1 / 3, gt=0, lt=1)
-    race_seeds: int = Field(2, ge=2, le=20)
+    out: str | None = Field(
+        None, max_length=100, description="A folder under the service's <kb>/fixes/ (letters, digits, . _ - /)."
+    )
+
+    @field_validator("out")
+    @classmethod
+    def _inside(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        parts = v.split("/")
+        if not all(p and p not in (".", "..") and _OUT_PART.fullmatch(p) for p in parts):
+            raise ValueError(
+                "with --server, --out names a folder under the service's <kb>/fixes/ (e.g. my-run); "
+                "the service writes there and prints the path"
+            )
+        return v
 
 
 class JobProgressOut(BaseModel):

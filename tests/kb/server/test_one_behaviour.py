@@ -1,0 +1,149 @@
+"""Local or served, one behaviour: `verify --server` screens AND confirms as local does, `fix --server`
+carries every option, and /docs works without a CDN.
+
+The CLI's client is routed to an in-process service (its TestClient), so commands, routes and the job
+worker run for real without a port.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from importlib import resources
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from remedy.kb.cli import app as cli
+from remedy.kb.client import RemedyClient
+from remedy.kb.server.handlers import fixes_dir
+from remedy.kb.server.models import FixJobIn, VerifyJobIn
+from remedy.kb.settings import FixSettings
+
+from ..test_fixed_agent import SLOW_LEARNER
+from .conftest import serve
+
+QUICK = Path(str(resources.files("remedy.cases") / "scenarios" / "checkpoints" / "cartpole_undertrained"))
+SERVER = "http://testserver"
+runner = CliRunner()
+
+
+@pytest.fixture
+def remote(kb_path, embedder, monkeypatch):
+    """The service with its job worker, and the CLI's --server client routed to it with a writer token."""
+    for s in serve(kb_path, embedder):
+        from remedy.kb.cli import remote as remote_cli
+
+        monkeypatch.setattr(
+            remote_cli, "_client", lambda server, s=s: RemedyClient(server, s.tokens["writer"], http=s.client)
+        )
+        yield s
+
+
+def _ok(*args):
+    result = runner.invoke(cli, [str(a) for a in args])
+    assert result.exit_code == 0, (result.output, result.exception)
+    return result.output
+
+
+def _queued_params(remote, *args) -> dict:
+    """Submit a command with --no-wait while the worker is stopped; the job's recorded params."""
+    remote.service.runner.stop()  # keep the job queued: only what was sent is checked
+    job = json.loads(_ok(*args, "--server", SERVER, "--no-wait", "--json"))
+    assert job["state"] == "queued"
+    return remote.service.jobs.get(job["job_id"]).params
+
+
+FIX_OPTIONS = {
+    "--rounds": 2,
+    "--candidates": 3,
+    "--seeds": 2,
+    "--confirm-seeds": 4,
+    "--screen-confidence": 0.9,
+    "--budget": 500,
+    "--executor": "ray",
+    "--confirmations": 3,
+    "--out": "team/cartpole",
+    "--race-fraction": 0.5,
+    "--race-seeds": 3,
+}
+
+
+def test_fix_through_the_service_carries_every_option(remote):
+    flags = [str(x) for kv in FIX_OPTIONS.items() for x in kv]
+    params = _queued_params(remote, "fix", QUICK, *flags, "--exhaustive", "--no-race")
+    local = FixSettings(
+        rounds=2,
+        candidates=3,
+        seeds=2,
+        confirm_seeds=4,
+        screen_confidence=0.9,
+        budget=500,
+        executor="ray",
+        confirmations=3,
+        out="team/cartpole",
+        exhaustive=True,
+        race=False,
+        race_fraction=0.5,
+        race_seeds=3,
+    )
+    assert {k: v for k, v in params.items() if k != "run_id"} == local.model_dump()
+    served = FixJobIn.model_validate(params)
+    assert served.loop_kwargs() == local.loop_kwargs()  # the same loop: config, rounds, exhaustive, race...
+    assert served.loop_kwargs()["config"].executor == "ray" and served.loop_kwargs()["exhaustive"]
+    root = remote.service.kb.root.resolve()
+    assert fixes_dir(remote.service, served.out) == root / "fixes" / "team" / "cartpole"
+
+
+@pytest.mark.parametrize("out", ["../elsewhere", "/tmp/abs", "a/../../b", "x y"])
+def test_fix_out_on_the_service_stays_under_its_fixes_folder(remote, out):
+    result = runner.invoke(cli, ["fix", str(QUICK), "--out", out, "--server", SERVER, "--no-wait"])
+    assert result.exit_code != 0 and "<kb>/fixes/" in str(result.exception), result.output
+    assert remote.service.jobs.list() == []
+
+
+def test_verify_through_the_service_sends_the_confirmation_settings(remote, tmp_path):
+    patch = tmp_path / "lr.yaml"
+    patch.write_text(yaml.safe_dump({"kind": "hyperparameters", "changes": {"learning_rate": 0.001}}))
+    args = ["--seeds", 2, "--confirm-seeds", 5, "--screen-confidence", 0.9, "--seed-base", 7, "--no-confirm"]
+    params = _queued_params(remote, "verify", QUICK, "--patch", patch, *args)
+    req = VerifyJobIn.model_validate(params)
+    assert (req.seeds, req.confirm_seeds, req.screen_confidence, req.seed_base, req.confirm) == (2, 5, 0.9, 7, False)
+    config = req.config()
+    assert config.confirmation(0).seeds == 5 and config.seed_base == 7 and config.screen_confidence == 0.9
+
+
+@pytest.mark.slow
+def test_verify_through_the_service_ends_as_local_does(remote, tmp_path):
+    """Same patient, patch, seeds and options: the service screens and confirms, with the same status and effect."""
+    from remedy.cases.verify.training import train
+    from remedy.kb.fixloop import one_torch_thread
+
+    one_torch_thread()
+    patient = train(SLOW_LEARNER, tmp_path / "run", seed=0).path
+    patch = tmp_path / "lr.yaml"
+    patch.write_text(yaml.safe_dump({"kind": "hyperparameters", "changes": {"learning_rate": 0.003}}))
+    args = ["verify", patient, "--patch", patch, "--seeds", 2, "--confirm-seeds", 3, "--budget", 2048]
+    args += ["--episodes", 10, "--n-envs", 2, "--json"]
+    local = json.loads(_ok(*args, "--no-store"))
+    served = json.loads(_ok(*args, "--server", SERVER))
+    assert local["stage"] == served["stage"] == "confirm" and local["status"] == served["status"] == "improved"
+    for mine, theirs in ((local["screen"], served["screen"]), (local, served)):
+        assert mine["case_id"] == theirs["case_id"]  # same inputs and seeds: the same measurement
+        v, w = mine["case"]["verification"], theirs["case"]["verification"]
+        assert v["effect"]["diff"] == pytest.approx(w["effect"]["diff"]) and v["per_seed"] == w["per_seed"]
+    assert remote.service.kb.get(served["case_id"]).status == "improved" and served["stored"]
+
+
+def test_docs_load_only_local_assets(served):
+    page = served.client.get("/docs")
+    assert page.status_code == 200 and "swagger-ui" in page.text
+    urls = re.findall(r'(?:src|href)="([^"]+)"', page.text)
+    assert urls and "http" not in page.text.replace("http-equiv", "")  # no CDN anywhere on the page
+    for url in urls:
+        assert url.startswith("/") and not url.startswith("//"), url
+        asset = served.client.get(url)
+        assert asset.status_code == 200 and asset.content, url
+    assert any(u.endswith(".js") for u in urls) and any(u.endswith(".css") for u in urls)
