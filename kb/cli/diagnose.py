@@ -22,6 +22,7 @@ from .common import (
     add_columns,
     console,
     effect_text,
+    err_console,
     print_json,
     progress_bar,
     status_markup,
@@ -67,6 +68,14 @@ def diagnose(
     write_patches_dir: Annotated[
         Path | None, typer.Option("--write-patches", help="Write each candidate as a YAML patch file here.")
     ] = None,
+    report_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--report",
+            help="Also write DIR/diagnosis.html: the diagnosis with plots of typical failing episodes and, "
+            "where the env renders headless, a GIF of the worst one (a run directory, not --server).",
+        ),
+    ] = None,
     kb: KbOption = Path(DEFAULT_KB),
     as_json: JsonOption = False,
     server: ServerOption = None,
@@ -81,6 +90,10 @@ def diagnose(
     """
     text_opts = {"--env": env, "--algo": algo, "--action-space": action_space, "--tags": tags}
     _check_source(run_dir, describe, text_opts)
+    if report_dir is not None and (run_dir is None or server):
+        from remedy.cases.errors import ValidationError
+
+        raise ValidationError("--report draws a run directory's episodes on this machine; drop --describe/--server")
     if server:
         report = _diagnose_remote(server, run_dir, describe, text_opts, diagnoser, k, episodes, seed, exclude_scenario)
         return _show(report, [], write_patches_dir, as_json)
@@ -95,9 +108,10 @@ def diagnose(
             )
         else:
             assert run_dir is not None  # _check_source made sure exactly one of the two is given
+            run = _load_run(run_dir, trust_checkpoint)
             report = diagnose_run(
                 store,
-                _trusted(run_dir) if trust_checkpoint else run_dir,
+                run,
                 diagnoser=backend,
                 k=k,
                 n_episodes=episodes,
@@ -107,7 +121,14 @@ def diagnose(
     finally:
         if store is not None:
             store.close()
+    if report_dir is not None:
+        from remedy.kb.diagnosis_page import write_diagnosis_page
+
+        page = write_diagnosis_page(run, report, report_dir, seed=seed)
+        warnings = [*warnings, *page.notes]
     _show(report, warnings, write_patches_dir, as_json)
+    if report_dir is not None:
+        err_console.print(f"diagnosis page: {page.html}")  # stderr, so --json stays one JSON document
 
 
 def _show(report, warnings: list[str], write_patches_dir: Path | None, as_json: bool) -> None:
@@ -146,11 +167,11 @@ def _diagnose_remote(server, run_dir, describe, text_opts, diagnoser, k, episode
     return remote.diagnose(server, run_dir, diagnoser=diagnoser, k=k, episodes=episodes, seed=seed)
 
 
-def _trusted(run_dir: Path):
-    """The run loaded as the user's own (``--trust-checkpoint``)."""
+def _load_run(run_dir: Path, trust: bool):
+    """The run directory, loaded as the user's own only with ``--trust-checkpoint``."""
     from remedy.cases.evidence.rundir import RunDir
 
-    return RunDir.load(run_dir, trust=True)
+    return RunDir.load(run_dir, trust=trust)
 
 
 def _check_source(run_dir: Path | None, describe: str | None, text_opts: dict) -> None:
