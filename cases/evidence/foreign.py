@@ -391,9 +391,9 @@ def parse_success_option(text: str) -> SuccessSpec:
     if m := re.fullmatch(r"info:(\w+)", compact):
         return InfoFlag(key=m.group(1))
     if m := re.fullmatch(rf"final_reward{_OP}{_NUM}", compact):
-        return FinalReward(op=m.group(1), value=float(m.group(2)))  # type: ignore[arg-type]
+        return FinalReward(op=m.group(1), value=float(m.group(2)))
     if m := re.fullmatch(rf"obs\[(\d+)\]{_OP}{_NUM}", compact):
-        return FinalObs(index=int(m.group(1)), op=m.group(2), value=float(m.group(3)))  # type: ignore[arg-type]
+        return FinalObs(index=int(m.group(1)), op=m.group(2), value=float(m.group(3)))
     if compact in ("terminated", "survive"):
         return Terminated(survive=compact == "survive")
     raise RunDirError(f"--success {text!r} is not a success definition; accepted: {SUCCESS_FORMS}")
