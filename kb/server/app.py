@@ -10,9 +10,10 @@ fix jobs one at a time in a worker thread.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -32,9 +33,10 @@ from remedy.cases import errors as E
 from remedy.cases.io import format_validation_error
 from remedy.cases.store import SERVE_MARKER
 
-from .jobs import JobNotFoundError, JobRunner, JobStore
+from .jobs import JobNotFoundError, JobRunner, JobState, JobStore
+from .models import RequestBodyError
 from .tokens import TokenStore
-from .uploads import UploadTooLargeError
+from .uploads import UploadShelf, UploadTooLargeError
 
 if TYPE_CHECKING:
     from remedy.retrieval import Embedder
@@ -46,14 +48,27 @@ __all__ = [
     "remedy_version",
     "write_marker",
     "MAX_BODY_BYTES",
+    "MAX_REQUEST_BYTES",
     "MAX_UPLOAD_BYTES",
+    "UPLOAD_QUOTA_BYTES",
+    "UPLOAD_TTL_HOURS",
 ]
 
-#: largest JSON or JSONL request body (imports included)
+#: largest import body (JSONL or a JSON array of cases)
 MAX_BODY_BYTES = 32 * 1024 * 1024
+#: largest body of every other JSON request (a query, a signature, a job): far above any real one
+MAX_REQUEST_BYTES = 1024 * 1024
 #: largest uploaded run archive, and the most it may unpack to
 MAX_UPLOAD_BYTES = 64 * 1024 * 1024
+#: unpacked bytes of uploads one token may keep stored
+UPLOAD_QUOTA_BYTES = 1024 * 1024 * 1024
+#: uploads older than this are removed (at start-up and then every hour)
+UPLOAD_TTL_HOURS = 72.0
+log = logging.getLogger(__name__)
 UPLOAD_PATH = "/v1/runs"
+IMPORT_PATH = "/v1/cases/import"
+#: longest error message sent back (a message never echoes a whole hostile input)
+MAX_DETAIL_CHARS = 2_000
 
 
 def remedy_version() -> str:
@@ -73,6 +88,10 @@ class ServiceSettings:
     max_upload_bytes: int = MAX_UPLOAD_BYTES
     url: str | None = None  # written to serve.json so lock errors elsewhere can name the service
     run_jobs: bool = True  # False: jobs are recorded but no worker runs them (tests drive them by hand)
+    max_request_bytes: int = MAX_REQUEST_BYTES
+    upload_quota_bytes: int | None = UPLOAD_QUOTA_BYTES  # None: no quota
+    upload_ttl_hours: float | None = UPLOAD_TTL_HOURS  # None: uploads are kept
+    sweep_seconds: float = 3600.0  # how often expired uploads are looked for
 
 
 @dataclass
@@ -93,6 +112,48 @@ class Service:
     def runs_dir(self) -> Path:
         """Where uploaded run directories are unpacked."""
         return self.kb.root / "runs"
+
+    @property
+    def uploads(self) -> UploadShelf:
+        """The uploaded runs, with the per-token quota and the expiry of these settings."""
+        if self._uploads is None:
+            ttl = self.settings.upload_ttl_hours
+            self._uploads = UploadShelf(
+                self.runs_dir,
+                self.settings.max_upload_bytes,
+                self.settings.upload_quota_bytes,
+                None if ttl is None else ttl * 3600,
+            )
+        return self._uploads
+
+    def expire_uploads(self) -> list[str]:
+        """Remove uploads past their time to live, except those of queued or running jobs."""
+        active = [j for s in (JobState.queued, JobState.running) for j in self.jobs.list(s, limit=100_000)]
+        return self.uploads.expire(keep={str(j.params.get("run_id")) for j in active})
+
+    _uploads: UploadShelf | None = None
+
+
+class _Sweeper:
+    """Calls ``sweep`` every ``seconds`` in a daemon thread until stopped (uploads' expiry)."""
+
+    def __init__(self, sweep: Callable[[], object], seconds: float) -> None:
+        self._stop = threading.Event()
+        self._sweep, self._seconds = sweep, seconds
+        self._thread = threading.Thread(target=self._loop, name="remedy-uploads-expiry", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._seconds):
+            try:
+                self._sweep()
+            except Exception:  # a failed sweep (a file in use, a full disk) is tried again next time
+                log.warning("expiring old uploads failed; will retry", exc_info=True)
+
+    def stop(self) -> None:
+        """Stop sweeping (waits for a sweep under way)."""
+        self._stop.set()
+        self._thread.join(timeout=10)
 
 
 def write_marker(kb_root: Path, url: str) -> Path:
@@ -123,13 +184,29 @@ def create_app(
     max_body_bytes: int = MAX_BODY_BYTES,
     max_upload_bytes: int = MAX_UPLOAD_BYTES,
     run_jobs: bool = True,
+    max_request_bytes: int = MAX_REQUEST_BYTES,
+    upload_quota_bytes: int | None = UPLOAD_QUOTA_BYTES,
+    upload_ttl_hours: float | None = UPLOAD_TTL_HOURS,
 ) -> FastAPI:
     """The HTTP app over the KB at ``kb_path`` (created if missing); the KB is opened when the app starts.
 
     ``public_read`` opens the read routes to requests without a token; ``url`` is written to
     the KB's ``serve.json`` while the app runs; ``embedder`` replaces the bundled MiniLM.
+    Size limits: ``max_body_bytes`` for imports, ``max_upload_bytes`` for a run archive (and
+    what it unpacks to), ``max_request_bytes`` for every other body; ``upload_quota_bytes`` of
+    stored uploads per token and ``upload_ttl_hours`` before an upload is removed (``None``: no
+    quota, kept forever).
     """
-    settings = ServiceSettings(public_read, max_body_bytes, max_upload_bytes, url, run_jobs)
+    settings = ServiceSettings(
+        public_read,
+        max_body_bytes,
+        max_upload_bytes,
+        url,
+        run_jobs,
+        max_request_bytes=max_request_bytes,
+        upload_quota_bytes=upload_quota_bytes,
+        upload_ttl_hours=upload_ttl_hours,
+    )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -140,10 +217,13 @@ def create_app(
         marker = write_marker(service.kb.root, url) if url else None
         service.kb.embedder.encode(["warm up"])  # load the model now, not on the first query
         service.interrupted = service.runner.start() if run_jobs else service.jobs.recover()[0]
+        service.expire_uploads()
+        sweeper = _Sweeper(service.expire_uploads, settings.sweep_seconds)
         app.state.service = service
         try:
             yield
         finally:
+            sweeper.stop()
             service.runner.stop()
             if marker is not None:
                 marker.unlink(missing_ok=True)
@@ -159,7 +239,7 @@ def create_app(
         docs_url=None,  # served by _install_docs from a package: FastAPI's own page loads from a CDN
         redoc_url=None,  # ReDoc has no self-hosted bundle here; /docs covers the same schema
     )
-    app.add_middleware(BodyLimit, max_body=max_body_bytes, max_upload=max_upload_bytes)
+    app.add_middleware(BodyLimit, max_body=max_body_bytes, max_upload=max_upload_bytes, max_request=max_request_bytes)
     _install_docs(app)
     _install_error_handlers(app)
     from .routes import router
@@ -197,6 +277,7 @@ _STATUS: list[tuple[type[Exception], int]] = [
     (E.MiningError, 409),
     (JobNotFoundError, 404),
     (UploadTooLargeError, 413),
+    (RequestBodyError, 400),
     (E.KBLockedError, 503),
     (E.LMError, 503),
     (E.ValidationError, 422),
@@ -212,12 +293,29 @@ _STATUS: list[tuple[type[Exception], int]] = [
 
 def status_of(err: Exception) -> int:
     """The HTTP status for a RemedyError: 404 unknown id, 409 too few cases to mine, 413 too large,
-    422 bad input, 503 unavailable, else 400."""
+    400 a body that is not usable JSON, 422 bad input, 503 unavailable, else 400."""
     return next((code for cls, code in _STATUS if isinstance(err, cls)), 400)
 
 
+#: most per-record problems sent back with an error
+MAX_PROBLEMS = 100
+
+
+def _cut(text: str, limit: int = MAX_DETAIL_CHARS) -> str:
+    return text if len(text) <= limit else text[:limit] + f"… ({len(text) - limit:,} more characters)"
+
+
 def _error(status: int, detail: str, err: str, problems: list[dict[str, Any]] | None = None) -> JSONResponse:
-    return JSONResponse({"detail": detail, "error": err, "problems": problems or []}, status_code=status)
+    """An error body: the message and problems cut to size (a message may quote a hostile input)."""
+    shown = [{**p, "message": _cut(str(p.get("message", "")), 500)} for p in (problems or [])[:MAX_PROBLEMS]]
+    return JSONResponse({"detail": _cut(detail), "error": err, "problems": shown}, status_code=status)
+
+
+#: why FastAPI could not parse a JSON body, by the exception it chained (it says only "error parsing the body")
+_PARSE_ERRORS: list[tuple[type[BaseException], str]] = [
+    (RecursionError, "the JSON body is nested too deeply; send flat JSON (as `--json` output is)"),
+    (UnicodeError, "the body is not valid UTF-8 text; send JSON encoded as UTF-8"),
+]
 
 
 def _install_error_handlers(app: FastAPI) -> None:
@@ -228,6 +326,13 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, err: StarletteHTTPException) -> JSONResponse:
+        cause = err.__cause__
+        if isinstance(cause, _TooLarge):  # a streamed JSON body cut off at its limit
+            return JSONResponse(_too_large(cause.limit), status_code=413)
+        if err.status_code == 400 and cause is not None:
+            detail = next((msg for cls, msg in _PARSE_ERRORS if isinstance(cause, cls)), None)
+            if detail is not None:
+                return _error(400, detail, RequestBodyError.__name__)
         response = _error(err.status_code, str(err.detail), "HTTPError")
         response.headers.update(err.headers or {})
         return response
@@ -243,27 +348,41 @@ def _install_error_handlers(app: FastAPI) -> None:
             loc = ".".join(str(p) for p in e.get("loc", ()) if p != "body") or "body"
             # pydantic prefixes a validator's own message with "Value error, "; the message is what matters
             parts.append(f"{loc}: {e.get('msg', 'invalid').removeprefix('Value error, ')}")
-        return _error(422, "; ".join(parts)[:1000], "ValidationError")
+        return _error(422, _cut("; ".join(parts), 1000), "ValidationError")
 
 
 # -- body size -------------------------------------------------------------------------------
 
 
 class _TooLarge(Exception):
-    pass
+    """A streamed body passed its limit (FastAPI may wrap it in a 400; the handler turns that into 413)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"request body over the limit of {limit:,} bytes")
+        self.limit = limit
 
 
 class BodyLimit:
-    """Refuse request bodies over the limit with 413 before a handler sees them (uploads have their own limit)."""
+    """Refuse request bodies over the limit with 413 before a handler sees them.
 
-    def __init__(self, app: Any, max_body: int, max_upload: int) -> None:
-        self.app, self.max_body, self.max_upload = app, max_body, max_upload
+    Each route has its limit: a run upload ``max_upload``, an import ``max_body``, every
+    other request ``max_request``; both a declared Content-Length and a streamed
+    (chunked) body are counted, so nothing past the limit is ever buffered.
+    """
+
+    def __init__(self, app: Any, max_body: int, max_upload: int, max_request: int = MAX_REQUEST_BYTES) -> None:
+        self.app, self.max_body, self.max_upload, self.max_request = app, max_body, max_upload, max_request
+
+    def limit_for(self, path: str) -> int:
+        """The body limit of the route at ``path``."""
+        path = path.rstrip("/")
+        return {UPLOAD_PATH: self.max_upload, IMPORT_PATH: self.max_body}.get(path, self.max_request)
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        limit = self.max_upload if scope["path"].rstrip("/") == UPLOAD_PATH else self.max_body
+        limit = self.limit_for(scope["path"])
         length = dict(scope.get("headers") or []).get(b"content-length")
         if length is not None and (not length.isdigit() or int(length) > limit):
             await _send_413(send, limit)
@@ -274,8 +393,8 @@ class BodyLimit:
             nonlocal seen
             message = await receive()
             seen += len(message.get("body", b""))
-            if seen > limit:  # a chunked body without Content-Length
-                raise _TooLarge()
+            if seen > limit:  # a chunked body without Content-Length, or one longer than it said
+                raise _TooLarge(limit)
             return message
 
         async def tracking_send(message: dict) -> None:
@@ -290,15 +409,17 @@ class BodyLimit:
                 await _send_413(send, limit)
 
 
+def _too_large(limit: int) -> dict[str, Any]:
+    return {
+        "detail": f"request body over the limit of {limit:,} bytes; send less (split an import, "
+        "leave large logs out of a run archive)",
+        "error": "PayloadTooLarge",
+        "problems": [],
+    }
+
+
 async def _send_413(send: Any, limit: int) -> None:
-    body = json.dumps(
-        {
-            "detail": f"request body over the limit of {limit:,} bytes; send less (split an import, "
-            "leave large logs out of a run archive)",
-            "error": "PayloadTooLarge",
-            "problems": [],
-        }
-    ).encode()
+    body = json.dumps(_too_large(limit)).encode()
     await send(
         {
             "type": "http.response.start",

@@ -7,6 +7,7 @@ bodies (verify, fix) can be run and tested without HTTP.
 from __future__ import annotations
 
 import json
+import re
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,7 +18,17 @@ from remedy.cases.errors import ImportFileError, ValidationError
 from remedy.cases.io import case_to_json
 
 from .jobs import Handler, JobProgress, JobRecord
-from .models import DiagnoseIn, FixJobIn, Hit, ImportOut, ImportProblem, MineIn, MineOut, VerifyJobIn
+from .models import (
+    DiagnoseIn,
+    FixJobIn,
+    Hit,
+    ImportOut,
+    ImportProblem,
+    MineIn,
+    MineOut,
+    RequestBodyError,
+    VerifyJobIn,
+)
 from .tokens import Role, TokenOut, TokenRecord
 from .uploads import run_path
 
@@ -64,6 +75,8 @@ def _as_jsonl(body: bytes) -> bytes:
         return body
     try:
         records = json.loads(body)
+    except RecursionError:
+        raise RequestBodyError("the JSON body is nested too deeply; send flat case records") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ImportFileError(
             f"the body starts like a JSON array but is not valid JSON ({err}); send a JSON array of cases or JSONL",
@@ -72,13 +85,43 @@ def _as_jsonl(body: bytes) -> bytes:
     return b"\n".join(json.dumps(r, allow_nan=True).encode() for r in records) + b"\n"
 
 
+#: a JSON escape of a UTF-16 surrogate (paired ones are how ``ensure_ascii`` JSON writes an emoji)
+_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def _check_text(jsonl: bytes) -> None:
+    """Refuse a body that is not UTF-8, or whose records hold lone surrogates (no store can write them)."""
+    try:
+        jsonl.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise RequestBodyError(
+            f"the body is not valid UTF-8 (byte {err.start:,}); send JSON or JSONL encoded as UTF-8"
+        ) from None
+    if not _SURROGATE.search(jsonl):
+        return
+    for n, line in enumerate(jsonl.splitlines(), start=1):
+        if not _SURROGATE.search(line):
+            continue
+        try:
+            json.dumps(json.loads(line), ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise RequestBodyError(
+                f"record {n} holds text with a lone UTF-16 surrogate (an unpaired \\ud800-\\udfff escape); "
+                "fix that record's text encoding"
+            ) from None
+        except (ValueError, RecursionError):
+            continue  # not valid JSON: the import reports it as an invalid record
+
+
 def import_body(service: Service, body: bytes, skip_invalid: bool) -> ImportOut:
     """Import the cases in a JSONL or JSON-array body: all or nothing unless ``skip_invalid``."""
     if not body.strip():
         raise ValidationError("the body is empty; send cases as JSONL (one object per line) or a JSON array")
     with tempfile.TemporaryDirectory(prefix="remedy-import-") as tmp:
         path = Path(tmp) / "body.jsonl"
-        path.write_bytes(_as_jsonl(body))
+        jsonl = _as_jsonl(body)
+        _check_text(jsonl)
+        path.write_bytes(jsonl)
         try:
             with service.write_lock:
                 report = service.kb.import_file(path, skip_invalid=skip_invalid)

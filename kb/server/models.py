@@ -299,7 +299,14 @@ class VerifyJobIn(VerifySettings):
     `remedy verify` does (the same settings, :class:`~remedy.kb.settings.VerifySettings`); store the cases."""
 
     run_id: str = Field(..., max_length=40)
-    patch: dict[str, Any] = Field(..., description="A patch: one part or {'parts': [...]}, as in a patch file.")
+    patch: dict[Name, Any] = Field(
+        ..., max_length=50, description="A patch: one part or {'parts': [...]}, as in a patch file."
+    )
+
+    @field_validator("patch")
+    @classmethod
+    def _small(cls, v: dict[str, Any]) -> dict[str, Any]:
+        return _small_object(v)
 
 
 class FixJobIn(FixSettings):

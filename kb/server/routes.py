@@ -11,11 +11,10 @@ nothing is written.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable, Iterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, HTTPException, Query, Request, Response
+from fastapi import APIRouter, Body, Depends, HTTPException, Path, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -46,7 +45,6 @@ from .models import (
     VerifyJobIn,
 )
 from .tokens import Role, TokenOut, TokenRecord
-from .uploads import unpack_run
 
 __all__ = ["router"]
 
@@ -87,6 +85,8 @@ def _require(role: Role) -> Callable[..., TokenRecord | None]:
 
 
 Svc = Annotated[Service, Depends(_service)]
+#: a case, rule or job id in a path (ids are short; an error never echoes a megabyte of one)
+Id = Annotated[str, Path(max_length=200)]
 Reader = Annotated[TokenRecord | None, Depends(_require(Role.reader))]
 Writer = Annotated[TokenRecord | None, Depends(_require(Role.writer))]
 
@@ -136,7 +136,7 @@ def similar(req: SimilarIn, service: Svc, _: Reader) -> list[Hit]:
 
 
 @router.get("/v1/cases/{case_id}", tags=["cases"], responses={200: {"description": "The case as JSON."}})
-def get_case(case_id: str, service: Svc, _: Reader) -> Response:
+def get_case(case_id: Id, service: Svc, _: Reader) -> Response:
     """One stored case in full (404 with close ids when unknown)."""
     return Response(case_to_json(service.kb.get(case_id)), media_type="application/json")
 
@@ -198,21 +198,18 @@ _UPLOAD_BODY = {
 
 
 @router.post("/v1/runs", response_model=RunOut, status_code=201, tags=["runs"], openapi_extra=_UPLOAD_BODY)
-async def upload_run(request: Request, service: Svc, _: Writer) -> RunOut:
-    """Upload a run directory as a .tar.gz (`tar czf run.tgz -C PARENT RUN`); refer to it by run_id."""
+async def upload_run(request: Request, service: Svc, token: Writer) -> RunOut:
+    """Upload a run directory as a .tar.gz (`tar czf run.tgz -C PARENT RUN`); refer to it by run_id.
+    Counted against the token's upload quota (413 past it); removed after the service's time to live."""
     body = await request.body()
-    return await run_in_threadpool(_unpack, service, body)
+    return await run_in_threadpool(_unpack, service, body, _owner(token))
 
 
-def _unpack(service: Service, body: bytes) -> RunOut:
+def _unpack(service: Service, body: bytes, owner: str | None) -> RunOut:
     from remedy.cases.evidence.rundir import RunDir
 
-    run_id, path = unpack_run(body, service.runs_dir, service.settings.max_upload_bytes)
-    try:
-        cfg = RunDir.load(path).config
-    except BaseException:
-        shutil.rmtree(service.runs_dir / run_id, ignore_errors=True)  # an unusable run is not kept
-        raise
+    # validated on acceptance through RunDir.load, as every later use loads it; an unusable run is not kept
+    run_id, cfg = service.uploads.accept(body, owner, lambda path: RunDir.load(path).config)
     return RunOut(run_id=run_id, env_id=cfg.env_id, algo=cfg.algo)
 
 
@@ -243,19 +240,19 @@ def list_rules(
 
 
 @router.get("/v1/rules/{rule_id}", response_model=Rule, tags=["rules"])
-def get_rule(rule_id: str, service: Svc, _: Reader) -> Rule:
+def get_rule(rule_id: Id, service: Svc, _: Reader) -> Rule:
     """One rule: condition, remedy, evidence, supporting and counter cases, reviews (404 with close ids)."""
     return handlers.rules(service).get(rule_id)
 
 
 @router.post("/v1/rules/{rule_id}/accept", response_model=Rule, tags=["rules"])
-def accept_rule(rule_id: str, service: Svc, token: Reviewer, req: Annotated[ReviewIn | None, Body()] = None) -> Rule:
+def accept_rule(rule_id: Id, service: Svc, token: Reviewer, req: Annotated[ReviewIn | None, Body()] = None) -> Rule:
     """Accept a rule (reviewer token): from now on it votes in diagnoses when its conditions hold."""
     return handlers.review(service, rule_id, "accepted", token.name, (req or ReviewIn()).note)
 
 
 @router.post("/v1/rules/{rule_id}/reject", response_model=Rule, tags=["rules"])
-def reject_rule(rule_id: str, req: RejectIn, service: Svc, token: Reviewer) -> Rule:
+def reject_rule(rule_id: Id, req: RejectIn, service: Svc, token: Reviewer) -> Rule:
     """Reject a rule with a note (reviewer token); it is kept, so re-mining does not propose it as new."""
     return handlers.review(service, rule_id, "rejected", token.name, req.note)
 
@@ -290,13 +287,13 @@ def list_jobs(
 
 
 @router.get("/v1/jobs/{job_id}", response_model=JobOut, tags=["jobs"])
-def get_job(job_id: str, service: Svc, _: Reader) -> JobOut:
+def get_job(job_id: Id, service: Svc, _: Reader) -> JobOut:
     """One job: state, progress, result or error."""
     return JobOut(**service.jobs.get(job_id).as_dict())
 
 
 @router.post("/v1/jobs/{job_id}/cancel", response_model=JobOut, tags=["jobs"])
-def cancel_job(job_id: str, service: Svc, token: WriterToken) -> JobOut:
+def cancel_job(job_id: Id, service: Svc, token: WriterToken) -> JobOut:
     """Cancel a job (its owner's token or an admin's; 403 otherwise): a queued one at once, a running one
     at its next step."""
     return JobOut(**handlers.cancel_job(service, job_id, token).as_dict())
@@ -311,6 +308,6 @@ def _owner_id(token: TokenRecord | None) -> str | None:
 
 
 @router.post("/v1/tokens/{token}/revoke", response_model=TokenOut, tags=["service"])
-def revoke_token(token: str, service: Svc, _: Admin) -> TokenOut:
+def revoke_token(token: Id, service: Svc, _: Admin) -> TokenOut:
     """Revoke a token by id or name (admin token): from the next request on it gets 401."""
     return handlers.revoke_token(service, token)
