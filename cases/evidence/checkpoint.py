@@ -34,12 +34,15 @@ import re
 import zipfile
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
 
 from ..errors import CheckpointError
+
+if TYPE_CHECKING:
+    from stable_baselines3.common.base_class import BaseAlgorithm
 
 __all__ = [
     "MAX_DATA_BYTES",
@@ -175,7 +178,7 @@ class _Rebuild:
             name: p.default
             for cls in reversed(algo_cls.__mro__)
             if "__init__" in vars(cls)
-            for name, p in inspect.signature(cls.__init__).parameters.items()
+            for name, p in inspect.signature(vars(cls)["__init__"]).parameters.items()
             if p.default is not inspect.Parameter.empty
         }
 
@@ -223,7 +226,7 @@ class _Rebuild:
             return tuple(declared)  # train_freq: [4, "step"] is the tuple SB3 expects
         value = declared if declared is not None and _plain(declared) else self.defaults[key]
         if key == "target_entropy" and value == "auto":  # what SAC/TQC compute from the env, which may be absent
-            return -float(np.prod(self.spaces["action_space"].shape))
+            return -float(np.prod(self.spaces["action_space"].shape or ()))
         return value
 
     def policy_class(self, entry: dict) -> type:
@@ -305,7 +308,7 @@ def safe_custom_objects(
 
 def load_checkpoint(
     path: Path,
-    algo_cls: type,
+    algo_cls: type[BaseAlgorithm],
     *,
     spaces_env: Any,
     env: Any = None,
@@ -357,7 +360,7 @@ def _pickle_allow_list() -> dict[tuple[str, str], Any]:
         allowed[(cls.__module__, name)] = cls
 
     allowed[("numpy.random.bit_generator", "SeedSequence")] = bitgen.SeedSequence
-    allowed[("numpy.random.bit_generator", "__pyx_unpickle_SeedSequence")] = bitgen.__pyx_unpickle_SeedSequence
+    allowed[("numpy.random.bit_generator", "__pyx_unpickle_SeedSequence")] = vars(bitgen)["__pyx_unpickle_SeedSequence"]
     for space in (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary):
         allowed[(space.__module__, space.__name__)] = space
     allowed[(gym.spaces.Dict.__module__, "Dict")] = gym.spaces.Dict
