@@ -397,8 +397,8 @@ def _ignored_why(src: _Source, rel: Path) -> str:
         "results.json": "the Hub's evaluation summary (Remedy evaluates for itself)",
         "command.txt": "the training command line (informational)",
     }
-    if len(rel.parts) > 1 and src.checkpoint is not None and rel.parts[0] == src.checkpoint.stem:
-        return "unpacked copy of the checkpoint"
+    if len(rel.parts) > 1 and rel.parts[0] == src.checkpoint.stem and rel.parent != src.params_dir:
+        return "unpacked copy of the checkpoint"  # the Hub folder holds <name>.zip and <name>/ unzipped
     return known.get(name, "not a file Remedy reads")
 
 

@@ -158,7 +158,7 @@ def test_zoo_folder_reads_config_args_and_copies_stats_and_logs(tmp_path, traine
     assert files["config.yml"].used and "norm_obs" in files["config.yml"].note
     assert files["args.yml"].used and files["vecnormalize.pkl"].copied_to == "vecnormalize.pkl"
     assert "last mean return 21" in files["evaluations.npz"].note
-    assert not files["command.txt"].used
+    assert not files["command.txt"].used and "command line" in files["command.txt"].note
 
 
 def test_zoo_best_model_is_adopted_when_pointed_at(tmp_path, trained):
@@ -183,6 +183,7 @@ def test_hugging_face_folder(tmp_path, trained):
     shutil.copy(stats, hub / "vec_normalize.pkl")
     with zipfile.ZipFile(model) as zf:
         (hub / "config.json").write_bytes(zf.read("data"))
+        zf.extractall(hub / "ppo-CartPole-v1")  # huggingface_sb3 leaves the zip unpacked beside it
     (hub / "results.json").write_text(json.dumps({"mean_reward": 20.0, "std_reward": 1.0}))
     card = {
         "library_name": "stable-baselines3",
@@ -210,6 +211,7 @@ def test_hugging_face_folder(tmp_path, trained):
     assert rd.vecnormalize_path is not None
     files = _by_name(result)
     assert files["README.md"].used and not files["config.json"].used and not files["results.json"].used
+    assert "unpacked copy" in files["policy.pth"].note and not files["policy.pth"].used
 
 
 def test_env_without_reward_threshold_asks_for_success(tmp_path, trained):
