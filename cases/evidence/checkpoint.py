@@ -33,6 +33,7 @@ import pickle
 import re
 import zipfile
 from collections import OrderedDict
+from itertools import pairwise
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -324,7 +325,34 @@ def load_checkpoint(
     data = read_data(path)
     spaces = {"observation_space": spaces_env.observation_space, "action_space": spaces_env.action_space}
     custom = safe_custom_objects(path, algo_cls, data, spaces, hyperparams)
+    _check_network_size(path, custom.get("policy_kwargs", data.get("policy_kwargs")))
     return algo_cls.load(str(path), env=env, device=device, custom_objects=custom, **overrides)
+
+
+def _layer_lists(net_arch: Any) -> list[list[int]]:
+    """The hidden-layer width lists of an SB3 ``net_arch`` (a list, or a dict of lists such as pi/vf/qf)."""
+    lists = list(net_arch.values()) if isinstance(net_arch, dict) else [net_arch]
+    return [w for w in lists if isinstance(w, list) and all(isinstance(x, int) and x > 0 for x in w)]
+
+
+def _check_network_size(path: Path, policy_kwargs: Any) -> None:
+    """Refuse a ``net_arch`` describing a network far larger than the weights the zip holds.
+
+    SB3 builds (and initializes) the network before it reads the weights, so ``net_arch:
+    [100000, 100000]`` in a 30 KB upload would allocate and orthogonalize 40 GB first.
+    """
+    if not isinstance(policy_kwargs, dict):
+        return
+    declared = sum(a * b for widths in _layer_lists(policy_kwargs.get("net_arch")) for a, b in pairwise(widths))
+    with zipfile.ZipFile(path) as zf:
+        stored = sum(
+            i.file_size for i in zf.infolist() if i.filename.endswith(".pth") and "optimizer" not in i.filename
+        )
+    if declared > 2 * (stored // 4) + 100_000:  # float32 weights; a wide margin for biases, shared layers, dtypes
+        raise CheckpointError(
+            f"{path}: policy_kwargs.net_arch describes a network of at least {declared:,} weights but the "
+            f"checkpoint holds about {stored // 4:,}; refused before building it"
+        )
 
 
 # -- vecnormalize.pkl --------------------------------------------------------------------------------

@@ -110,6 +110,12 @@ def test_recorded_spaces_still_checked_against_the_env(run_copy):
         RunDir.load(run_copy).load_model()
 
 
+def test_network_far_larger_than_the_stored_weights_is_refused_before_it_is_built(run_copy):
+    _rewrite_data(run_copy / "model.zip", lambda d: d["policy_kwargs"].update(net_arch=[100_000, 100_000]))
+    with pytest.raises(CheckpointError, match="net_arch describes a network of at least 10,000,000,000 weights"):
+        RunDir.load(run_copy).load_model()
+
+
 def _bomb(path, data_bytes: int, *, prefix: bytes = b'{"a": 1') -> None:
     """A zip whose ``data`` entry inflates to ``data_bytes`` of spaces: written as a stream, a few KB on disk."""
     chunk = b" " * (1 << 20)
