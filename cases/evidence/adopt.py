@@ -42,6 +42,7 @@ from .foreign import (
     normalize_setting,
     parse_success_option,
     read_checkpoint_data,
+    unpack_logs,
 )
 from .rundir import MODEL_ZIP, VECNORMALIZE_PKL, RunConfig, RunDir, write_run_yaml
 
@@ -53,6 +54,8 @@ STATS_NAMES = ("vecnormalize.pkl", "vec_normalize.pkl")
 _MAX_DEPTH = 4
 _MAX_FILES = 2000
 #: RL Zoo algorithm folder names that are not Remedy's names
+#: RL Zoo's push_to_hub packs evaluations.npz and the monitor CSVs into this archive
+_METRICS_ZIP = "train_eval_metrics.zip"
 _ZOO_ALGOS = {"ppo_lstm": "RecurrentPPO", "ppo_mask": "MaskablePPO"}
 
 
@@ -359,7 +362,7 @@ def _classify(src: _Source, facts: _Facts) -> tuple[Path | None, list[Path]]:
                 else "a pickle Remedy does not read"
             )
             src.mark(rel, "pickle", False, why)
-        elif _is_log(name):
+        elif _is_log(name) or (name == _METRICS_ZIP and len(rel.parts) == 1):
             logs.append(rel)
         elif name == "README.md" and len(rel.parts) == 1:
             src.mark(rel, "model card", True, _read_model_card(src, rel, facts))
@@ -389,8 +392,6 @@ def _ignored_why(src: _Source, rel: Path) -> str:
     if name.endswith(".zip"):
         if name == "best_model.zip":
             return "best-evaluation checkpoint; pass its path to adopt it instead"
-        if name == "train_eval_metrics.zip":
-            return "metrics archive; unpack it next to the model to use its logs"
         return "another checkpoint; pass its path to adopt it instead"
     known = {
         "config.json": "a copy of the checkpoint's data entry (read from the zip itself)",
@@ -403,7 +404,16 @@ def _ignored_why(src: _Source, rel: Path) -> str:
 
 
 def _copy_logs(src: _Source, logs: list[Path], dest: Path) -> None:
+    """Copy the logs under ``dest/logs`` (a Hub metrics archive unpacked) and mark each as used."""
     for rel in logs:
+        if rel.name == _METRICS_ZIP:
+            target = Path("logs") / rel.stem
+            try:
+                names = unpack_logs(src.root / rel, dest / target, _is_log)
+                src.mark(rel, "training logs", True, f"unpacked {', '.join(names) or 'nothing'}", f"{target}/")
+            except RunDirError as ex:
+                src.mark(rel, "training logs", False, f"not unpacked: {ex}")
+            continue
         target = Path("logs") / rel
         (dest / target).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(src.root / rel, dest / target)

@@ -14,6 +14,7 @@ import json
 import math
 import re
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,11 +40,16 @@ __all__ = [
     "normalize_setting",
     "model_card_names",
     "evaluations_summary",
+    "unpack_logs",
     "parse_success_option",
 ]
 
 #: the checkpoint's ``data`` entry is refused past this size once inflated (a PPO's is a few KB)
 MAX_DATA_BYTES = 32_000_000
+#: a log unpacked from a metrics archive (RL Zoo's ``train_eval_metrics.zip`` on the Hub) is refused past this size
+MAX_LOG_BYTES = 64_000_000
+#: entries looked at in such an archive
+MAX_LOG_ENTRIES = 256
 #: what ``--success`` accepts (the error for a missing success definition quotes it)
 SUCCESS_FORMS = (
     "'return>=X', 'info:KEY' (info[KEY] true at the end), 'final_reward>=X', 'obs[I]>=X' (also <=, >, <, ==), "
@@ -367,6 +373,32 @@ def evaluations_summary(path: Path) -> str:
         return f"{len(steps)} evaluations, last mean return {last:.4g} at step {int(steps[-1])}"
     except (ValueError, KeyError, OSError, IndexError) as ex:
         return f"unreadable ({ex})"
+
+
+def unpack_logs(archive: Path, dest: Path, wanted: Callable[[str], bool]) -> list[str]:
+    """Copy the entries of ``archive`` whose base name is ``wanted`` into ``dest``, flat; their names.
+
+    Bounded like a checkpoint: at most :data:`MAX_LOG_ENTRIES` entries looked at, each read to at most
+    :data:`MAX_LOG_BYTES` whatever its header says; a name's folders are dropped, so nothing lands
+    outside ``dest``. Raises RunDirError for an archive that is not a readable zip or holds an oversized log.
+    """
+    names: list[str] = []
+    try:
+        with zipfile.ZipFile(archive) as zf:
+            for info in zf.infolist()[:MAX_LOG_ENTRIES]:
+                base = Path(info.filename).name
+                if info.is_dir() or not wanted(base) or base in names:
+                    continue
+                with zf.open(info) as f:
+                    raw = f.read(MAX_LOG_BYTES + 1)
+                if len(raw) > MAX_LOG_BYTES:
+                    raise RunDirError(f"{archive}: {info.filename} inflates beyond {MAX_LOG_BYTES:,} bytes")
+                dest.mkdir(parents=True, exist_ok=True)
+                (dest / base).write_bytes(raw)
+                names.append(base)
+    except (zipfile.BadZipFile, OSError, EOFError) as ex:
+        raise RunDirError(f"{archive} is not a readable zip ({ex})") from ex
+    return names
 
 
 # --------------------------------------------------------------------------- success option

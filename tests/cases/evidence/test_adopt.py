@@ -270,3 +270,26 @@ def test_zoo_normalize_string_is_parsed_never_evaluated(tmp_path, trained):
     assert not marker.exists()
     assert "not evaluated" in _by_name(result)["config.yml"].note
     assert RunDir.load(tmp_path / "out").vecnormalize_path is not None  # a truthy string means it was on
+
+
+def test_zoo_model_on_the_hub_with_its_metrics_archive(tmp_path, trained):
+    """rl_zoo3's push_to_hub folder: config/args at the top, vec_normalize.pkl, logs packed in a zip."""
+    model, stats, monitor = trained
+    hub = tmp_path / "ppo-CartPole-v1"
+    hub.mkdir()
+    shutil.copy(model, hub / "ppo-CartPole-v1.zip")
+    shutil.copy(stats, hub / "vec_normalize.pkl")
+    (hub / "config.yml").write_text(yaml.dump(ZOO_CONFIG))
+    (hub / "args.yml").write_text(yaml.dump(ZOO_ARGS))
+    (hub / "env_kwargs.yml").write_text(yaml.dump({}))
+    csv = sorted(monitor.glob("*monitor.csv"))[0].read_bytes()
+    with zipfile.ZipFile(hub / "train_eval_metrics.zip", "w") as zf:
+        zf.writestr("0.monitor.csv", csv)
+        zf.writestr("../../escaped.monitor.csv", csv)  # folders in a name are dropped: it lands inside
+        zf.writestr("notes.txt", "not a log")
+    result = adopt(hub, tmp_path / "out")
+    rd = RunDir.load(tmp_path / "out")
+    assert result.layout == "huggingface" and (rd.config.algo, rd.config.env_id) == ("PPO", "CartPole-v1")
+    assert rd.vecnormalize_path is not None and len(rd.monitor_files) == 2
+    assert not (tmp_path / "escaped.monitor.csv").exists() and not (tmp_path / "out" / "notes.txt").exists()
+    assert _by_name(result)["train_eval_metrics.zip"].used
