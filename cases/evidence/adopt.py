@@ -30,6 +30,7 @@ from ..algos import ALGOS, canonical_algo
 from ..errors import AlgorithmError, CheckpointError, RunDirError
 from ..success import ReturnThreshold, SuccessSpec
 from ..yamlfile import first_error
+from .checkpoint import check_zip, read_data
 from .envs import check_env_id, make_env
 from .foreign import (
     SUCCESS_FORMS,
@@ -41,7 +42,6 @@ from .foreign import (
     model_card_names,
     normalize_setting,
     parse_success_option,
-    read_checkpoint_data,
     unpack_logs,
 )
 from .rundir import MODEL_ZIP, VECNORMALIZE_PKL, RunConfig, RunDir, write_run_yaml
@@ -473,7 +473,8 @@ def adopt(
     src = _source_of(path)
     facts = _Facts()
     model = src.root / src.checkpoint if src is not None else path
-    ck = checkpoint_facts(read_checkpoint_data(model))
+    check_zip(model)  # every entry inflated within its cap before anything is read or copied
+    ck = checkpoint_facts(read_data(model))
     _take_checkpoint(ck, facts)
     logs: list[Path] = []
     if src is not None:

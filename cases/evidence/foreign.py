@@ -1,7 +1,7 @@
 """Reading files other tools wrote, without running anything in them.
 
-SB3 checkpoints (only the plain JSON values of the zip's ``data`` entry; ``:serialized:`` pickles
-stay opaque), RL Zoo's ``config.yml`` / ``args.yml`` (``yaml.dump`` of OrderedDicts, read by a
+SB3 checkpoints (only the plain JSON values of the zip's ``data`` entry, read by
+:func:`.checkpoint.read_data`; ``:serialized:`` pickles stay opaque), RL Zoo's ``config.yml`` / ``args.yml`` (``yaml.dump`` of OrderedDicts, read by a
 SafeLoader that builds plain data only), RL Zoo's ``normalize`` / ``policy_kwargs`` strings
 (parsed as literals, never evaluated: rl-baselines3-zoo #505), Hugging Face model cards,
 ``evaluations.npz`` (pickles refused) and the ``--success`` option's text. Every read is bounded.
@@ -10,7 +10,6 @@ SafeLoader that builds plain data only), RL Zoo's ``normalize`` / ``policy_kwarg
 from __future__ import annotations
 
 import ast
-import json
 import math
 import re
 import zipfile
@@ -23,16 +22,14 @@ import yaml
 from pydantic import BaseModel, ConfigDict
 from pydantic import ValidationError as PydanticValidationError
 
-from ..errors import CheckpointError, RunDirError
+from ..errors import RunDirError
 from ..success import FinalObs, FinalReward, InfoFlag, ReturnThreshold, SuccessSpec, Terminated, parse_success
 from ..yamlfile import MAX_YAML_ALIASES, MAX_YAML_BYTES, check_expanded_size, first_error, safe_load_yaml
 from .rundir import checkpoint_algos
 
 __all__ = [
-    "MAX_DATA_BYTES",
     "SUCCESS_FORMS",
     "CheckpointFacts",
-    "read_checkpoint_data",
     "checkpoint_facts",
     "plain_value",
     "load_zoo_yaml",
@@ -44,8 +41,6 @@ __all__ = [
     "parse_success_option",
 ]
 
-#: the checkpoint's ``data`` entry is refused past this size once inflated (a PPO's is a few KB)
-MAX_DATA_BYTES = 32_000_000
 #: a log unpacked from a metrics archive (RL Zoo's ``train_eval_metrics.zip`` on the Hub) is refused past this size
 MAX_LOG_BYTES = 64_000_000
 #: entries looked at in such an archive
@@ -125,33 +120,6 @@ _POLICY_ALIASES = {
 
 
 # --------------------------------------------------------------------------- SB3 checkpoints
-
-
-def read_checkpoint_data(path: Path) -> dict[str, Any]:
-    """The JSON ``data`` entry of an SB3 zip, read bounded and never unpickled (``:serialized:`` values stay opaque)."""
-    try:
-        with zipfile.ZipFile(path) as zf:
-            if "data" not in zf.namelist():
-                raise CheckpointError(
-                    f"{path} has no 'data' entry, so it is not an SB3 checkpoint; save it with model.save()"
-                )
-            if zf.getinfo("data").file_size > MAX_DATA_BYTES:
-                raise CheckpointError(f"{path}: its 'data' entry is over {MAX_DATA_BYTES:,} bytes; refusing to read it")
-            with zf.open("data") as f:
-                raw = f.read(MAX_DATA_BYTES + 1)  # the header's size may lie; the read itself is bounded
-    except (zipfile.BadZipFile, OSError) as ex:
-        raise CheckpointError(
-            f"{path} is not a readable zip ({ex}); point at an SB3 checkpoint saved with model.save()"
-        ) from ex
-    if len(raw) > MAX_DATA_BYTES:
-        raise CheckpointError(f"{path}: its 'data' entry inflates beyond {MAX_DATA_BYTES:,} bytes; refusing it")
-    try:
-        data = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as ex:
-        raise CheckpointError(f"{path}: its 'data' entry is not JSON ({ex}); save the checkpoint again") from ex
-    if not isinstance(data, dict):
-        raise CheckpointError(f"{path}: its 'data' entry is not a JSON object; save the checkpoint again")
-    return data
 
 
 def plain_value(value: Any) -> bool:

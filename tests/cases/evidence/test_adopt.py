@@ -19,7 +19,7 @@ import yaml
 
 from remedy.cases.errors import CheckpointError, RunDirError
 from remedy.cases.evidence.adopt import adopt
-from remedy.cases.evidence.foreign import load_zoo_yaml, parse_success_option, read_checkpoint_data
+from remedy.cases.evidence.foreign import load_zoo_yaml, parse_success_option
 from remedy.cases.evidence.rundir import RunDir
 from remedy.cases.success import FinalObs, InfoFlag, ReturnThreshold, Terminated
 
@@ -244,15 +244,14 @@ def test_non_empty_out_is_refused(tmp_path, trained):
     assert (tmp_path / "out" / "keep.txt").read_text() == "mine"
 
 
-def test_data_entry_that_inflates_too_far_is_refused(tmp_path, monkeypatch):
-    import remedy.cases.evidence.foreign as foreign
-
-    bomb = tmp_path / "bomb.zip"
-    with zipfile.ZipFile(bomb, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-        zf.writestr("data", json.dumps({"pad": " " * 5000}))
-    monkeypatch.setattr(foreign, "MAX_DATA_BYTES", 1000)
-    with pytest.raises(CheckpointError, match="1,000 bytes"):
-        read_checkpoint_data(bomb)
+def test_zip_that_is_not_a_checkpoint_is_refused(tmp_path):
+    # zip bombs are refused by checkpoint.check_zip (tests/cases/evidence/test_checkpoint_safety.py)
+    other = tmp_path / "photos.zip"
+    with zipfile.ZipFile(other, "w") as zf:
+        zf.writestr("cat.jpg", b"\xff\xd8")
+    with pytest.raises(CheckpointError, match="no 'data' entry"):
+        adopt(other, tmp_path / "out", env_id="CartPole-v1")
+    assert not (tmp_path / "out").exists()
 
 
 def test_env_with_other_space_types_is_refused_before_writing(tmp_path, trained):
