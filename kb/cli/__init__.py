@@ -15,12 +15,29 @@ from typing import Any, Protocol, runtime_checkable
 import click
 import typer
 from rich.console import Console
+from rich.markup import escape
 from typer.exceptions import TyperException
 
 from remedy.cases.errors import RemedyError
 from remedy.retrieval.offline_env import offline_defaults
 
-from . import adopt, bench, diagnose, doctor, jobs, kb, optimize, patch, report, rules, serve, signature, tokens, verify
+from . import (
+    adopt,
+    bench,
+    diagnose,
+    doctor,
+    jobs,
+    kb,
+    lm,
+    optimize,
+    patch,
+    report,
+    rules,
+    serve,
+    signature,
+    tokens,
+    verify,
+)
 
 __all__ = ["app", "main"]
 
@@ -49,6 +66,10 @@ rules_app = typer.Typer(help="Review mined rules: list, show, accept, reject.", 
 app.add_typer(rules_app, name="rules")
 programs_app = typer.Typer(help="Diagnoser program versions made by `remedy optimize`.", no_args_is_help=True)
 app.add_typer(programs_app, name="programs")
+lm_app = typer.Typer(
+    help="A small local language model for the llm diagnoser (needs the local-lm extra).", no_args_is_help=True
+)
+app.add_typer(lm_app, name="lm")
 
 # Every command is registered here, in one place and one style: (group, name, function).
 _COMMANDS: list[tuple[typer.Typer, str, Callable[..., Any]]] = [
@@ -90,6 +111,8 @@ _COMMANDS: list[tuple[typer.Typer, str, Callable[..., Any]]] = [
     (programs_app, "show", optimize.programs_show),
     (programs_app, "activate", optimize.programs_activate),
     (programs_app, "rollback", optimize.programs_rollback),
+    (lm_app, "serve", lm.lm_serve),
+    (lm_app, "models", lm.lm_models),
 ]
 for _group, _name, _func in _COMMANDS:
     _group.command(_name)(_func)
@@ -120,7 +143,7 @@ def main() -> None:
     try:
         code = app(standalone_mode=False)  # a command's typer.Exit(n) comes back as n here
     except RemedyError as err:
-        _err.print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
+        _err.print(f"[bold red]error:[/] {escape(str(err))}", highlight=False, soft_wrap=True)
         sys.exit(1)
     except (typer.Exit, click.exceptions.Exit) as ex:
         sys.exit(ex.exit_code)
