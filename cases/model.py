@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Literal
@@ -43,8 +44,12 @@ __all__ = [
     "Provenance",
     "Case",
     "new_case_id",
+    "CASE_ID_PATTERN",
     "patch_family",
 ]
+
+#: what a case id may hold: every id Remedy makes (``c-`` + hex) and every shipped one fits
+CASE_ID_PATTERN = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 #: Version of the case model's JSON shape; bump with a migration in the store.
 SCHEMA_VERSION = 1
@@ -369,8 +374,12 @@ class Case(FrozenModel):
     @field_validator("case_id")
     @classmethod
     def _id_is_simple(cls, v: str) -> str:
-        if not v or len(v) > 128 or any(c.isspace() for c in v):
-            raise ValueError("case_id must be 1-128 characters with no whitespace")
+        # ids reach file names, URLs, SQL filters and terminals: no control, bidi, path or markup characters
+        if not CASE_ID_PATTERN.fullmatch(v) or not v.strip("."):
+            raise ValueError(
+                f"case_id {ascii(v)[:80]} is not allowed: use 1-128 ASCII letters, digits, '.', '_', ':' or '-' "
+                "(not only dots), e.g. 'c-lander-hover-01'"
+            )
         return v
 
     @property

@@ -294,14 +294,20 @@ class CaseStore:
         written, unchanged = self.upsert(cases)
         return AddCounts(len(written), unchanged)
 
-    def upsert(self, cases: Iterable[Case]) -> tuple[list[str], int]:
-        """Like :meth:`add_many`, but returns the ids actually written and the unchanged count."""
+    def upsert(self, cases: Iterable[Case], replace: bool = True) -> tuple[list[str], int]:
+        """Like :meth:`add_many`, but returns the ids actually written and the unchanged count.
+
+        ``replace=False`` refuses (:class:`ValidationError` naming the ids, nothing written) when a
+        case id is already stored with different content; identical cases stay unchanged.
+        """
         rows = _dedupe([_checked_row(c) for c in cases])
         if not rows:
             return [], 0
         with self._connect() as con:
             existing = self._bodies(con, [r["case_id"] for r in rows])
             changed = [r for r in rows if existing.get(r["case_id"]) != r["body"]]
+            if not replace:
+                _refuse_conflicts(sorted(r["case_id"] for r in changed if r["case_id"] in existing))
             if changed:
                 batch = pa.Table.from_pylist(changed, schema=_ARROW_SCHEMA)  # noqa: F841 (read by SQL)
                 con.execute("BEGIN TRANSACTION")
@@ -367,6 +373,11 @@ class CaseStore:
         with self._connect() as con:
             bodies = self._bodies(con, ids)
         return [case_from_json(bodies[i]) for i in ids if i in bodies]
+
+    def existing(self, case_ids: Iterable[str]) -> set[str]:
+        """Which of ``case_ids`` are stored."""
+        with self._connect() as con:
+            return set(self._bodies(con, case_ids))
 
     def ids(self) -> set[str]:
         """Every stored case id."""
@@ -448,6 +459,17 @@ def _checked_row(case: Case) -> dict:
             "fix the offending field"
         ) from None
     return row
+
+
+def _refuse_conflicts(ids: list[str]) -> None:
+    """One line naming the ids already stored with other content; nothing was written."""
+    if not ids:
+        return
+    shown = ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+    raise ValidationError(
+        f"{len(ids)} case id(s) already stored with different content ({shown}); nothing imported. "
+        "Import with --replace to overwrite them, or give the new cases new ids"
+    )
 
 
 def _dedupe(rows: list[dict]) -> list[dict]:

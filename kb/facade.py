@@ -6,13 +6,16 @@ store first, then to the index; if the index write fails the store keeps the
 case and the next :meth:`KnowledgeBase.open` reconciles the two. Each write first
 leaves the ids it writes in ``index-pending/`` and removes them once the index has
 them, so a crash between the two writes of a *changed* case (same id, new content)
-is repaired too, not only a missing id.
+is repaired too, not only a missing id. Index writes take the index's file lock
+(:func:`remedy.retrieval.index.write_lock`), one writer at a time across processes;
+a reconcile also removes duplicate index rows.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import math
 import os
 import uuid
@@ -25,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from remedy.cases.errors import KBError, KBNotFoundError, KBPathError, ValidationError
+from remedy.cases.errors import DiskFullError, KBError, KBNotFoundError, KBPathError, ValidationError, is_disk_full
 from remedy.cases.io import ImportLimits, Problem, read_cases, write_cases
 from remedy.cases.model import ActionSpaceType, Case, Signature, Source
 from remedy.cases.store import AddCounts, CaseStore, StoreStats
@@ -64,6 +67,8 @@ RECONCILE_BATCH = 64
 
 #: progress callback: ``progress(done, total)`` with counts of cases
 Progress = Callable[[int, int], None]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -107,9 +112,10 @@ class ImportReport:
 
     path: Path
     read: int  # valid records in the file
-    added: int  # new or changed cases written
+    added: int  # new cases written
     unchanged: int  # identical cases already stored
     problems: tuple[Problem, ...] = ()  # skipped records (only with skip_invalid)
+    replaced: int = 0  # stored cases overwritten with different content (only with replace)
 
     @property
     def skipped(self) -> int:
@@ -125,11 +131,12 @@ class ReconcileReport:
     removed: int = 0
     rebuilt: str = ""  # why the index was damaged and rebuilt from the store, if it was
     refreshed: int = 0  # indexed cases re-indexed because a write that changed them stopped before the index
+    deduplicated: int = 0  # ids that had several index rows (concurrent writers), left with one
 
     @property
     def in_sync(self) -> bool:
         """True when nothing had to be done."""
-        return self.added == 0 and self.removed == 0 and not self.rebuilt and self.refreshed == 0
+        return not (self.added or self.removed or self.rebuilt or self.refreshed or self.deduplicated)
 
 
 @dataclass(frozen=True)
@@ -142,6 +149,10 @@ class KBStats:
     index_rows: int | None  # None when the index cannot be opened (see index_problem)
     embedder: str
     index_problem: str = ""
+    #: with the index opened: stored ids without a row, rows without a stored case, ids with several rows
+    index_missing: int = 0
+    index_extra: int = 0
+    index_duplicates: int = 0
 
 
 class _DefaultEmbedder:
@@ -189,7 +200,9 @@ class KnowledgeBase:
         root = resolve_kb_path(path)
         _prepare_dir(root, create)
         kb = cls(root, CaseStore(root / DB_FILE), embedder or _DefaultEmbedder())
-        if reconcile:
+        if reconcile and kb.store.read_only:
+            log.warning("KB at %s is read-only: opened for reading, the index is not reconciled", root)
+        elif reconcile:
             kb.reconcile()
         return kb
 
@@ -212,7 +225,7 @@ class KnowledgeBase:
         if self._index is None:
             from remedy.retrieval.index import VectorIndex
 
-            self._index = VectorIndex(self.root / INDEX_DIR, self.embedder)
+            self._index = VectorIndex(self.root / INDEX_DIR, self.embedder, read_only=self.store.read_only)
         return self._index
 
     # -- writing -------------------------------------------------------------------
@@ -221,24 +234,45 @@ class KnowledgeBase:
         """Store and index one case; False if an identical case was already stored."""
         return self.add_many([case]).added == 1
 
-    def add_many(self, cases: Iterable[Case], progress: Progress | None = None) -> AddCounts:
+    def add_many(self, cases: Iterable[Case], progress: Progress | None = None, replace: bool = True) -> AddCounts:
         """Store cases (one transaction), then index the new or changed ones.
 
         ``progress(done, total)`` is called after the store write and after each index batch.
+        ``replace=False`` refuses the whole batch (:class:`ValidationError` naming the ids) when an
+        id is already stored with different content.
         """
         latest = {c.case_id: c for c in cases}  # last duplicate wins, as in the store
+        if self.store.read_only and latest:  # before the pending file: nothing may be written
+            raise KBPathError(f"KB at {self.root} is read-only: reads work, writes do not; copy it somewhere writable")
         with _Pending(self.root, latest) as pending:
-            written, unchanged = self.store.upsert(latest.values())
+            written, unchanged = self.store.upsert(latest.values(), replace=replace)
             pending.stored()
             done, total = unchanged, len(latest)
             _report(progress, done, total)
-            it = iter(written)
-            while ids := list(islice(it, _BATCH)):
-                self.index.upsert([latest[i] for i in ids])
-                done += len(ids)
-                _report(progress, done, total)
+            try:
+                for ids in _batches(written):
+                    self.index.upsert([latest[i] for i in ids])
+                    done += len(ids)
+                    _report(progress, done, total)
+            except _LANCE_FAILURES as err:
+                if not _is_conflict(err):
+                    raise
+                self._after_conflict(err, len(written))
             pending.indexed()
         return AddCounts(len(written), unchanged)
+
+    def _after_conflict(self, err: BaseException, n: int) -> None:
+        """A Lance commit conflict (a writer outside the lock: an older Remedy) after the store write:
+        the cases are stored, so bring the index in line; one clean line if even that fails."""
+        log.warning("index write conflicted with another writer (%s); reconciling", _first_line(err))
+        self._index = None
+        try:
+            self.reconcile()
+        except (*_LANCE_FAILURES, KBError) as again:
+            raise KBError(
+                f"the index write conflicted with another writer ({_first_line(again)}); the {n} case(s) are "
+                f"stored: run `remedy kb reindex --kb {self.root}` once the other writer is done"
+            ) from None
 
     def delete(self, case_ids: Iterable[str]) -> int:
         """Delete cases from the store, then from the index; returns how many were stored."""
@@ -254,26 +288,31 @@ class KnowledgeBase:
         progress: Progress | None = None,
         limits: ImportLimits | None = None,
         mark_imported: bool = False,
+        replace: bool = False,
     ) -> ImportReport:
         """Import a ``.jsonl``, ``.json`` or ``.parquet`` file of cases.
 
         Every record is validated first; any invalid record raises :class:`ImportFileError`
         naming each bad line and nothing is imported, unless ``skip_invalid``. A file past
         ``limits`` (line length, cases per import, field sizes) is refused whole. Re-importing
-        the same cases changes nothing. ``mark_imported`` files the file's measured cases
-        (``verified``, ``bench``) as ``imported``: another team's outcomes, which the offline
-        vote weighs less than outcomes verified here.
+        the same cases changes nothing. A case whose id is stored with different content refuses
+        the whole file (:class:`ValidationError` naming the ids) unless ``replace``. ``mark_imported``
+        files the file's measured cases (``verified``, ``bench``) as ``imported``: another team's
+        outcomes, which the offline vote weighs less than outcomes verified here.
         """
         cases, problems = read_cases(path, skip_invalid=skip_invalid, limits=limits)
         if mark_imported:
             local = (Source.verified, Source.bench)
             cases = [c.model_copy(update={"source": Source.imported}) if c.source in local else c for c in cases]
-        counts = self.add_many(cases, progress=progress)
-        return ImportReport(Path(path), len(cases), counts.added, counts.unchanged, tuple(problems))
+        known = self.store.existing(c.case_id for c in cases)
+        counts = self.add_many(cases, progress=progress, replace=replace)
+        new = len({c.case_id for c in cases} - known)  # a new id is always written
+        return ImportReport(Path(path), len(cases), new, counts.unchanged, tuple(problems), counts.added - new)
 
     def load_examples(self, progress: Progress | None = None) -> list[ImportReport]:
-        """Import the example cases bundled with Remedy (``remedy.cases/examples/*.jsonl``)."""
-        return [self.import_file(p, progress=progress) for p in example_files()]
+        """Import the example cases bundled with Remedy (``remedy.cases/examples/*.jsonl``); a newer Remedy's
+        version of an example replaces the stored one."""
+        return [self.import_file(p, progress=progress, replace=True) for p in example_files()]
 
     def export(self, path: Path | str, ids: Iterable[str] | None = None) -> int:
         """Write all cases (or those in ``ids``) to ``.jsonl`` or ``.parquet``; returns the count."""
@@ -282,14 +321,16 @@ class KnowledgeBase:
 
     def reindex(self, progress: Progress | None = None) -> int:
         """Rebuild the index from the store (also after a model change); returns rows written."""
-        from remedy.retrieval.index import VectorIndex
+        from remedy.retrieval.index import VectorIndex, holding, write_lock
 
-        total = self.store.count()
-        markers = _finished_writes(self.root)  # a rebuild from the store covers what they left
-        self._index = VectorIndex(self.root / INDEX_DIR, self.embedder, reset=True)
-        tick = None if progress is None else (lambda done: progress(done, total))
-        rows = self._index.rebuild(self.store.iter_cases(), batch_size=_BATCH, progress=tick)
-        _drop(markers)
+        index_dir = self.root / INDEX_DIR
+        with holding(write_lock(index_dir), index_dir):  # no other write between the reset and the rebuild
+            total = self.store.count()
+            markers = _finished_writes(self.root)  # a rebuild from the store covers what they left
+            self._index = VectorIndex(index_dir, self.embedder, reset=True)
+            tick = None if progress is None else (lambda done: progress(done, total))
+            rows = self._index.rebuild(self.store.iter_cases(), batch_size=_BATCH, progress=tick)
+            _drop(markers)
         return rows
 
     def reconcile(self, progress: Progress | None = None) -> ReconcileReport:
@@ -306,7 +347,7 @@ class KnowledgeBase:
         try:
             return self._reconcile(progress)
         except _LANCE_FAILURES as err:
-            if not _is_lance_failure(err):
+            if not _is_lance_failure(err) or _is_conflict(err):  # a conflict is another writer, not damage
                 raise
             reason = _first_line(err)
         self._index = None
@@ -314,18 +355,31 @@ class KnowledgeBase:
         return ReconcileReport(added=self.store.count(), rebuilt=reason)
 
     def _reconcile(self, progress: Progress | None) -> ReconcileReport:
-        markers = _finished_writes(self.root)
-        stale = set().union(*markers.values()) if markers else set()
-        stored, indexed = self.store.ids(), self.index.ids()
-        absent, extra = stored - indexed, indexed - stored
-        refresh = sorted(absent | (stale & indexed & stored))
-        if extra:
-            self.index.delete(extra)
-        for start in range(0, len(refresh), RECONCILE_BATCH):
-            self.index.upsert(self.store.get_many(refresh[start : start + RECONCILE_BATCH]))
-            _report(progress, min(start + RECONCILE_BATCH, len(refresh)), len(refresh))
-        _drop(markers)
-        return ReconcileReport(added=len(absent), removed=len(extra), refreshed=len(refresh) - len(absent))
+        if not self._out_of_step():
+            return ReconcileReport()  # checked without the lock: a KB in sync is never written to
+        with self.index.writing():  # the census and the repair, with no other writer in between
+            markers = _finished_writes(self.root)
+            stale = set().union(*markers.values()) if markers else set()
+            stored, (indexed, dups) = self.store.ids(), self.index.id_census()
+            absent, extra = stored - indexed, indexed - stored
+            refresh = sorted(absent | (stale & indexed & stored) | (dups & stored))
+            # merge_insert cannot pick one of several rows of an id: drop them all, then write one
+            self.index.delete(extra | dups)
+            for start in range(0, len(refresh), RECONCILE_BATCH):
+                self.index.upsert(self.store.get_many(refresh[start : start + RECONCILE_BATCH]))
+                _report(progress, min(start + RECONCILE_BATCH, len(refresh)), len(refresh))
+            _drop(markers)
+        refreshed = len((stale & indexed & stored) - dups)
+        return ReconcileReport(
+            added=len(absent), removed=len(extra), refreshed=refreshed, deduplicated=len(dups & stored)
+        )
+
+    def _out_of_step(self) -> bool:
+        """Whether the index lacks a stored case, holds one that is not stored or twice, or a write left work."""
+        if _finished_writes(self.root):
+            return True
+        stored, (indexed, dups) = self.store.ids(), self.index.id_census()
+        return bool(dups) or stored != indexed
 
     # -- reading -------------------------------------------------------------------
 
@@ -414,12 +468,56 @@ class KnowledgeBase:
         ``index=False`` leaves the index closed (``index_rows`` None): the counts then need
         neither LanceDB nor the embedding model, which is what `remedy kb stats` shows by default.
         """
-        rows, problem = None, ""
+        rows, problem, check = None, "", _IndexCheck()
         try:
-            rows = _guard_index(lambda: self.index.count(), self.root) if index else None
+            if index:
+                rows = _guard_index(lambda: self.index.count(), self.root)
+                check = _guard_index(lambda: _IndexCheck.of(self.store.ids(), *self.index.id_census()), self.root)
+                problem = check.problem(rows, self.root)
         except KBError as err:
             problem = str(err)
-        return KBStats(self.root, self.store.stats(), self.store.schema_version(), rows, self.embedder.name, problem)
+        return KBStats(
+            self.root,
+            self.store.stats(),
+            self.store.schema_version(),
+            rows,
+            self.embedder.name,
+            problem,
+            check.missing,
+            check.extra,
+            check.duplicates,
+        )
+
+
+@dataclass(frozen=True)
+class _IndexCheck:
+    """How the index differs from the store: ids missing from it, extra in it, and held twice."""
+
+    missing: int = 0
+    extra: int = 0
+    duplicates: int = 0
+
+    @classmethod
+    def of(cls, stored: set[str], indexed: set[str], dups: set[str]) -> _IndexCheck:
+        return cls(len(stored - indexed), len(indexed - stored), len(dups))
+
+    def problem(self, rows: int, root: Path) -> str:
+        """The one line `remedy kb stats --index` shows, or '' when the index matches the store."""
+        found = [
+            f"{n} {what}"
+            for n, what in (
+                (self.missing, "stored case(s) missing from it"),
+                (self.extra, "row(s) without a stored case"),
+                (self.duplicates, "id(s) with duplicate rows"),
+            )
+            if n
+        ]
+        if not found:
+            return ""
+        return (
+            f"the index ({rows} rows) is out of step with the store: {', '.join(found)}; "
+            f"run `remedy kb reindex --kb {root}`"
+        )
 
 
 def example_files() -> list[Path]:
@@ -445,9 +543,20 @@ class _Pending:
 
     def __enter__(self) -> _Pending:
         if self.ids:
-            self.path.parent.mkdir(exist_ok=True)
             _IN_FLIGHT.add(self.path.name)
-            self.path.write_text(json.dumps(self.ids))
+            try:
+                self.path.parent.mkdir(exist_ok=True)
+                self.path.write_text(json.dumps(self.ids))
+            except OSError as err:  # the first write of an import: a full disk shows up here
+                _IN_FLIGHT.discard(self.path.name)
+                self.path.unlink(missing_ok=True)
+                if is_disk_full(err):
+                    raise DiskFullError(
+                        f"no space left on device writing {self.path.parent}; free space and retry; nothing was stored"
+                    ) from None
+                raise KBPathError(
+                    f"cannot write {self.path.parent}: {err.strerror or err}; check its permissions"
+                ) from None
         return self
 
     def stored(self) -> None:
@@ -499,6 +608,17 @@ def _drop(markers: dict[Path, set[str]]) -> None:
     for path in markers:
         with contextlib.suppress(OSError):
             path.unlink()
+
+
+def _batches(ids: list[str]) -> Iterable[list[str]]:
+    it = iter(ids)
+    while batch := list(islice(it, _BATCH)):
+        yield batch
+
+
+def _is_conflict(err: BaseException) -> bool:
+    """A Lance commit conflict ("Retryable commit conflict for version ..."), not a damaged index."""
+    return _is_lance_failure(err) and "conflict" in str(err).lower()
 
 
 def _report(progress: Progress | None, done: int, total: int) -> None:

@@ -14,6 +14,11 @@ index is refreshed. :meth:`VectorIndex.upsert` refreshes it by itself (calls
 build, so callers never have to; calling :meth:`optimize` yourself is harmless.
 Filtered searches whose filter leaves few rows skip the ANN index and scan
 those rows exactly, so a narrow filter never costs recall.
+
+One writer at a time. Concurrent Lance commits from several processes (imports
+racing a reindex) left duplicate rows and "Retryable commit conflict" errors, so
+every write holds :func:`write_lock`, a file lock beside the index directory
+(``<kb>/index.lock``), shared by the threads and processes of one machine.
 """
 
 from __future__ import annotations
@@ -22,7 +27,9 @@ import json
 import math
 import os
 import shutil
-from collections.abc import Callable, Iterable, Sequence
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from itertools import islice
@@ -30,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from filelock import FileLock, Timeout
 
 from .offline_env import offline_defaults
 
@@ -37,9 +45,17 @@ offline_defaults()  # LANCEDB_LOG is read when lancedb is imported
 
 import lancedb  # noqa: E402
 import pyarrow as pa  # noqa: E402
+import pyarrow.compute as pc  # noqa: E402
 from lancedb.index import FTS, HnswSq  # noqa: E402
 
-from remedy.cases.errors import IndexMismatchError, KBError  # noqa: E402
+from remedy.cases.errors import (  # noqa: E402
+    DiskFullError,
+    IndexMismatchError,
+    KBError,
+    KBPathError,
+    RemedyError,
+    is_disk_full,
+)
 from remedy.cases.model import Case, Signature  # noqa: E402
 
 from .embedder import Embedder  # noqa: E402
@@ -54,6 +70,8 @@ __all__ = [
     "VectorIndex",
     "signature_text",
     "case_text",
+    "write_lock",
+    "LOCK_TIMEOUT_S",
 ]
 
 #: Table name inside the Lance directory.
@@ -75,6 +93,37 @@ MAX_ANN_DELTAS = 4
 _META = "meta.json"
 _MODES = ("vector", "hybrid", "text")
 _UPSERT_CHUNK = 2_048  # rows per merge_insert: each is one Lance version/fragment
+#: how long a write waits for another process's index write (a reindex of a large KB takes minutes)
+LOCK_TIMEOUT_S = 900.0
+_LOCKS: dict[str, FileLock] = {}
+_LOCKS_GUARD = threading.Lock()
+
+
+def write_lock(index_dir: Path) -> FileLock:
+    """The file lock every write to the index at ``index_dir`` holds (``<index_dir>.lock``, beside it, so
+    a reindex may delete the directory while holding it). One object per path in a process: the lock
+    is re-entrant within a thread and excludes other threads and processes."""
+    path = str(Path(index_dir).resolve().with_name(Path(index_dir).name + ".lock"))
+    with _LOCKS_GUARD:
+        if path not in _LOCKS:
+            _LOCKS[path] = FileLock(path, timeout=LOCK_TIMEOUT_S)
+        return _LOCKS[path]
+
+
+@contextmanager
+def holding(lock: FileLock, index_dir: Path) -> Iterator[None]:
+    """Hold ``lock``; waiting past its timeout becomes a KBError that says who to wait for."""
+    try:
+        lock.acquire()
+    except Timeout:
+        raise KBError(
+            f"the index at {index_dir} has been busy with another writer for {lock.timeout:.0f} s "
+            f"(lock {lock.lock_file}); wait for that import or reindex to finish and retry"
+        ) from None
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 @dataclass(frozen=True)
@@ -144,8 +193,13 @@ class VectorIndex:
         ef: int = DEFAULT_EF,
         refine_factor: int | None = DEFAULT_REFINE,
         reset: bool = False,
+        read_only: bool = False,
     ) -> None:
         """Open or create the index at ``path`` (a directory).
+
+        ``read_only`` (a KB on a read-only mount) opens it without writing anything; a write
+        then fails with :class:`KBPathError`, and text search without a full-text index
+        falls back to vectors.
 
         Raises :class:`IndexMismatchError` when the index was built with another
         model or dimension. ``reset=True`` discards whatever is there first (what
@@ -156,16 +210,51 @@ class VectorIndex:
         self.ann_min_rows = ann_min_rows
         self.ef = ef
         self.refine_factor = refine_factor
+        self.read_only = read_only
         if self.path.exists() and not self.path.is_dir():
             raise KBError(f"index path {self.path} is a file; remove it or point --kb elsewhere")
-        if reset and self.path.exists():
-            shutil.rmtree(self.path)
-        self.path.mkdir(parents=True, exist_ok=True)
-        # timedelta(0): every query sees commits made by other handles and processes.
-        self._db = lancedb.connect(str(self.path), read_consistency_interval=timedelta(0))
-        self._table = self._open_table()
+        self._lock = write_lock(self.path)
+        if reset:
+            with self.writing():
+                shutil.rmtree(self.path, ignore_errors=True)
+        with self._disk_full():
+            if not read_only:
+                self.path.mkdir(parents=True, exist_ok=True)
+            # timedelta(0): every query sees commits made by other handles and processes.
+            self._db = lancedb.connect(str(self.path), read_consistency_interval=timedelta(0))
+            self._table = self._open_table()
 
     # ----- writing -------------------------------------------------------------------------
+
+    @contextmanager
+    def writing(self) -> Iterator[None]:
+        """Hold the index's write lock (re-entrant); the table is re-opened on entry, so this handle writes
+        to what the previous holder left (a reindex in another process replaces the table)."""
+        if self.read_only:
+            raise KBPathError(
+                f"the index at {self.path} is on a read-only KB: reads work, writes do not; "
+                "copy the KB somewhere writable to change it"
+            )
+        outer = self._lock.is_locked
+        with holding(self._lock, self.path), self._disk_full():
+            if not outer and hasattr(self, "_table"):
+                self._table = self._open_table()
+            yield
+
+    @contextmanager
+    def _disk_full(self) -> Iterator[None]:
+        """A full disk under a Lance write (an OSError, or Lance's "os error 28") as one DiskFullError."""
+        try:
+            yield
+        except RemedyError:
+            raise
+        except Exception as err:
+            if not is_disk_full(err):
+                raise
+            raise DiskFullError(
+                f"no space left on device writing {self.path}; free space and retry; the index keeps its last "
+                "complete version and catches up with the store of record at the next open"
+            ) from None
 
     def upsert(self, cases: Sequence[Case], vectors: np.ndarray | None = None) -> None:
         """Insert or replace rows for ``cases`` (matched on case id).
@@ -176,19 +265,23 @@ class VectorIndex:
         cases = list(cases)
         if not cases:
             return
-        vecs = self._vectors_for(cases, vectors)
+        vecs = self._vectors_for(cases, vectors)  # embedded before taking the lock: other writers need not wait
         rows = self._rows(cases, vecs)
-        for start in range(0, rows.num_rows, _UPSERT_CHUNK):
-            chunk = rows.slice(start, _UPSERT_CHUNK)
-            (self._table.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(chunk))
-        self._maybe_optimize()
+        with self.writing():
+            for start in range(0, rows.num_rows, _UPSERT_CHUNK):
+                chunk = rows.slice(start, _UPSERT_CHUNK)
+                self._table.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(chunk)
+            self._maybe_optimize()
 
     def delete(self, case_ids: Iterable[str]) -> None:
         """Remove the rows of ``case_ids`` (unknown ids are ignored)."""
         ids = sorted(set(case_ids))
-        for start in range(0, len(ids), 1_000):
-            batch = ", ".join(_sql_str(i) for i in ids[start : start + 1_000])
-            self._table.delete(f"id IN ({batch})")
+        if not ids:
+            return
+        with self.writing():
+            for start in range(0, len(ids), 1_000):
+                batch = ", ".join(_sql_str(i) for i in ids[start : start + 1_000])
+                self._table.delete(f"id IN ({batch})")
 
     def rebuild(
         self,
@@ -199,27 +292,32 @@ class VectorIndex:
         """Drop every row and re-embed ``cases`` from scratch; returns the number of rows written.
 
         ``progress`` is called with the number of cases written after each batch. A case id
-        given twice is written once (its first occurrence).
+        given twice is written once (its first occurrence). Holds the write lock throughout.
         """
-        self._db.drop_table(TABLE, ignore_missing=True)  # type: ignore[call-arg]  # the connection class takes it
-        self._write_meta()
-        self._table = self._create_table()
-        seen: set[str] = set()
-        it = iter(cases)
-        while batch := list(islice(it, batch_size)):
-            fresh = _first_of_each_id(batch, seen)
-            if fresh:
-                self._table.add(self._rows(fresh, self._vectors_for(fresh, None)))
-            if progress is not None:
-                progress(len(seen))
-        self.optimize()
-        return self.count()
+        with self.writing():
+            self._db.drop_table(TABLE, ignore_missing=True)  # type: ignore[call-arg]  # the connection class takes it
+            self._write_meta()
+            self._table = self._create_table()
+            seen: set[str] = set()
+            it = iter(cases)
+            while batch := list(islice(it, batch_size)):
+                fresh = _first_of_each_id(batch, seen)
+                if fresh:
+                    self._table.add(self._rows(fresh, self._vectors_for(fresh, None)))
+                if progress is not None:
+                    progress(len(seen))
+            self.optimize()
+            return self.count()
 
     def optimize(self) -> None:
         """Build or refresh the indexes: FTS always, the ANN index once ``ann_min_rows`` is reached.
 
         Also compacts the small files many upserts leave behind.
         """
+        with self.writing():
+            self._optimize()
+
+    def _optimize(self) -> None:
         n = self.count()
         if n == 0:
             return
@@ -238,11 +336,17 @@ class VectorIndex:
 
     def ids(self) -> set[str]:
         """Every case id in the index."""
+        return self.id_census()[0]
+
+    def id_census(self) -> tuple[set[str], set[str]]:
+        """Every case id in the index, and those held by more than one row (a broken index)."""
         n = self.count()
         if n == 0:
-            return set()
-        tbl = self._table.search().select(["id"]).limit(n).to_arrow()
-        return set(tbl.column("id").to_pylist())
+            return set(), set()
+        column = self._table.search().select(["id"]).limit(n).to_arrow().column("id")
+        counts = pc.value_counts(column)
+        many = pc.filter(counts.field("values"), pc.greater(counts.field("counts"), 1))
+        return set(counts.field("values").to_pylist()), set(many.to_pylist())
 
     def count(self) -> int:
         """Number of rows."""
@@ -289,12 +393,14 @@ class VectorIndex:
         return _hits(self._filtered(query, filters).to_arrow(), q)
 
     def _text_search(self, text: str | None, q: np.ndarray | None, k: int, filters: SearchFilters) -> list[Hit]:
-        self._ensure_fts()
+        if not self._ensure_fts():
+            raise KBPathError(f"the index at {self.path} has no full-text index and is read-only; search by vector")
         query = self._table.search(text, query_type="fts").select(["id", "vector", "_score"]).limit(k)
         return _hits(self._filtered(query, filters).to_arrow(), q)
 
     def _hybrid_search(self, q: np.ndarray, text: str, k: int, filters: SearchFilters) -> list[Hit]:
-        self._ensure_fts()
+        if not self._ensure_fts():
+            return self._vector_search(q, k, filters)  # a read-only index without FTS: vectors alone
         query = (
             self._table.search(query_type="hybrid", vector_column_name="vector")
             .vector(q)
@@ -322,10 +428,16 @@ class VectorIndex:
         where = filters.where()
         return query if where is None else query.where(where, prefilter=True)
 
-    def _ensure_fts(self) -> None:
+    def _ensure_fts(self) -> bool:
+        """Build the full-text index if missing; False when it is missing and cannot be (read-only)."""
         # Lance refuses full-text queries on a table without an inverted index.
         if not any(i.name == "text_idx" for i in self._table.list_indices()):
-            self._table.create_index("text", config=FTS(), name="text_idx")
+            if self.read_only:
+                return False
+            with self.writing():
+                if not any(i.name == "text_idx" for i in self._table.list_indices()):
+                    self._table.create_index("text", config=FTS(), name="text_idx")
+        return True
 
     def _query_vector(self, vector: np.ndarray) -> np.ndarray:
         q = np.asarray(vector, dtype=np.float32).reshape(-1)
@@ -408,6 +520,10 @@ class VectorIndex:
             }
         if meta is not None:
             self._check_meta(meta)
+        if self.read_only:
+            if not exists:
+                raise KBPathError(f"the KB is read-only and has no index at {self.path}; reindex a writable copy")
+            return self._db.open_table(TABLE)
         if not (self.path / _META).exists():
             self._write_meta()
         return self._db.open_table(TABLE) if exists else self._create_table()

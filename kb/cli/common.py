@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import unicodedata
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -26,6 +29,8 @@ __all__ = [
     "status_markup",
     "effect_text",
     "add_columns",
+    "shown",
+    "shown_cell",
 ]
 
 DEFAULT_KB = ".remedy"
@@ -107,6 +112,41 @@ def status_markup(status: str, bold: bool = False) -> str:
 def effect_text(effect: Any) -> str:
     """``+0.45 [+0.2, +0.7] success_rate`` for an Effect, ``-`` for none."""
     return "-" if effect is None else effect.text()
+
+
+#: characters a terminal acts on or hides: C0/C1 controls (escape sequences, carriage return), format
+#: characters (bidi overrides, zero-width), surrogates, line/paragraph separators. Newline and tab are kept.
+_HIDDEN = re.compile(r"[^\n\t\x20-\x7e]")
+_HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
+
+
+def shown(value: Any) -> str:
+    """Text from a stored case (or any outside source) made safe to print through rich.
+
+    Control and format characters become visible escapes (``\\x1b``, ``\\u202e``) so an escape
+    sequence or a right-to-left override in a case cannot drive the terminal or disguise text, and
+    rich markup is escaped so ``[red]...[/]`` in a summary prints as written. The one helper every
+    table and panel built from case text goes through; ``--json`` output never does (it stays exact).
+    """
+    return escape(_visible(str(value)))
+
+
+def shown_cell(value: Any) -> str:
+    """Like :func:`shown` for plain (non-rich) output such as tab-separated lines: no markup escaping,
+    and tabs and newlines folded to spaces so a cell stays one cell."""
+    return " ".join(_visible(str(value)).split())
+
+
+def _visible(text: str) -> str:
+    return _HIDDEN.sub(_escape_char, text)
+
+
+def _escape_char(match: re.Match[str]) -> str:
+    ch = match.group()
+    if unicodedata.category(ch) not in _HIDDEN_CATEGORIES:
+        return ch  # ordinary non-ASCII text (accents, CJK, symbols) prints as it is
+    code = ord(ch)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def add_columns(table: Table, columns: Sequence[tuple[str, Mapping[str, Any]]]) -> Table:

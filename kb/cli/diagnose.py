@@ -25,6 +25,7 @@ from .common import (
     err_console,
     print_json,
     progress_bar,
+    shown,
     status_markup,
 )
 
@@ -231,39 +232,40 @@ def write_patches(candidates, directory: Path) -> list[Path]:
 def _render(report, written: list[Path]) -> None:
     d, sig = report.diagnosis, report.signature
     if report.reading or not sig.features:  # read from a description: show how the words were read
-        console.print(f"[bold]Description[/]: {sig.summary}", highlight=False)
+        console.print(f"[bold]Description[/]: {shown(sig.summary)}", highlight=False)
         console.print(
             "read as: " + (", ".join(_reading_text(r) for r in report.reading) or "no symptom tag"), highlight=False
         )
         if report.stated:
             console.print(
                 "stated: "
-                + ", ".join(f"{s.cause.value} ({s.similarity:.2f}: '{s.clause[:60]}')" for s in report.stated),
+                + ", ".join(f"{s.cause.value} ({s.similarity:.2f}: '{shown(s.clause[:60])}')" for s in report.stated),
                 highlight=False,
             )
     else:
-        console.print(f"[bold]Signature[/]: {sig.summary}")
-        console.print("symptoms: " + (", ".join(sig.symptoms) or "none"), highlight=False)
+        console.print(f"[bold]Signature[/]: {shown(sig.summary)}")
+        console.print("symptoms: " + shown(", ".join(sig.symptoms) or "none"), highlight=False)
     causes = Table(title=f"Root causes ({d.backend}, {d.program_version})", title_justify="left")
     for col in ("#", "cause", "confidence", "rationale"):
         causes.add_column(col, overflow="fold")
     for i, c in enumerate(d.causes, start=1):
-        causes.add_row(str(i), c.cause.value, f"{c.confidence:.2f}", c.rationale)
+        causes.add_row(str(i), c.cause.value, f"{c.confidence:.2f}", shown(c.rationale))
     console.print(causes)
     cands = Table(title="Candidate patches", title_justify="left")
     for col in ("#", "family", "patch", "cost", "score", "cites"):
         cands.add_column(col, overflow="fold")
     for i, c in enumerate(report.candidates, start=1):
-        cands.add_row(str(i), c.family.value, c.patch.summary(), c.compute_cost, f"{c.score:.2f}", ", ".join(c.cites))
+        cites = shown(", ".join(c.cites))  # case ids and patch text come from stored cases
+        cands.add_row(str(i), c.family.value, shown(c.patch.summary()), c.compute_cost, f"{c.score:.2f}", cites)
     console.print(cands)
     if report.families:
         console.print("remedy families: " + ", ".join(_family_text(f) for f in report.families), highlight=False)
-    console.print("cited cases: " + (", ".join(d.cited_cases) or "none"), highlight=False)
+    console.print("cited cases: " + shown(", ".join(d.cited_cases) or "none"), highlight=False)
     console.print("cited rules: " + (", ".join(d.cited_rules) or "none"), highlight=False)
     for path in written:
-        console.print(f"wrote {path}", highlight=False)
+        console.print(f"wrote {shown(path)}", highlight=False)
     for w in report.warnings:
-        console.print(f"[yellow]warning:[/] {w}", highlight=False)
+        console.print(f"[yellow]warning:[/] {shown(w)}", highlight=False)
 
 
 def _family_text(proposal) -> str:
@@ -332,13 +334,13 @@ def _attempts_table(result, title: str = "What was tried") -> Table:
         stage = f"{a.stage}{' cleared' if a.passed_screen else ''}: "
         t.add_row(
             str(a.round),
-            a.family,
-            a.patch.summary(),
+            shown(a.family),
+            shown(a.patch.summary()),
             stage + status_markup(a.status),
             effect_text(a.effect),
             f"{a.env_steps:,}",
             _budget_cell(a),
-            a.case_id,
+            shown(a.case_id),
         )
     return t
 
@@ -359,7 +361,9 @@ def _render_fix(result) -> None:
     console.print(_attempts_table(result))
     for a in result.attempts:
         if a.status == "failed":
-            console.print(f"[red]failed[/] round {a.round} ({a.patch.summary()}): {a.reason[:300]}", highlight=False)
+            console.print(
+                f"[red]failed[/] round {a.round} ({shown(a.patch.summary())}): {shown(a.reason[:300])}", highlight=False
+            )
     if result.stopped_early:
         r = result.race
         console.print(

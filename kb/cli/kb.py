@@ -19,6 +19,7 @@ import typer
 from rich.console import Group
 from rich.panel import Panel
 from rich.table import Table
+from rich.text import Text
 
 from remedy.cases.io import ImportLimits
 
@@ -34,6 +35,8 @@ from .common import (
     err_console,
     print_json,
     progress_bar,
+    shown,
+    shown_cell,
 )
 
 if TYPE_CHECKING:
@@ -76,6 +79,10 @@ def _open(kb: Path, create: bool = False, reconcile: bool = True):
     if reconcile:  # after a crash the index may lag the store: catch up, showing progress
         with _bar("reconciling the index") as update:
             report = base.reconcile(progress=update)
+        if report.deduplicated:
+            err_console.print(
+                f"[yellow]removed duplicate index rows of {report.deduplicated} case(s)[/]", highlight=False
+            )
         if report.rebuilt:
             err_console.print(
                 f"[yellow]the index was damaged ({report.rebuilt}); rebuilt it from the store[/]",
@@ -120,24 +127,31 @@ def kb_stats(
     ] = False,
     server: ServerOption = None,
 ) -> None:
-    """Case counts by source, status, env and root cause; schema version (and index size with --index)."""
+    """Case counts by source, status, env and root cause; schema version (and index size with --index).
+
+    With --index, exits 1 when the index is out of step with the store (missing, extra or duplicate
+    ids) or cannot be opened; the message says to run `remedy kb reindex`.
+    """
     if server:
         return remote.kb_stats(server, as_json)
     with _open(kb, reconcile=False) as base:
         stats = base.stats(index=index)
     if as_json:
         print_json(asdict(stats))
-        return
-    console.print(_stats_table(stats))
+    else:
+        console.print(_stats_table(stats))
+    if stats.index_problem:
+        raise typer.Exit(1)
 
 
 def _stats_table(stats: KBStats) -> Group:
     s = stats.store
-    if stats.index_rows is not None:
-        index = f"{stats.index_rows} rows"
-    else:
-        index = f"[red]{stats.index_problem}[/]" if stats.index_problem else "not opened (--index counts its rows)"
-    head = f"[bold]{stats.path}[/]  {s.total} cases  schema v{stats.schema_version}  index: {index} ({stats.embedder})"
+    index = "not opened (--index checks it)" if stats.index_rows is None else f"{stats.index_rows} rows"
+    if stats.index_problem:
+        index = (
+            "[red]problem, see below[/]" if stats.index_rows is None else f"{index} [red](out of step, see below)[/]"
+        )
+    head = f"[bold]{shown(stats.path)}[/]  {s.total} cases  schema v{stats.schema_version}  index: {index} ({stats.embedder})"
     tables = []
     for title, counts in (
         ("source", s.by_source),
@@ -149,9 +163,10 @@ def _stats_table(stats: KBStats) -> Group:
         t.add_column(title)
         t.add_column("cases", justify="right")
         for key, n in counts.items():
-            t.add_row(key, str(n))
+            t.add_row(shown(key), str(n))  # env ids come from stored cases
         tables.append(t)
-    return Group(head, *tables)
+    problem = [Text(stats.index_problem, style="red", overflow="fold")] if stats.index_problem else []
+    return Group(head, *problem, *tables)
 
 
 def kb_schema() -> None:
@@ -196,21 +211,40 @@ def kb_import(
             help="File verified/bench cases as 'imported' (another team's): they weigh less in diagnosis.",
         ),
     ] = False,
+    replace: Annotated[
+        bool,
+        typer.Option("--replace", help="Overwrite stored cases whose id comes back with different content."),
+    ] = False,
     server: ServerOption = None,
 ) -> None:
-    """Import cases (.jsonl, .json, .parquet); a file with invalid records imports nothing unless --skip-invalid."""
+    """Import cases (.jsonl, .json, .parquet); a file with invalid records imports nothing unless --skip-invalid.
+
+    A case whose id is already stored with different content refuses the whole file unless --replace.
+    """
     limits = ImportLimits(max_line_bytes, max_cases, max_field_chars, max_items, max_file_bytes)
     if server:
+        if replace:
+            from remedy.cases.errors import ValidationError
+
+            raise ValidationError("--replace is not available through --server; drop it, or import with --kb")
         return remote.kb_import(server, file, skip_invalid)
     with _open(kb, create=True) as base, _bar(f"importing {file.name}") as update:
         report = base.import_file(
-            file, skip_invalid=skip_invalid, progress=update, limits=limits, mark_imported=mark_imported
+            file,
+            skip_invalid=skip_invalid,
+            progress=update,
+            limits=limits,
+            mark_imported=mark_imported,
+            replace=replace,
         )
     for line, msg in report.problems:
-        err_console.print(f"[yellow]skipped line {line}:[/] {msg}", highlight=False, soft_wrap=True)
+        err_console.print(f"[yellow]skipped line {line}:[/] {shown(msg)}", highlight=False, soft_wrap=True)
+    replaced = f"{report.replaced} replaced, " if replace else ""
     console.print(
-        f"Imported {file}: {report.added} added, {report.unchanged} unchanged, {report.skipped} skipped.",
+        f"Imported {shown(file)}: {report.added} added, {replaced}{report.unchanged} unchanged, "
+        f"{report.skipped} skipped.",
         soft_wrap=True,
+        highlight=False,
     )
 
 
@@ -273,7 +307,7 @@ def query(
     elif not hits:
         console.print("No similar cases (try fewer filters, or `remedy kb init` to load the examples).", soft_wrap=True)
     else:
-        print_similar(hits, title=f"cases similar to {text!r}")
+        print_similar(hits, title=f"cases similar to {shown(repr(text))}")
 
 
 def similar(
@@ -306,9 +340,9 @@ def similar(
     if as_json:
         print_json({"signature": run.signature.model_dump(mode="json"), "similar": [h.as_dict() for h in hits]})
         return
-    console.print(f"[bold]signature:[/] {run.signature.summary}", soft_wrap=True)
+    console.print(f"[bold]signature:[/] {shown(run.signature.summary)}", soft_wrap=True)
     if hits:
-        print_similar(hits, title=f"cases similar to {run_dir}")
+        print_similar(hits, title=f"cases similar to {shown(run_dir)}")
     else:
         console.print("No similar cases.")
 
@@ -382,7 +416,7 @@ def print_similar(hits: list[SimilarCase], title: str) -> None:
             format_effect(c),
             c.status,
         ]
-        typer.echo("\t".join(" ".join(cell.split()) for cell in cells))
+        typer.echo("\t".join(shown_cell(cell) for cell in cells))
 
 
 def render_similar(hits: list[SimilarCase], title: str = "") -> Table:
@@ -404,17 +438,17 @@ def render_similar(hits: list[SimilarCase], title: str = "") -> Table:
         ],
     )
     for h in hits:
-        c = h.case
+        c = h.case  # every cell from case text goes through shown(): no escape sequences, no markup
         t.add_row(
-            short_id(c.case_id),
+            shown(short_id(c.case_id)),
             str(h.rank),
             f"{h.similarity:.2f}",
-            f"{c.subject.env_id}\n[dim]{c.subject.algo}[/]",
-            ", ".join(c.signature.symptoms) or "-",
-            ", ".join(r.value for r in c.root_causes) or "-",
-            c.patch.summary(),
-            format_effect(c),
-            c.status,
+            f"{shown(c.subject.env_id)}\n[dim]{shown(c.subject.algo)}[/]",
+            shown(", ".join(c.signature.symptoms) or "-"),
+            shown(", ".join(r.value for r in c.root_causes) or "-"),
+            shown(c.patch.summary()),
+            shown(format_effect(c)),
+            shown(c.status),
         )
     return t
 
@@ -446,20 +480,21 @@ def render_case(case: Case) -> Group:
     s = case.subject
     panels = [
         Panel(
-            f"{s.env_id} · {s.algo} · {s.traits.action_space.value} actions · "
-            f"source {case.source.value} · status [bold]{case.status}[/]"
-            + (f"\nscenario {case.scenario}" if case.scenario else "")
-            + (f"\nsuccess: {s.success}" if s.success else ""),
-            title=f"case {case.case_id}",
+            f"{shown(s.env_id)} · {shown(s.algo)} · {s.traits.action_space.value} actions · "
+            f"source {case.source.value} · status [bold]{shown(case.status)}[/]"
+            + (f"\nscenario {shown(case.scenario)}" if case.scenario else "")
+            + (f"\nsuccess: {shown(s.success)}" if s.success else ""),
+            title=f"case {shown(case.case_id)}",
             title_align="left",
         ),
         Panel(_signature_text(case), title="signature", title_align="left"),
     ]
     if case.diagnosis is not None:
-        lines = [f"{c.cause.value} ({c.confidence:.0%}) {c.rationale}" for c in case.diagnosis.causes]
-        panels.append(Panel("\n".join(lines) or "-", title=f"diagnosis ({case.diagnosis.backend})", title_align="left"))
-    parts = [f"- {p.summary()}" for p in case.patch.parts]
-    body = "\n".join([case.patch.description, *parts] if case.patch.description else parts)
+        lines = [f"{c.cause.value} ({c.confidence:.0%}) {shown(c.rationale)}" for c in case.diagnosis.causes]
+        title = f"diagnosis ({shown(case.diagnosis.backend)})"
+        panels.append(Panel("\n".join(lines) or "-", title=title, title_align="left"))
+    parts = [f"- {shown(p.summary())}" for p in case.patch.parts]
+    body = "\n".join([shown(case.patch.description), *parts] if case.patch.description else parts)
     panels.append(Panel(body, title="patch", title_align="left"))
     panels.append(Panel(_outcome_text(case), title="outcome", title_align="left"))
     return Group(*panels)
@@ -468,7 +503,7 @@ def render_case(case: Case) -> Group:
 def _signature_text(case: Case) -> str:
     sig = case.signature
     feats = ", ".join(f"{k}={v:.3g}" for k, v in sorted(sig.features.items()))
-    return f"{sig.summary}\nsymptoms: {', '.join(sig.symptoms) or '-'}\nfeatures: {feats or '-'}"
+    return shown(f"{sig.summary}\nsymptoms: {', '.join(sig.symptoms) or '-'}\nfeatures: {feats or '-'}")
 
 
 def _outcome_text(case: Case) -> str:
@@ -489,4 +524,4 @@ def _outcome_text(case: Case) -> str:
     lines.append(
         f"created {p.created_at:%Y-%m-%d %H:%M} UTC" + (f" · remedy {p.remedy_version}" if p.remedy_version else "")
     )
-    return "\n".join(lines) if lines else "unverified"
+    return shown("\n".join(lines)) if lines else "unverified"

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from .common import console, print_json
+from .common import console, print_json, shown
 
 if TYPE_CHECKING:
     from remedy.kb.settings import FixSettings, VerifySettings
@@ -84,9 +84,9 @@ def similar(server: str, signature: Any, run_dir: Path, as_json: bool, **filters
             }
         )
         return
-    console.print(f"[bold]signature:[/] {signature.summary}", soft_wrap=True)
+    console.print(f"[bold]signature:[/] {shown(signature.summary)}", soft_wrap=True)
     if hits:
-        _render_hits(hits, f"cases similar to {run_dir}")
+        _render_hits(hits, f"cases similar to {shown(run_dir)}")
     else:
         console.print("No similar cases.")
 
@@ -126,7 +126,7 @@ def kb_import(server: str, file: Path, skip_invalid: bool) -> None:
     with _client(server) as client:
         report = client.import_jsonl(_jsonl_bytes(file, skip_invalid), skip_invalid=skip_invalid)
     for p in report["problems"]:
-        _err.print(f"[yellow]skipped line {p['line']}:[/] {p['message']}", highlight=False, soft_wrap=True)
+        _err.print(f"[yellow]skipped line {p['line']}:[/] {shown(p['message'])}", highlight=False, soft_wrap=True)
     console.print(
         f"Imported {file} into {server}: {report['added']} added, {report['unchanged']} unchanged, "
         f"{report['skipped']} skipped.",
@@ -225,15 +225,18 @@ def fix(server: str, run_dir: Path, as_json: bool, wait: bool, settings: FixSett
         return
     for a in result.get("attempts", []):
         console.print(
-            f"round {a.get('round')}: {a.get('family')} -> {a.get('status')} ({a.get('case_id')})", highlight=False
+            shown(f"round {a.get('round')}: {a.get('family')} -> {a.get('status')} ({a.get('case_id')})"),
+            highlight=False,
         )
     console.print(
-        f"stopped: {result.get('stop_reason')}; fixed: {bool(result.get('fixed'))} (job {job['job_id']})",
+        shown(f"stopped: {result.get('stop_reason')}; fixed: {bool(result.get('fixed'))} (job {job['job_id']})"),
         highlight=False,
     )
     for key, what in (("patch_path", "winning patch"), ("fixed_dir", "fixed agent")):
         if result.get(key):
-            console.print(f"{what} (on the service's machine): [bold]{result[key]}[/]", highlight=False, soft_wrap=True)
+            console.print(
+                f"{what} (on the service's machine): [bold]{shown(result[key])}[/]", highlight=False, soft_wrap=True
+            )
 
 
 def _print_job(job: dict[str, Any], as_json: bool) -> None:
@@ -242,9 +245,9 @@ def _print_job(job: dict[str, Any], as_json: bool) -> None:
         return
     p = job["progress"]
     console.print(
-        f"{job['job_id']}  {job['kind']}  [bold]{job['state']}[/]  {p['message']}"
+        f"{shown(job['job_id'])}  {shown(job['kind'])}  [bold]{shown(job['state'])}[/]  {shown(p['message'])}"
         + (f"  {p['done']}/{p['total']}" if p["total"] else "")
-        + (f"\n  error: {job['error']}" if job["error"] else ""),
+        + (f"\n  error: {shown(job['error'])}" if job["error"] else ""),
         highlight=False,
         soft_wrap=True,
     )

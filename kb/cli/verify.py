@@ -32,6 +32,7 @@ from .common import (
     console,
     print_json,
     progress_bar,
+    shown,
     status_markup,
 )
 
@@ -169,7 +170,7 @@ def render_outcome(data: dict, place: str, no_store: bool = False) -> None:
             if part["stored"]
             else ("not stored (--no-store)" if no_store else f"already in {place}")
         )
-        console.print(f"{_stage(case)} case [bold]{case.case_id}[/] {where}", highlight=False)
+        console.print(f"{_stage(case)} case [bold]{shown(case.case_id)}[/] {shown(where)}", highlight=False)
     first = cases[0].verification.seed_base if cases[0].verification is not None else 0
     next_base = data["next_seed_base"]
     console.print(
@@ -205,7 +206,7 @@ def _budget_source(v) -> str:
     if v.budget_source is None:
         return ""
     cases = f": {', '.join(v.budget_cases)}" if v.budget_cases else ""
-    return f" (source {v.budget_source}{cases})"
+    return shown(f" (source {v.budget_source}{cases})")
 
 
 def render_verification(case: Case) -> Group:
@@ -215,12 +216,13 @@ def render_verification(case: Case) -> Group:
         return Group("[dim]not verified[/]")
     if v.effect is None:
         return Group(
-            f"[bold red]{v.status.value}[/]: {v.reason}",
+            f"[bold red]{v.status.value}[/]: {shown(v.reason)}",
             f"[dim]env steps {v.env_steps:,} · wall {v.wall_time_s:.1f}s · budget {v.budget_steps:,}{_budget_source(v)}[/]",
         )
     e = v.effect
-    arms = Table(title=f"{case.subject.env_id} · {case.patch.summary()}", title_justify="left")
-    for col in ("arm", "seeds", f"{e.metric} mean ± sd", "per seed"):
+    # case text (env id, patch, reasons that quote reward code's errors) goes through shown()
+    arms = Table(title=f"{shown(case.subject.env_id)} · {shown(case.patch.summary())}", title_justify="left")
+    for col in ("arm", "seeds", f"{shown(e.metric)} mean ± sd", "per seed"):
         arms.add_column(col)
     for arm in ("treatment", "control"):
         values = v.per_seed.get(arm, [])
@@ -230,7 +232,7 @@ def render_verification(case: Case) -> Group:
         effects.add_column(col)
     for eff in [e, *v.secondary.values()]:
         pi = f"{eff.prob_improvement:.2f}" if eff.prob_improvement is not None else "-"
-        name = f"[bold]{eff.metric}[/]" if eff is e else eff.metric
+        name = f"[bold]{shown(eff.metric)}[/]" if eff is e else shown(eff.metric)
         effects.add_row(
             name,
             f"{eff.treatment:.3g}",
@@ -246,4 +248,4 @@ def render_verification(case: Case) -> Group:
     )
     if v.comparison == "budget_vs_none":
         status += " · more training vs none (the control is the unpatched checkpoint)"
-    return Group(arms, effects, status, f"[dim]{v.reason}[/]")
+    return Group(arms, effects, status, f"[dim]{shown(v.reason)}[/]")

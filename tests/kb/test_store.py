@@ -164,7 +164,7 @@ def test_not_a_duckdb_file(tmp_path):
 _word = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-_.", min_size=1, max_size=20)
 _cases = st.builds(
     Case,
-    case_id=_word,
+    case_id=_word.filter(lambda w: w.strip(".")),  # an id of dots only is refused
     source=st.sampled_from(["example", "verified", "bench", "imported"]),
     subject=st.builds(
         Subject,
