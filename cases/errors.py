@@ -7,6 +7,8 @@ non-zero; nothing here should ever surface as a traceback for a user mistake.
 
 from __future__ import annotations
 
+import errno
+
 __all__ = [
     "RemedyError",
     "KBError",
@@ -14,6 +16,8 @@ __all__ = [
     "KBPathError",
     "KBLockedError",
     "KBVersionError",
+    "DiskFullError",
+    "is_disk_full",
     "CaseNotFoundError",
     "RuleNotFoundError",
     "MiningError",
@@ -63,6 +67,26 @@ class KBLockedError(KBError):
 
 class KBVersionError(KBError):
     """The KB was written by a newer Remedy (schema version above what this one knows)."""
+
+
+class DiskFullError(KBError):
+    """A write to the KB ran out of disk space ("No space left on device"); the message says what was kept."""
+
+
+def is_disk_full(err: BaseException) -> bool:
+    """Whether ``err`` (or an exception it was raised from or during) is a full disk: ``OSError`` ENOSPC,
+    or a library error whose text carries it (DuckDB's IO errors, Lance's "os error 28")."""
+    seen: set[int] = set()
+    e: BaseException | None = err
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno == errno.ENOSPC:
+            return True
+        text = str(e)
+        if "No space left on device" in text or "os error 28" in text:
+            return True
+        e = e.__cause__ or e.__context__
+    return False
 
 
 class CaseNotFoundError(KBError):

@@ -9,6 +9,10 @@ The full case lives in ``body`` (JSON); a few flat columns copy what filters
 and statistics need. The schema is versioned in ``meta``: opening an older
 file applies :data:`MIGRATIONS` inside one transaction; a file written by a
 newer Remedy is refused.
+
+A KB whose directory cannot be written (a read-only mount) is opened read-only,
+so every read works and a write fails with one clear line. A full disk during a
+write is one :class:`DiskFullError` line; the transaction is rolled back.
 """
 
 from __future__ import annotations
@@ -26,7 +30,16 @@ from typing import Any, NamedTuple
 import duckdb
 import pyarrow as pa
 
-from .errors import CaseNotFoundError, KBError, KBLockedError, KBPathError, KBVersionError, ValidationError
+from .errors import (
+    CaseNotFoundError,
+    DiskFullError,
+    KBError,
+    KBLockedError,
+    KBPathError,
+    KBVersionError,
+    ValidationError,
+    is_disk_full,
+)
 from .io import case_from_json, case_to_json, summary_columns, summary_fields
 from .model import Case
 
@@ -147,6 +160,8 @@ class CaseStore:
         self._kb = self.path.parent if self.path.name == "remedy.duckdb" else self.path
         if not create and not self.path.exists():
             raise KBError(f"no case store at {self.path}; run `remedy kb init` first")
+        #: True when the file or its directory cannot be written: opened read-only, reads only
+        self.read_only = self.path.exists() and not _writable(self.path)
         self._check_header()
         self._migrate()
 
@@ -166,17 +181,40 @@ class CaseStore:
     def _connect(self) -> Iterator[duckdb.DuckDBPyConnection]:
         con = self._open_with_retry()
         try:
-            yield con
-        finally:
-            con.close()
+            try:
+                yield con
+            finally:
+                con.close()  # may checkpoint, so it may hit a full disk too
+        except (duckdb.Error, OSError) as err:
+            mapped = self._write_failure(err)
+            if mapped is None:
+                raise
+            raise mapped from None
+
+    def _write_failure(self, err: BaseException) -> KBError | None:
+        """A full disk or a read-only KB as one clear error; None for anything else."""
+        if is_disk_full(err):
+            return DiskFullError(
+                f"no space left on device writing {self.path}; free space and retry; nothing was stored"
+            )
+        if self.read_only and "read-only" in str(err):
+            return KBPathError(
+                f"KB at {self._kb} is read-only (its directory cannot be written): reads work, writes do not; "
+                "copy it somewhere writable (or remount it read-write) to change it"
+            )
+        return None
 
     def _open_with_retry(self) -> duckdb.DuckDBPyConnection:
         deadline, delay = time.monotonic() + self.lock_timeout, 0.05
         while True:
             try:
-                return duckdb.connect(str(self.path), config=_CONFIG)
+                return duckdb.connect(str(self.path), read_only=self.read_only, config=_CONFIG)
             except duckdb.IOException as err:
                 msg = str(err)
+                if is_disk_full(err):
+                    raise DiskFullError(
+                        f"no space left on device creating {self.path}; free space and retry; nothing was stored"
+                    ) from None
                 if "lock" not in msg.lower():
                     raise self._unreadable(msg) from None
                 if time.monotonic() + delay > deadline:
@@ -241,6 +279,11 @@ class CaseStore:
                 self._refuse_foreign(con)
             if version == STORE_SCHEMA_VERSION:
                 return
+            if self.read_only:
+                raise KBPathError(
+                    f"KB at {self._kb} needs a schema upgrade ({version} -> {STORE_SCHEMA_VERSION}) but is "
+                    "read-only; open it once where it can be written"
+                )
             con.execute("BEGIN TRANSACTION")
             try:
                 con.execute("CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
@@ -421,6 +464,13 @@ class CaseStore:
     def _counts(con: duckdb.DuckDBPyConnection, sql: str) -> dict[str, int]:
         rows = con.execute(sql + " ORDER BY 2 DESC, 1").fetchall()
         return {str(k): int(v) for k, v in rows}
+
+
+def _writable(path: Path) -> bool:
+    """Whether this process may write ``path`` and its directory (DuckDB writes a WAL beside the file).
+
+    The one probe for read-only KBs, so tests can stand in for a read-only mount (root ignores modes)."""
+    return os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)
 
 
 def _served_by(marker: Path, pid: int | None) -> str:
