@@ -292,3 +292,19 @@ def test_zoo_model_on_the_hub_with_its_metrics_archive(tmp_path, trained):
     assert rd.vecnormalize_path is not None and len(rd.monitor_files) == 2
     assert not (tmp_path / "escaped.monitor.csv").exists() and not (tmp_path / "out" / "notes.txt").exists()
     assert _by_name(result)["train_eval_metrics.zip"].used
+
+
+def test_off_policy_hyperparams_are_constructor_arguments(tmp_path):
+    """SB3 saves DQN attributes its constructor refuses (use_sde); run.yaml must build the algorithm again."""
+    from stable_baselines3 import DQN
+
+    from remedy.cases.evidence.envs import make_env
+
+    torch.set_num_threads(1)
+    model = DQN("MlpPolicy", "CartPole-v1", learning_starts=50, buffer_size=500, policy_kwargs={"net_arch": [8]})
+    model.learn(100)
+    model.save(str(tmp_path / "dqn.zip"))
+    config = adopt(tmp_path / "dqn.zip", tmp_path / "out", env_id="CartPole-v1").config
+    assert config.algo == "DQN" and config.hyperparams["buffer_size"] == 500 and "use_sde" not in config.hyperparams
+    hyper = dict(config.hyperparams)
+    DQN(hyper.pop("policy"), make_env("CartPole-v1"), **hyper)  # what training from scratch does
