@@ -660,6 +660,7 @@ def _race(
     standings = racing.rank_stage_one(
         [c.verification.effect if c.verification else None for c in cases],
         [c.verification.secondary.get("return_iqm") if c.verification else None for c in cases],
+        rule=loop.race.drop,
     )
     out: dict[int, _StageOne] = {}
     for cand, case, standing, arms in zip(raced, cases, standings, dirs):

@@ -14,7 +14,15 @@ were ``no_effect``), yet each paid a full screen. Racing verifies a round in two
    evaluated once as in the full screen. Stage 1 is a verification at ``Stage.race``, which can
    never end ``improved`` (verification turns its ``improved`` into ``inconclusive`` and does
    not mark a cleared screen). A round races whenever it has a raceable candidate, one or many.
-2. A candidate is **dropped** when it shows no sign of helping or cannot win
+2. A candidate is **dropped** only on evidence of harm (rule 4, the default since issue 27,
+   :data:`DROP_RULE` ``harm``): its stage-1 interval, at :data:`HARM_CONFIDENCE` (90% two-sided, so
+   one-sided 5%), lies wholly below zero. Every other candidate goes on, ranked and scored for the
+   record. Absence of gain is not evidence of no gain: a fix that acts late (more training most of
+   all) shows nothing after a third of its budget, and the futility rule below dropped 47-82% of
+   such simulated slow-acting fixes, the harm rule 3-8% (``bench/calibration.py racing``). Survivors
+   go on from their stage-1 runs, so racing a candidate that goes on costs nothing extra; what rule 4
+   gives up is the saving on candidates that merely do nothing. Under the **futility rule** (rules 2-3,
+   ``RaceSettings(drop="futility")``) a candidate is dropped when it shows no sign of helping or cannot win
    (:func:`rank_stage_one`): its stage-1 interval lies wholly below zero; or its stage-1
    difference is ≤ 0 on the verification's metric (the **futility stop**, whatever the number
    of candidates), unless that is a flat tie (every seed of both arms scored the same: no
@@ -30,7 +38,7 @@ were ``no_effect``), yet each paid a full screen. Racing verifies a round in two
    survivor's screen case carries its stage-1 evidence (``verification.race``), and its
    ``env_steps`` include the stage-1 steps.
 
-**Why a futility stop, and why successive halving rather than a sequential test.** A sequential
+**Why the futility rule had a futility stop, and successive halving rather than a sequential test.** A sequential
 test (e.g. a group-sequential boundary on the seed-level Welch statistic) stops a candidate only
 when its evidence is already decisive; with 2 seeds the Welch interval has one degree of freedom
 (t = 12.7), so almost nothing is ever decisive at stage 1 and nothing would be saved. Successive
@@ -109,8 +117,19 @@ __all__ = [
 RACE_FRACTION = 1 / 3
 RACE_SEEDS = 2
 #: the version of the racing rule (2: halving and the futility stop, flat ties go on; 3: survivors go on
-#: from their stage-1 runs); benches key their results by it, so results of another rule are not mixed in
-RULE_VERSION = 3
+#: from their stage-1 runs; 4: only evidence of harm drops a candidate, :data:`DROP_RULE`); benches key their
+#: results by it, so results of another rule are not mixed in
+RULE_VERSION = 4
+#: how stage 1 drops candidates: ``harm`` (rule 4) drops a candidate only when its stage-1 interval, at
+#: :data:`HARM_CONFIDENCE`, lies wholly below zero (it is behind its control); ``futility`` (rules 2-3) also
+#: drops any candidate without a gain and the bottom half of a round. The futility rule dropped patches whose
+#: gain comes late: on simulated slow-acting fixes (no gain yet at a third of the budget) it dropped 50-75% of
+#: them (``bench/calibration.py racing``), and in the cost bench it dropped 4 of the 15 candidates that clear
+#: their full-budget screen without racing (``bench/data/cost-*-sc08.jsonl``). Harm alone drops under 10%.
+DROP_RULES = ("harm", "futility")
+DROP_RULE = "harm"
+#: two-sided confidence of the stage-1 interval that must lie below zero to drop a candidate (one-sided 5%)
+HARM_CONFIDENCE = 0.9
 #: standardized effects are clipped here: an interval of zero width would make them infinite
 SCORE_CAP = 1000.0
 
@@ -124,6 +143,10 @@ class RaceSettings:
     seeds: int = RACE_SEEDS
     #: survivors go on from their stage-1 runs (:func:`resume_from`) rather than train their full budget afresh
     resume: bool = True
+    #: two-sided confidence of the stage-1 interval (:data:`HARM_CONFIDENCE`); only a race's ranking reads it
+    confidence: float = HARM_CONFIDENCE
+    #: what drops a candidate at stage 1 (:data:`DROP_RULE`): evidence of harm, or also no sign of gain
+    drop: str = DROP_RULE
 
     def check(self) -> None:
         """Refuse settings that cannot rank candidates."""
@@ -131,6 +154,10 @@ class RaceSettings:
             raise VerificationError(
                 f"--race-fraction must be between 0 and 1 (got {self.fraction}); 0.33 spends a third of the budget"
             )
+        if self.drop not in DROP_RULES:
+            raise VerificationError(f"unknown stage-1 drop rule '{self.drop}'; use one of {', '.join(DROP_RULES)}")
+        if not 0.0 < self.confidence < 1.0:
+            raise VerificationError(f"the stage-1 confidence must be between 0 and 1 (got {self.confidence})")
         if self.seeds < 2:
             raise VerificationError(
                 f"--race-seeds must be at least 2 (got {self.seeds}): one seed says nothing about seed-to-seed spread"
@@ -143,7 +170,14 @@ class RaceSettings:
 
     def as_dict(self) -> dict[str, object]:
         """JSON-ready settings."""
-        return {"enabled": self.enabled, "fraction": self.fraction, "seeds": self.seeds, "resume": self.resume}
+        return {
+            "enabled": self.enabled,
+            "fraction": self.fraction,
+            "seeds": self.seeds,
+            "resume": self.resume,
+            "confidence": self.confidence,
+            "drop": self.drop,
+        }
 
 
 def raceable(patch: Patch, fraction: float = RACE_FRACTION) -> bool:
@@ -176,7 +210,8 @@ def stage_patch(patch: Patch, settings: RaceSettings) -> Patch:
 
 
 def stage_config(config: VerifyConfig, full_budget: int, settings: RaceSettings) -> VerifyConfig:
-    """The stage-1 config: ``fraction`` of ``full_budget`` per arm, on the first ``seeds`` seeds of the screen's block.
+    """The stage-1 config: ``fraction`` of ``full_budget`` per arm, on the first ``seeds`` seeds of the screen's block,
+    its interval at the race's ``confidence`` (stage 1 never decides a status, so only the drop rule reads it).
 
     (A budget-only patch's arms ignore the budget: :func:`stage_patch` carries its share of the steps.)
     """
@@ -184,6 +219,7 @@ def stage_config(config: VerifyConfig, full_budget: int, settings: RaceSettings)
         config,
         budget_steps=max(1, round(settings.fraction * full_budget)),
         seeds=min(settings.seeds, config.seeds),
+        confidence=settings.confidence if settings.drop == "harm" else config.confidence,
     )
 
 
@@ -253,8 +289,13 @@ def futile(effect: Effect, returns: Effect | None = None) -> bool:
     return not (uninformative(effect) and (returns is None or uninformative(returns)))
 
 
-def rank_stage_one(effects: Sequence[Effect | None], returns: Sequence[Effect | None] | None = None) -> list[Standing]:
+def rank_stage_one(
+    effects: Sequence[Effect | None], returns: Sequence[Effect | None] | None = None, rule: str = DROP_RULE
+) -> list[Standing]:
     """Who survives stage 1, in the order of ``effects`` (None: the candidate's stage 1 failed).
+
+    ``rule`` ``harm`` (:data:`DROP_RULE`): every measured candidate goes on unless its interval lies wholly
+    below zero; candidates are still ranked and scored for the record. ``futility`` (racing rules 2-3):
 
     Measured candidates are ranked by :func:`standardized` (ties keep the diagnosis order); the
     top ``max(1, m // 2)`` of the ``m`` measured go on, except those whose CI lies wholly below
@@ -262,6 +303,8 @@ def rank_stage_one(effects: Sequence[Effect | None], returns: Sequence[Effect | 
     each candidate's return-IQM effect, read only on a success-rate tie; a flat tie goes on). The futility stop
     applies to every candidate, the best of a round and a round's only candidate included.
     """
+    if rule not in DROP_RULES:
+        raise VerificationError(f"unknown stage-1 drop rule '{rule}'; use one of {', '.join(DROP_RULES)}")
     rets = list(returns) if returns is not None else [None] * len(effects)
     scores = [standardized(e) for e in effects]
     measured = [i for i, s in enumerate(scores) if s is not None]
@@ -276,6 +319,9 @@ def rank_stage_one(effects: Sequence[Effect | None], returns: Sequence[Effect | 
         ranked = f"ranked {rank[i]} of {len(measured)}"
         if e.ci_high < 0:
             out.append(Standing(s, rank[i], len(measured), False, "its stage-1 CI lies wholly below zero"))
+        elif rule == "harm":
+            why = f"{ranked}; no evidence of harm at stage 1 ({e.metric} difference {e.diff:+.3g})"
+            out.append(Standing(s, rank[i], len(measured), True, why))
         elif futile(e, rets[i]):
             why = f"no sign of gain at stage 1 ({e.metric} difference {e.diff:+.3g} <= 0; {ranked})"
             out.append(Standing(s, rank[i], len(measured), False, why))

@@ -941,7 +941,8 @@ def _sequential(
     """A sequential confirmation: train the seeds of each look in turn and stop at the first look that decides
     (:func:`~remedy.cases.verify.stats.sequential_look`) or fails. The config is left at the deciding look: its
     seeds, and the two-sided confidence of its nominal level, so the stored effect and status are that look's."""
-    plan, results, done = _Plan(), [], 0
+    plan, done = _Plan(), 0
+    results: list[JobResult] = []
     for k, n in enumerate(design.looks):
         ctx.say(f"sequential confirmation, look {k + 1} of {len(design.looks)}: {n} seeds per arm")
         look, res = _run(ctx, executor, _jobs(ctx, shifted, tmp, range(done, n)))

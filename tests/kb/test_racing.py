@@ -2,7 +2,8 @@
 
 The patient was trained at a learning rate too low to learn much (1e-5). A scripted diagnoser
 offers a clearly harmful candidate (a learning rate that wrecks the policy within a few updates)
-next to a helpful one (learning rate 1e-3); stage 1 must drop the harmful one and store it
+next to a helpful one (learning rate 1e-3); stage 1 under the futility rule (racing rules 2-3; the default rule 4
+drops only on evidence of harm) must drop the harmful one and store it
 ``stopped_early`` with the evidence it reached, and the helpful one must go on to the full
 screen. With ``--no-race`` both are screened at the full budget, as before. The futility stop:
 a lone candidate that changes nothing (an entropy bonus of 0.001 leaves the arms bit-identical
@@ -89,8 +90,13 @@ def _fix(kb, patient, tmp_path, race: RaceSettings, diagnoser=None, config: Veri
     )
 
 
+#: the futility rule (racing rules 2-3), which these tests of the machinery of a drop rely on; rule 4 drops only
+#: on evidence of harm, which two seeds at these budgets rarely give (tests/cases/verify/test_racing.py)
+FUTILITY = RaceSettings(drop="futility")
+
+
 def test_a_harmful_candidate_is_stopped_early_and_the_other_goes_on(kb, patient, tmp_path):
-    result = _fix(kb, patient, tmp_path, RaceSettings())
+    result = _fix(kb, patient, tmp_path, FUTILITY)
     dropped, screen = result.attempts[0], result.attempts[1]
     assert dropped.patch == HARMFUL and screen.patch == HELPFUL
     # the harmful one: stopped at stage 1 with the evidence it reached, never a full-budget no_effect
@@ -128,7 +134,7 @@ def test_a_harmful_candidate_is_stopped_early_and_the_other_goes_on(kb, patient,
 def test_with_resume_off_a_survivor_trains_its_full_budget_afresh(kb, patient, tmp_path):
     """The race of the test above with ``resume`` off: the survivor's screen trains every arm's full budget from
     the checkpoint (1200 -> 1280 steps per arm), where going on trained only the rest (896)."""
-    afresh = _fix(kb, patient, tmp_path, RaceSettings(resume=False))
+    afresh = _fix(kb, patient, tmp_path, RaceSettings(resume=False, drop="futility"))
     v = kb.get(afresh.attempts[1].case_id).verification
     assert v is not None and v.stage is Stage.screen and v.race is not None and v.race.survived
     assert v.resumed_seeds == [] and "went on" not in v.reason
@@ -148,9 +154,7 @@ def test_no_race_screens_every_candidate_at_the_full_budget(kb, patient, tmp_pat
 
 def test_a_lone_candidate_that_changes_nothing_is_stopped_and_never_screened(kb, patient, tmp_path):
     learned = LearnedBudget(steps=1200, fraction=0.6, cases=["fix-a", "fix-b", "fix-c"])
-    result = _fix(
-        kb, patient, tmp_path, RaceSettings(), Scripted([HARMLESS], budget=learned), VerifyConfig(**_no_budget())
-    )
+    result = _fix(kb, patient, tmp_path, FUTILITY, Scripted([HARMLESS], budget=learned), VerifyConfig(**_no_budget()))
     (only,) = result.attempts  # one candidate was raced (the halving quota would keep it) and never screened
     assert only.patch == HARMLESS and only.status == Status.stopped_early.value and only.stage == Stage.race.value
     v = kb.get(only.case_id).verification

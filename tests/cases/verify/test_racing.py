@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from remedy.cases.errors import VerificationError
@@ -34,35 +35,37 @@ def test_standardized_is_the_difference_over_the_half_width():
 
 def test_bottom_half_and_intervals_below_zero_are_dropped():
     # scores: 0.5, 2.0, none, -5.0 (hand-computed); three measured -> the top 1 goes on
-    out = rank_stage_one([eff(1.0, -1.0, 3.0), eff(2.0, 1.0, 3.0), None, eff(-5.0, -6.0, -4.0)])
+    out = rank_stage_one([eff(1.0, -1.0, 3.0), eff(2.0, 1.0, 3.0), None, eff(-5.0, -6.0, -4.0)], rule="futility")
     assert [s.survived for s in out] == [False, True, False, False]
     assert [s.rank for s in out] == [2, 1, 0, 3] and all(s.of == 3 for s in out)
     assert "below zero" in out[3].rule and "no measurement" in out[2].rule and "ranked 2 of 3" in out[0].rule
 
 
 def test_four_measured_keep_two_but_never_one_wholly_below_zero():
-    out = rank_stage_one([eff(-3.0, -4.0, -2.0), eff(-4.0, -5.0, -3.0), eff(0.2, -1.0, 1.4), eff(0.5, -1.0, 2.0)])
+    out = rank_stage_one(
+        [eff(-3.0, -4.0, -2.0), eff(-4.0, -5.0, -3.0), eff(0.2, -1.0, 1.4), eff(0.5, -1.0, 2.0)], rule="futility"
+    )
     assert [s.survived for s in out] == [False, False, True, True]
     # top half by score would keep candidate 0 (rank 3 of 4 is not top 2) - and its CI is below zero anyway
-    two = rank_stage_one([eff(-3.0, -4.0, -2.0), eff(-4.0, -5.0, -3.0)])
+    two = rank_stage_one([eff(-3.0, -4.0, -2.0), eff(-4.0, -5.0, -3.0)], rule="futility")
     assert [s.survived for s in two] == [False, False]  # nothing that cannot win goes on, even as the best
 
 
 def test_ties_keep_the_diagnosis_order():
-    out = rank_stage_one([eff(0.5, -1.0, 2.0), eff(0.5, -1.0, 2.0)])
+    out = rank_stage_one([eff(0.5, -1.0, 2.0), eff(0.5, -1.0, 2.0)], rule="futility")
     assert [s.survived for s in out] == [True, False]
 
 
 def test_futility_drops_any_candidate_without_a_gain_even_the_best_or_a_lone_one():
     # one candidate: the halving quota keeps it, futility does not (difference <= 0 on its metric)
-    (lone,) = rank_stage_one([eff(-0.1, -1.0, 0.8)])
+    (lone,) = rank_stage_one([eff(-0.1, -1.0, 0.8)], rule="futility")
     assert not lone.survived and "no sign of gain" in lone.rule and lone.rank == 1
-    (tie,) = rank_stage_one([eff(0.0, -1.0, 1.0)])
+    (tie,) = rank_stage_one([eff(0.0, -1.0, 1.0)], rule="futility")
     assert not tie.survived and "+0 <= 0" in tie.rule  # exactly no gain is no sign of gain
-    (gain,) = rank_stage_one([eff(0.01, -5.0, 5.0)])
+    (gain,) = rank_stage_one([eff(0.01, -5.0, 5.0)], rule="futility")
     assert gain.survived and gain.rule == "ranked 1 of 1"  # any gain goes on, however wide the interval
     # two candidates: the best of the round is dropped too when it shows no gain
-    out = rank_stage_one([eff(-0.5, -2.0, 1.0), eff(0.0, -0.2, 0.2)])
+    out = rank_stage_one([eff(-0.5, -2.0, 1.0), eff(0.0, -0.2, 0.2)], rule="futility")
     assert [s.survived for s in out] == [False, False] and [s.rank for s in out] == [2, 1]
     assert all("no sign of gain" in s.rule for s in out)
 
@@ -70,13 +73,13 @@ def test_futility_drops_any_candidate_without_a_gain_even_the_best_or_a_lone_one
 def test_a_success_tie_is_decided_by_the_return_effect():
     tied = eff(0.0, -0.3, 0.3, metric="success_rate")
     up, down = eff(12.0, -5.0, 29.0), eff(-3.0, -9.0, 3.0)
-    kept, dropped, unknown = rank_stage_one([tied, tied, tied], [up, down, None])
+    kept, dropped, unknown = rank_stage_one([tied, tied, tied], [up, down, None], rule="futility")
     assert kept.survived and "success rate tied, return_iqm +12 > 0" in kept.rule
     assert not dropped.survived and "no sign of gain" in dropped.rule
     assert not unknown.survived  # no return measured: a tie is no sign of gain
     # a success rate that fell is no gain whatever the return did; a return tie is not rescued by anything
-    (fell,) = rank_stage_one([eff(-0.1, -0.4, 0.2, metric="success_rate")], [up])
-    (flat,) = rank_stage_one([eff(0.0, -1.0, 1.0)], [up])
+    (fell,) = rank_stage_one([eff(-0.1, -0.4, 0.2, metric="success_rate")], [up], rule="futility")
+    (flat,) = rank_stage_one([eff(0.0, -1.0, 1.0)], [up], rule="futility")
     assert not fell.survived and not flat.survived
     assert racing.shows_gain(tied, up) and not racing.shows_gain(tied, down)
     assert not racing.shows_gain(eff(0.0, -1.0, 1.0), up)  # the return itself tied: nothing else to read
@@ -105,6 +108,7 @@ def test_when_a_round_races():
 def test_stage_config_takes_a_share_of_the_budget_on_the_first_seeds():
     cfg = stage_config(VerifyConfig(seeds=3, seed_base=6), 3000, RaceSettings())
     assert (cfg.budget_steps, cfg.seeds, cfg.seed_base) == (1000, 2, 6)
+    assert cfg.confidence == racing.HARM_CONFIDENCE == 0.9  # the interval the drop rule reads
     # never more seeds than the screen has, so a confirmation's fresh block stays untouched
     assert stage_config(VerifyConfig(seeds=2), 900, RaceSettings(seeds=5, fraction=0.5)).seeds == 2
     assert stage_config(VerifyConfig(seeds=2), 1, RaceSettings()).budget_steps == 1
@@ -176,7 +180,7 @@ def test_a_flat_tie_is_no_evidence_so_the_futility_stop_lets_it_go_on():
     spread = Effect(diff=0.0, ci_low=-3.0, ci_high=3.0, treatment=-90.0, control=-90.0, metric="return_iqm")
     assert racing.uninformative(flat) and not racing.futile(flat)
     assert racing.futile(spread)  # an informative tie: no sign of gain
-    alone, tied = racing.rank_stage_one([flat]), racing.rank_stage_one([spread])
+    alone, tied = racing.rank_stage_one([flat], rule="futility"), racing.rank_stage_one([spread], rule="futility")
     assert alone[0].survived and "flat tie" in alone[0].rule
     assert not tied[0].survived and "no sign of gain" in tied[0].rule
     # a flat success tie whose return fell is evidence against
@@ -237,3 +241,44 @@ def test_resume_from_finds_the_stage_one_runs_that_exist_in_both_arms(tmp_path):
     assert racing.resume_from(case(curriculum), arms, None) is None
     assert racing.resume_from(case(LR, stage=Stage.screen), arms, None) is None
     assert racing.resume_from(case(LR), tmp_path / "nothing-kept", None) is None
+
+
+# -- rule 4: only evidence of harm drops a candidate ----------------------------------------------------------
+
+
+def test_the_harm_rule_drops_only_a_candidate_behind_its_control():
+    """What the futility rule dropped (no gain, the bottom half) goes on; an interval below zero does not."""
+    effects = [eff(-0.1, -1.0, 0.8), eff(0.0, -1.0, 1.0), eff(2.0, 1.0, 3.0), eff(-5.0, -6.0, -4.0), None]
+    out = rank_stage_one(effects)  # the default rule: harm
+    assert [s.survived for s in out] == [True, True, True, False, False]
+    assert "no evidence of harm" in out[0].rule and "ranked 3 of 4" in out[0].rule
+    assert "below zero" in out[3].rule and "no measurement" in out[4].rule
+    assert [s.survived for s in rank_stage_one(effects, rule="futility")] == [False, False, True, False, False]
+    with pytest.raises(VerificationError, match="unknown stage-1 drop rule 'coin'"):
+        rank_stage_one(effects, rule="coin")
+    with pytest.raises(VerificationError, match="stage-1 confidence"):
+        RaceSettings(confidence=1.0).check()
+
+
+def test_racing_keeps_a_slow_acting_budget_fix_on_a_tiny_simulated_patient():
+    """A tiny simulated patient whose fix is more training that acts late: at a third of its extra steps ("+X/3
+    steps vs the checkpoint") the treatment's 2 seeds are no better than the checkpoint yet (the same
+    distribution of seed values), at the full budget every seed is 2 seed-SDs ahead. Stage 1 measures the
+    effect as a race does (seed-level Welch interval at the race's confidence). The futility rule drops the fix
+    about half the time; the harm rule keeps it in more than 90% of races, and still drops a candidate
+    that wrecks the agent more often than not."""
+    from remedy.cases.verify.stats import effect, iqm
+
+    rng = np.random.default_rng(7)
+
+    def stage_one(shift: float, confidence: float) -> Effect:
+        seeds = [rng.normal(rng.normal(m, 1.0), 1.0, 20) for m in (shift, shift, 0.0, 0.0)]
+        return effect("return_iqm", seeds[:2], seeds[2:], aggregate=iqm, confidence=confidence)
+
+    trials = 400
+    kept = sum(rank_stage_one([stage_one(0.0, RaceSettings().confidence)])[0].survived for _ in range(trials))
+    kept_before = sum(rank_stage_one([stage_one(0.0, 0.95)], rule="futility")[0].survived for _ in range(trials))
+    assert kept / trials > 0.9  # false drops under 10% (binomial sd at 400 trials: 0.012)
+    assert kept_before / trials < 0.65  # the futility rule threw about half of them away
+    wrecked = sum(not rank_stage_one([stage_one(-6.0, RaceSettings().confidence)])[0].survived for _ in range(200))
+    assert wrecked / 200 > 0.5
