@@ -16,11 +16,13 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from remedy.cases.patches.io import load_patch
 from remedy.kb.cli import app as cli
 from remedy.kb.client import RemedyClient
 from remedy.kb.server.handlers import fixes_dir
 from remedy.kb.server.models import FixJobIn, VerifyJobIn
-from remedy.kb.settings import FixSettings
+from remedy.kb.settings import FixSettings, VerifySettings
+from remedy.kb.verify import verify
 
 from ..test_fixed_agent import SLOW_LEARNER
 from .conftest import serve
@@ -117,7 +119,10 @@ def test_verify_through_the_service_sends_the_confirmation_settings(remote, tmp_
 
 @pytest.mark.slow
 def test_verify_through_the_service_ends_as_local_does(remote, tmp_path):
-    """Same patient, patch, seeds and options: the service screens and confirms, with the same status and effect."""
+    """Same patient, patch, seeds and options: the service screens and confirms, with the same status and effect.
+
+    The local run is the library call `remedy verify` makes, sharing the service's cached control arms (a
+    cached control is the same run as a fresh one): only the treatments are trained again."""
     from remedy.cases.verify.training import train
     from remedy.kb.fixloop import one_torch_thread
 
@@ -125,10 +130,11 @@ def test_verify_through_the_service_ends_as_local_does(remote, tmp_path):
     patient = train(SLOW_LEARNER, tmp_path / "run", seed=0).path
     patch = tmp_path / "lr.yaml"
     patch.write_text(yaml.safe_dump({"kind": "hyperparameters", "changes": {"learning_rate": 0.003}}))
-    args = ["verify", patient, "--patch", patch, "--seeds", 2, "--confirm-seeds", 3, "--budget", 2048]
-    args += ["--episodes", 10, "--n-envs", 2, "--json"]
-    local = json.loads(_ok(*args, "--no-store"))
-    served = json.loads(_ok(*args, "--server", SERVER))
+    args = ["--seeds", 2, "--confirm-seeds", 3, "--budget", 2048, "--episodes", 10, "--n-envs", 2]
+    served = json.loads(_ok("verify", patient, "--patch", patch, *args, "--json", "--server", SERVER))
+    settings = VerifySettings(seeds=2, confirm_seeds=3, budget=2048, episodes=10, n_envs=2)
+    controls = remote.service.kb.root / "controls"
+    local = verify(patient, load_patch(patch), settings, store=None, control_cache=controls).as_dict()
     assert local["stage"] == served["stage"] == "confirm" and local["status"] == served["status"] == "improved"
     for mine, theirs in ((local["screen"], served["screen"]), (local, served)):
         assert mine["case_id"] == theirs["case_id"]  # same inputs and seeds: the same measurement
