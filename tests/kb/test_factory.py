@@ -43,8 +43,8 @@ def _fake_runner(calls: list[str]):
 
     def run(unit, settings, executor=None, start=None):
         calls.append(unit.key)
-        screen = make_case(f"s-{unit.key}", status="inconclusive")
-        conf = make_case(f"c-{unit.key}", status="improved")
+        screen = make_case(f"s-{unit.key.replace('@', '.')}", status="inconclusive")
+        conf = make_case(f"c-{unit.key.replace('@', '.')}", status="improved")
         v = conf.verification.model_copy(
             update={"stage": Stage.confirm, "confirms": screen.case_id, "fixed": True, "env_steps": 100}
         )
@@ -83,7 +83,7 @@ def test_factory_resumes_and_seals_chunks(factory, zoo, tmp_path):
     first = manifest["chunks"][0]
     assert first["settings"]["explore"] == 0.0 and "remedy" in first["versions"] and "git_commit" in first
     cases = read_cases(out / first["file"])[0]
-    assert len(cases) == 4 and {c.case_id for c in cases} == {f"{p}-{zoo[i].name}@0" for p in "sc" for i in (0, 1)}
+    assert len(cases) == 4 and {c.case_id for c in cases} == {f"{p}-{zoo[i].name}.0" for p in "sc" for i in (0, 1)}
     assert not list((out / "pending").glob("*"))
     # a second run has nothing left to do
     assert factory.run_factory(zoo, BenchSettings(), out, chunk=2, unit_runner=_fake_runner(calls)) == []
