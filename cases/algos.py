@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import difflib
 import importlib
-from typing import TYPE_CHECKING, Annotated
+import inspect
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import AfterValidator
 
@@ -18,7 +19,16 @@ from .errors import AlgorithmError
 if TYPE_CHECKING:
     from stable_baselines3.common.base_class import BaseAlgorithm
 
-__all__ = ["AlgoName", "ALGOS", "ON_POLICY", "get_algo", "is_on_policy", "canonical_algo", "algo_names"]
+__all__ = [
+    "AlgoName",
+    "ALGOS",
+    "ON_POLICY",
+    "get_algo",
+    "is_on_policy",
+    "canonical_algo",
+    "algo_names",
+    "constructor_hyperparams",
+]
 
 #: canonical name -> "module:attribute" (imported lazily; sb3-contrib is optional at import time).
 ALGOS: dict[str, str] = {
@@ -66,6 +76,20 @@ def get_algo(name: str) -> type[BaseAlgorithm]:
         return getattr(importlib.import_module(module), attr)
     except ImportError as ex:  # sb3-contrib missing
         raise AlgorithmError(f"algorithm '{canon}' needs the '{module}' package; install it ({ex})") from ex
+
+
+def constructor_hyperparams(algo: str | type, hyperparams: dict[str, Any]) -> dict[str, Any]:
+    """Keep what ``algo``'s constructor takes: SB3 saves attributes some algorithms do not accept (DQN's use_sde).
+
+    ``policy_kwargs.use_sde`` goes too: SAC and TD3 write it there from their own ``use_sde`` argument.
+    Looking at the signature imports SB3 (and torch).
+    """
+    cls = get_algo(algo) if isinstance(algo, str) else algo
+    accepted = inspect.signature(cls.__init__).parameters
+    kept = {k: v for k, v in hyperparams.items() if k in accepted}
+    if isinstance(kept.get("policy_kwargs"), dict):
+        kept["policy_kwargs"] = {k: v for k, v in kept["policy_kwargs"].items() if k != "use_sde"}
+    return kept
 
 
 def is_on_policy(name: str) -> bool:

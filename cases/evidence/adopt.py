@@ -14,7 +14,6 @@ read is bounded.
 
 from __future__ import annotations
 
-import inspect
 import os
 import re
 import shutil
@@ -27,7 +26,7 @@ import gymnasium as gym
 from pydantic import BaseModel, ConfigDict
 from pydantic import ValidationError as PydanticValidationError
 
-from ..algos import ALGOS, canonical_algo, get_algo
+from ..algos import ALGOS, canonical_algo, constructor_hyperparams
 from ..errors import AlgorithmError, CheckpointError, RunDirError
 from ..success import ReturnThreshold, SuccessSpec
 from ..yamlfile import first_error
@@ -300,19 +299,6 @@ def _choose_algo(facts: _Facts, saved: set[str], algo: str | None, model: Path) 
     return chosen
 
 
-def _constructor_only(algo: str, hyperparams: dict[str, Any]) -> dict[str, Any]:
-    """Keep what ``algo``'s constructor takes: SB3 saves attributes some algorithms do not accept (DQN's use_sde).
-
-    ``policy_kwargs.use_sde`` goes too: SAC and TD3 write it there from their own ``use_sde`` argument.
-    Looking at the signature imports SB3 (and torch); adopting is followed by rollouts anyway.
-    """
-    accepted = inspect.signature(get_algo(algo).__init__).parameters
-    kept = {k: v for k, v in hyperparams.items() if k in accepted}
-    if isinstance(kept.get("policy_kwargs"), dict):
-        kept["policy_kwargs"] = {k: v for k, v in kept["policy_kwargs"].items() if k != "use_sde"}
-    return kept
-
-
 def _choose_env(facts: _Facts, env: str | None, model: Path) -> str:
     """``--env``, else the id the files name (one that would import a module is refused); must be registered."""
     if env:
@@ -449,7 +435,7 @@ def _build_config(facts: _Facts, *, env_id: str, algo: str, success: SuccessSpec
         env_id=env_id,
         env_kwargs=facts.env_kwargs or {},
         algo=algo,
-        hyperparams=_constructor_only(algo, facts.hyperparams),
+        hyperparams=constructor_hyperparams(algo, facts.hyperparams),
         train_steps=facts.train_steps,
         n_envs=max(1, facts.n_envs or 1),
         success=success,

@@ -23,7 +23,7 @@ import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import VecNormalize, unwrap_vec_normalize
 
-from ..algos import canonical_algo
+from ..algos import canonical_algo, constructor_hyperparams
 from ..errors import AlgorithmError, RunDirError
 from ..success import ReturnThreshold, SuccessSpec
 from .rundir import MODEL_ZIP, VECNORMALIZE_PKL, RunConfig, write_run_yaml
@@ -70,7 +70,7 @@ def _simple_hyperparams(model: Any) -> dict[str, Any]:
             hp["policy_kwargs"] = pk
     except (TypeError, ValueError):
         pass
-    return hp
+    return constructor_hyperparams(type(model), hp)  # DQN carries a use_sde attribute its constructor refuses
 
 
 def _env_spec(model: Any):

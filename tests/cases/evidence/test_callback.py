@@ -81,3 +81,12 @@ def test_off_policy_progress_rows_are_throttled(tmp_path):
         steps = [float(r["time/total_timesteps"]) for r in csv.DictReader(fh)]
     assert 3 <= len(steps) <= 5 and steps[-1] == 600.0
     assert RunDir.load(tmp_path / "dqn").config.algo == "DQN"
+
+
+def test_inferred_hyperparams_rebuild_the_algorithm():
+    from stable_baselines3 import DQN
+
+    model = DQN("MlpPolicy", "CartPole-v1", learning_starts=50, policy_kwargs=dict(net_arch=[8]), seed=0)
+    hp = infer_run_config(model).hyperparams
+    assert "use_sde" not in hp  # DQN keeps the attribute but its constructor refuses it
+    DQN("MlpPolicy", "CartPole-v1", **hp)  # what training from run.yaml does
