@@ -66,6 +66,15 @@ def test_every_verb_resolves_its_paths(verb, argv, how, tmp_path, monkeypatch, c
     assert _flat(str(tmp_path / missing)) in _flat(err), err
 
 
+def test_the_facade_resolves_a_relative_run_dir(kb, tmp_path, monkeypatch):
+    from remedy.cases.errors import RunDirError
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(RunDirError) as err:
+        kb.similar_to_run("gone")
+    assert str(tmp_path / "gone") in str(err.value)
+
+
 def test_a_worker_refuses_a_relative_path(tmp_path):
     with pytest.raises(ValueError, match="relative path"):
         preference_check("runs/lander", "{}", 1, 0)
