@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
-import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,8 @@ from typing import Any
 import yaml
 
 from remedy.cases.algos import is_on_policy
-from remedy.cases.errors import VerificationError
+from remedy.cases.errors import RemedyError, VerificationError
+from remedy.cases.evidence.checkpoint import read_data
 from remedy.cases.evidence.envs import env_traits
 from remedy.cases.evidence.rundir import MODEL_ZIP, RUN_YAML, VECNORMALIZE_PKL, RunConfig, RunDir, write_run_yaml
 from remedy.cases.evidence.wrappers import WrapperSpec
@@ -189,9 +189,8 @@ def _overrides(plan: PatchPlan, lr: float | None) -> dict[str, Any]:
 def _total_steps(model_zip: Path) -> int | None:
     """``num_timesteps`` from the checkpoint's ``data`` JSON (no unpickling)."""
     try:
-        with zipfile.ZipFile(model_zip) as zf:
-            steps = json.loads(zf.read("data")).get("num_timesteps")
-    except (OSError, KeyError, ValueError, zipfile.BadZipFile):
+        steps = read_data(model_zip).get("num_timesteps")  # bounded read: the zip is a fine-tune's, still a file
+    except (OSError, RemedyError):
         return None
     return int(steps) if isinstance(steps, int) else None
 

@@ -191,7 +191,12 @@ def success_from_text(text: str) -> Any:
 
 
 def registered_time_limit(env_id: str) -> int | None:
-    """``max_episode_steps`` of the env's Gymnasium registration, or None."""
+    """``max_episode_steps`` of the env's Gymnasium registration, or None.
+
+    An id naming a module (``pkg.mod:Env-v0``) comes from a case or a request: gym.spec would import
+    that module, so only the registered part is looked up.
+    """
+    env_id = env_id.rsplit(":", 1)[-1]
     try:
         import gymnasium as gym
 

@@ -202,3 +202,15 @@ def test_matching_reports_evidence_with_values():
     assert [m.rule.id for m in matches] == ["prior-jerky-continuous"]
     assert "action_jerk=0.72" in matches[0].evidence[0]
     assert match_priors(SUBJECTS[3], sig) == []  # discrete actions: no smoothness prior
+
+
+def test_registered_time_limit_never_imports_a_module_named_in_an_env_id(tmp_path, monkeypatch):
+    import sys
+
+    from remedy.retrieval.priors import registered_time_limit
+
+    marker = tmp_path / "ran"
+    (tmp_path / "remedy_evil_env_mod.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert registered_time_limit("remedy_evil_env_mod:CartPole-v1") == 500  # the registered part answers
+    assert not marker.exists() and "remedy_evil_env_mod" not in sys.modules
