@@ -18,8 +18,8 @@ were ``no_effect``), yet each paid a full screen. Racing verifies a round in two
    :data:`DROP_RULE` ``harm``): its stage-1 interval, at :data:`HARM_CONFIDENCE` (90% two-sided, so
    one-sided 5%), lies wholly below zero. Every other candidate goes on, ranked and scored for the
    record. Absence of gain is not evidence of no gain: a fix that acts late (more training most of
-   all) shows nothing after a third of its budget, and the futility rule below dropped 47-82% of
-   such simulated slow-acting fixes, the harm rule 3-8% (``bench/calibration.py racing``). Survivors
+   all) shows nothing after a third of its budget, and the futility rule below dropped 25-82% of
+   simulated slow-acting fixes, the harm rule 0.7-8.6% (``bench/calibration.py racing``). Survivors
    go on from their stage-1 runs, so racing a candidate that goes on costs nothing extra; what rule 4
    gives up is the saving on candidates that merely do nothing. Under the **futility rule** (rules 2-3,
    ``RaceSettings(drop="futility")``) a candidate is dropped when it shows no sign of helping or cannot win
@@ -123,9 +123,11 @@ RULE_VERSION = 4
 #: how stage 1 drops candidates: ``harm`` (rule 4) drops a candidate only when its stage-1 interval, at
 #: :data:`HARM_CONFIDENCE`, lies wholly below zero (it is behind its control); ``futility`` (rules 2-3) also
 #: drops any candidate without a gain and the bottom half of a round. The futility rule dropped patches whose
-#: gain comes late: on simulated slow-acting fixes (no gain yet at a third of the budget) it dropped 50-75% of
-#: them (``bench/calibration.py racing``), and in the cost bench it dropped 4 of the 15 candidates that clear
-#: their full-budget screen without racing (``bench/data/cost-*-sc08.jsonl``). Harm alone drops under 10%.
+#: gain comes late: of simulated fixes with no gain yet at a third of the budget it dropped 49-64%, of
+#: slow-acting fixes in all 25-82% (``bench/calibration.py racing``), and in the cost bench 4 of the 15
+#: candidates that clear their full-budget screen without racing (``bench/data/cost-*-sc08.jsonl``). The harm
+#: rule drops 0.7-8.6% of those slow-acting fixes (and 3% of candidates that do nothing, 42-43% of ones that
+#: wreck the agent by 3 seed-SDs).
 DROP_RULES = ("harm", "futility")
 DROP_RULE = "harm"
 #: two-sided confidence of the stage-1 interval that must lie below zero to drop a candidate (one-sided 5%)
