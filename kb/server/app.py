@@ -20,14 +20,14 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import fastapi_offline
 import pydantic
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from swagger_ui_bundle import swagger_ui_path
 
 from remedy.cases import errors as E
 from remedy.cases.io import format_validation_error
@@ -237,7 +237,7 @@ def create_app(
         description="Knowledge base of diagnose-fix-verify cases for trained RL agents. "
         "Send `Authorization: Bearer <token>` (see `remedy tokens create`).",
         docs_url=None,  # served by _install_docs from a package: FastAPI's own page loads from a CDN
-        redoc_url=None,  # ReDoc has no self-hosted bundle here; /docs covers the same schema
+        redoc_url=None,  # likewise /redoc
     )
     app.add_middleware(BodyLimit, max_body=max_body_bytes, max_upload=max_upload_bytes, max_request=max_request_bytes)
     _install_docs(app)
@@ -250,22 +250,36 @@ def create_app(
 
 # -- API docs ----------------------------------------------------------------------------
 
-#: where the Swagger UI assets of the ``swagger-ui-bundle`` package are served (no CDN: /docs works offline)
+#: where the Swagger UI and ReDoc assets are served from (no CDN: /docs and /redoc work offline)
 DOCS_ASSETS = "/docs-assets"
+#: the assets' folder in the ``fastapi-offline`` package (Swagger UI 5, which reads OpenAPI 3.1, and ReDoc)
+_ASSETS_DIR = Path(fastapi_offline.__file__).parent / "static"
 
 
 def _install_docs(app: FastAPI) -> None:
-    """``/docs``: Swagger UI with its JS, CSS and icon served by this app from the installed package."""
-    app.mount(DOCS_ASSETS, StaticFiles(directory=str(swagger_ui_path)), name="docs-assets")
+    """``/docs`` (Swagger UI) and ``/redoc`` with their JS, CSS and icon served by this app from a package."""
+    app.mount(DOCS_ASSETS, StaticFiles(directory=str(_ASSETS_DIR)), name="docs-assets")
+    schema = app.openapi_url or "/openapi.json"
+    icon = f"{DOCS_ASSETS}/favicon.png"
 
     @app.get("/docs", include_in_schema=False)
     async def docs() -> HTMLResponse:
         return get_swagger_ui_html(
-            openapi_url=app.openapi_url or "/openapi.json",
+            openapi_url=schema,
             title=f"{app.title} - API docs",
             swagger_js_url=f"{DOCS_ASSETS}/swagger-ui-bundle.js",
             swagger_css_url=f"{DOCS_ASSETS}/swagger-ui.css",
-            swagger_favicon_url=f"{DOCS_ASSETS}/favicon-32x32.png",
+            swagger_favicon_url=icon,
+        )
+
+    @app.get("/redoc", include_in_schema=False)
+    async def redoc() -> HTMLResponse:
+        return get_redoc_html(
+            openapi_url=schema,
+            title=f"{app.title} - API docs",
+            redoc_js_url=f"{DOCS_ASSETS}/redoc.standalone.js",
+            redoc_favicon_url=icon,
+            with_google_fonts=False,  # fonts from Google are a CDN too
         )
 
 
