@@ -84,8 +84,8 @@ def constructor_hyperparams(algo: str | type, hyperparams: dict[str, Any]) -> di
     ``policy_kwargs.use_sde`` goes too: SAC and TD3 write it there from their own ``use_sde`` argument.
     Looking at the signature imports SB3 (and torch).
     """
-    cls = get_algo(algo) if isinstance(algo, str) else algo
-    accepted = inspect.signature(cls.__init__).parameters
+    cls: type = get_algo(algo) if isinstance(algo, str) else algo
+    accepted = inspect.signature(cls).parameters  # the class's signature is its __init__'s, without self
     kept = {k: v for k, v in hyperparams.items() if k in accepted}
     if isinstance(kept.get("policy_kwargs"), dict):
         kept["policy_kwargs"] = {k: v for k, v in kept["policy_kwargs"].items() if k != "use_sde"}

@@ -72,7 +72,8 @@ class BatchingEmbedder:
         return slot.vectors
 
     def _take(self) -> list[_Slot]:
-        batch, size = [], 0
+        batch: list[_Slot] = []
+        size = 0
         while self._queue and (not batch or size + len(self._queue[0].texts) <= self.max_batch):
             slot = self._queue.pop(0)
             batch.append(slot)

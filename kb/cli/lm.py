@@ -44,7 +44,7 @@ def lm_models(as_json: JsonOption = False) -> None:
     from remedy.cases.errors import LMError
     from remedy.kb.local_lm import BUNDLED, find_model
 
-    rows = []
+    rows: list[dict[str, str | bool]] = []
     for name, (package, _) in BUNDLED.items():
         try:
             rows.append({"name": name, "package": package, "installed": True, "path": str(find_model(name).path)})
@@ -55,5 +55,5 @@ def lm_models(as_json: JsonOption = False) -> None:
         return
     table = Table("model", "package", "installed", "file")
     for r in rows:
-        table.add_row(r["name"], r["package"], "yes" if r["installed"] else "no", escape(r["path"]))
+        table.add_row(str(r["name"]), str(r["package"]), "yes" if r["installed"] else "no", escape(str(r["path"])))
     console.print(table)
