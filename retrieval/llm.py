@@ -14,7 +14,8 @@ them; rejected candidates are dropped with a warning naming the rule.
 Configuration (README): ``REMEDY_LM`` (any litellm model string),
 ``REMEDY_LM_API_BASE``, ``REMEDY_LM_API_KEY`` (else the provider's own variable),
 ``REMEDY_LM_ENGINE`` (``auto`` | ``litellm`` | ``lm15``), ``REMEDY_LM_TEMPERATURE``,
-``REMEDY_LM_MAX_TOKENS``, ``REMEDY_LM_NUM_RETRIES``, ``REMEDY_LM_TIMEOUT``.
+``REMEDY_LM_MAX_TOKENS``, ``REMEDY_LM_NUM_RETRIES``, ``REMEDY_LM_TIMEOUT``, ``REMEDY_LM_OUTPUT``
+(``full`` | ``choose`` | ``choose-grammar``: see :data:`OUTPUTS`; the choose answers suit 135M-270M models).
 A local OpenAI-compatible server (vLLM, llama.cpp, LM Studio) works with
 ``REMEDY_LM=openai/<served-model-name> REMEDY_LM_API_BASE=http://localhost:8000/v1``;
 Ollama with ``REMEDY_LM=ollama_chat/llama3.1 REMEDY_LM_API_BASE=http://localhost:11434/v1``.
@@ -67,6 +68,12 @@ __all__ = [
     "LLMDiagnoserProgram",
     "DiagnoseFromDescription",
     "LLMDescribeProgram",
+    "LLMChooseProgram",
+    "ChooseCause",
+    "ChooseCauseFromDescription",
+    "OUTPUTS",
+    "parse_choice",
+    "choose_grammar",
     "build_description_inputs",
     "LLMDiagnoser",
     "AutoDiagnoser",
@@ -195,6 +202,87 @@ class LLMDescribeProgram(LLMDiagnoserProgram):
     """``ChainOfThought(DiagnoseFromDescription)``: the LLM backend's program for described failures."""
 
     signature = DiagnoseFromDescription
+
+
+# ---- the least a small model can keep: cause names picked from the taxonomy -------------------
+
+#: ``full``: the chain of thought above (observations, evidence, ranked causes and patches as JSON);
+#: ``choose``: only up to three cause names picked from the taxonomy, most likely first (no patches:
+#: they come from the typed templates); ``choose-grammar``: the same, decoded under a grammar that
+#: admits nothing else (``grammar`` in the request body: llama.cpp servers, ``remedy lm serve``).
+OUTPUTS = ("full", "choose", "choose-grammar")
+CHOOSE_PROGRAM = "dspy-choose-1"
+#: the warning (and error) prefix naming answers outside the taxonomy (counted by bench/llm_diagnosis.py)
+OUTSIDE_TAXONOMY = "LM named causes outside the taxonomy (dropped, not mapped)"
+_CHOICES = [c.value for c in RootCause if c is not RootCause.unknown]
+_CHOOSE_DESC = "up to 3 cause names, most likely first, comma-separated, each one of: " + ", ".join(_CHOICES)
+
+
+class ChooseCause(dspy.Signature):
+    """Name the most likely root causes of a failing reinforcement-learning agent, choosing only from the list."""
+
+    env_description: str = dspy.InputField(desc="environment: id, kwargs, spaces, reward density, task success")
+    algorithm: str = dspy.InputField(desc="algorithm, hyperparameters and training steps")
+    signature_report: str = dspy.InputField(desc="key failure numbers, symptom tags and sample failure episodes")
+    similar_cases: str = dspy.InputField(desc="similar past cases with root causes, patches and verified effects")
+    rules: str = dspy.InputField(desc="matching accepted rules and built-in priors (id: when -> suggests)")
+    causes: str = dspy.OutputField(desc=_CHOOSE_DESC)
+
+
+class ChooseCauseFromDescription(dspy.Signature):
+    """Name the most likely root causes of a reinforcement-learning failure described in words, choosing only
+    from the list. Similar past cases and rules, when given, show which causes fit such symptoms."""
+
+    description: str = dspy.InputField(desc="the failure in the reporter's words")
+    environment: str = dspy.InputField(desc="env id, algorithm and action space when the reporter named them")
+    symptom_reading: str = dspy.InputField(desc="symptom tags the description was read as, with similarity 0..1")
+    similar_cases: str = dspy.InputField(desc="similar past cases with root causes, patches and verified effects")
+    rules: str = dspy.InputField(desc="matching accepted rules and built-in priors (id: when -> suggests)")
+    causes: str = dspy.OutputField(desc=_CHOOSE_DESC)
+
+
+class LLMChooseProgram(dspy.Module):
+    """``Predict(ChooseCause)`` (or the description variant): no reasoning tokens, one short answer."""
+
+    def __init__(self, signature: type[dspy.Signature] = ChooseCause) -> None:
+        super().__init__()
+        self.signature = signature
+        self.choose = dspy.Predict(signature)
+
+    def forward(self, config: dict[str, Any] | None = None, **inputs: str) -> dspy.Prediction:
+        """Ask for the cause names (``config``: per-call LM settings, e.g. the grammar)."""
+        return self.choose(
+            **{k: v for k, v in inputs.items() if k in self.signature.input_fields}, config=dict(config or {})
+        )
+
+
+def choose_grammar() -> str:
+    """A GBNF grammar for the ChatAdapter's answer: the ``causes`` header, then 1-3 names from the list."""
+    names = " | ".join(f'"{c}"' for c in _CHOICES)
+    return (
+        'root ::= "[[ ## causes ## ]]\\n" name (", " name)? (", " name)? "\\n\\n[[ ## completed ## ]]"\n'
+        f"name ::= {names}\n"
+    )
+
+
+def parse_choice(text: str) -> tuple[list[RootCause], list[str]]:
+    """The names in the answer that are in the taxonomy (in order, once each) and those that are not.
+
+    Names are matched exactly after case and separator folding ("Sparse reward" -> sparse_reward);
+    nothing outside the list is mapped to a cause.
+    """
+    known, outside = [], []
+    for raw in re.split(r"[,;\n]+", text or ""):
+        name = re.sub(r"^\s*(?:[-*]|\d+[.)])\s*", "", raw).strip().strip("`'\".[]").strip()
+        if not name:
+            continue
+        key = re.sub(r"[\s-]+", "_", name.lower())
+        if key in _CHOICES:
+            if RootCause(key) not in known:
+                known.append(RootCause(key))
+        else:
+            outside.append(name[:60])
+    return known[:3], outside
 
 
 # ---- context -> prompt inputs ----------------------------------------------------------------
@@ -533,8 +621,16 @@ class LLMDiagnoser:
         max_candidates: int = 5,
         describe_program: LLMDescribeProgram | None = None,
         program_id: str | None = None,
+        output: str | None = None,
+        grounded: bool = True,
     ) -> None:
         self._lm = lm
+        #: the answer asked for (:data:`OUTPUTS`; ``REMEDY_LM_OUTPUT``, default ``full``)
+        self.output = (output or os.environ.get("REMEDY_LM_OUTPUT", "") or "full").strip()
+        if self.output not in OUTPUTS:
+            raise LMError(f"unknown LM output {self.output!r}; use one of {', '.join(OUTPUTS)} (REMEDY_LM_OUTPUT)")
+        #: False: the similar cases and rules are withheld (zero-shot; the benchmark's ablation)
+        self.grounded = grounded
         self.max_retries = max(0, int(max_retries))
         #: whether the caller chose the program (an active stored version then does not replace it)
         self.program_chosen = program is not None or bool(program_path)
@@ -554,6 +650,8 @@ class LLMDiagnoser:
             max_candidates=self.max_candidates,
             describe_program=self.describe_program,
             program_id=program_id,
+            output=self.output,
+            grounded=self.grounded,
         )
 
     @property
@@ -577,6 +675,10 @@ class LLMDiagnoser:
         """Ask the program, parse, sandbox-check; raises LMError when unreachable or never parseable."""
         described = bool(ctx.description)  # a failure in words: the description program, same report type
         inputs = build_description_inputs(ctx) if described else build_inputs(ctx)
+        if not self.grounded:
+            inputs.update(similar_cases="(not given)", rules="(not given)")
+        if self.output != "full":
+            return self._chosen(ctx, inputs, described)
         causes, patches, warnings = self._ask(inputs, self.describe_program if described else self.program)
         candidates = self._candidates(ctx, patches, warnings)
         known_cases = [rc.case.case_id for rc in ctx.cases]
@@ -591,6 +693,51 @@ class LLMDiagnoser:
         )
         return DiagnosisReport(
             signature=ctx.signature, diagnosis=diagnosis, candidates=candidates, warnings=[*ctx.notes, *warnings]
+        )
+
+    def _chosen(self, ctx: DiagnosisContext, inputs: dict[str, str], described: bool) -> DiagnosisReport:
+        """The ``choose`` answer: cause names from the list, ranked; no patches (templates supply them)."""
+        program = LLMChooseProgram(ChooseCauseFromDescription if described else ChooseCause)
+        config = {"extra_body": {"grammar": choose_grammar()}} if self.output == "choose-grammar" else {}
+        lm, problems = self.lm, []
+        for attempt in range(self.max_retries + 1):
+            try:
+                with dspy.context(lm=lm, adapter=dspy.ChatAdapter(use_json_adapter_fallback=False)):
+                    answer = program(
+                        config={**config, **({"temperature": RETRY_TEMPERATURE} if attempt else {})}, **inputs
+                    )
+            except AdapterParseError as ex:
+                problems.append(f"attempt {attempt + 1}: unparseable answer ({str(ex).splitlines()[0][:160]})")
+                continue
+            except DSPyLMError as ex:
+                raise LMError(_lm_failure(lm, ex)) from ex
+            known, outside = parse_choice(answer.causes)
+            warnings = [f"{OUTSIDE_TAXONOMY}: {', '.join(outside)}"] if outside else []
+            if known:
+                causes = [
+                    Cause(
+                        cause=c,
+                        confidence=round(1.0 / (i + 1), 4),
+                        rationale=f"the LM's pick #{i + 1} (rank, not a probability)",
+                    )
+                    for i, c in enumerate(known)
+                ]
+                state = json.dumps(program.dump_state(), sort_keys=True, default=str)
+                version = hashlib.sha256((program.signature.instructions + state + self.output).encode()).hexdigest()[
+                    :8
+                ]
+                diagnosis = Diagnosis(
+                    causes=causes,
+                    backend=self.name,
+                    program_version=f"{CHOOSE_PROGRAM}:{version}",
+                    cited_cases=[rc.case.case_id for rc in ctx.cases] if self.grounded else [],
+                    cited_rules=_rules_text(ctx)[1] if self.grounded else [],
+                )
+                return DiagnosisReport(signature=ctx.signature, diagnosis=diagnosis, warnings=[*ctx.notes, *warnings])
+            problems.append(f"attempt {attempt + 1}: {OUTSIDE_TAXONOMY}: {', '.join(outside) or '(nothing)'}")
+        raise LMError(
+            f"the LM {getattr(lm, 'model', '?')} gave malformed output {self.max_retries + 1} times "
+            f"({problems[-1]}); try a stronger model, REMEDY_LM_OUTPUT=choose-grammar or --diagnoser offline"
         )
 
     @property

