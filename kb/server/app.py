@@ -9,6 +9,7 @@ fix jobs one at a time in a worker thread.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -16,7 +17,7 @@ import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from importlib import metadata
+from importlib import metadata, resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -71,8 +72,9 @@ IMPORT_PATH = "/v1/cases/import"
 MAX_DETAIL_CHARS = 2_000
 
 
+@functools.cache
 def remedy_version() -> str:
-    """The installed Remedy version."""
+    """The installed Remedy version (read once: /health answers it on every poll)."""
     try:
         return metadata.version("remedy")
     except metadata.PackageNotFoundError:
@@ -156,6 +158,22 @@ class _Sweeper:
         self._thread.join(timeout=10)
 
 
+def _preload() -> None:
+    """Load the shipped CartPole checkpoint once at start-up, as a job or a run diagnosis would.
+
+    Loading a first checkpoint imports SB3, gymnasium and torch's lazy parts (dynamo, sympy):
+    800 modules, seconds of module initialisation that hold the GIL in long stretches. Done by
+    the first job while the service answers requests, it stalled /health for over a second.
+    """
+    from remedy.cases.evidence.rundir import RunDir
+
+    shipped = resources.files("remedy.cases") / "scenarios" / "checkpoints" / "cartpole_undertrained"
+    try:
+        RunDir.load(Path(str(shipped))).load_model()
+    except Exception:  # a warm-up only: the first job pays instead
+        log.warning("warming up the checkpoint loader failed", exc_info=True)
+
+
 def write_marker(kb_root: Path, url: str) -> Path:
     """Write ``serve.json`` (URL and PID of this service) into the KB directory."""
     path = kb_root / SERVE_MARKER
@@ -216,6 +234,8 @@ def create_app(
         hold = service.kb.store.hold()
         marker = write_marker(service.kb.root, url) if url else None
         service.kb.embedder.encode(["warm up"])  # load the model now, not on the first query
+        if run_jobs:
+            _preload()
         service.interrupted = service.runner.start() if run_jobs else service.jobs.recover()[0]
         service.expire_uploads()
         sweeper = _Sweeper(service.expire_uploads, settings.sweep_seconds)

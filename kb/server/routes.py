@@ -118,8 +118,9 @@ Admin = Annotated[TokenRecord, Depends(_named(Role.admin))]
 
 
 @router.get("/health", response_model=Health, tags=["service"])
-def health() -> Health:
-    """The service is up (no token needed)."""
+async def health() -> Health:
+    """The service is up (no token needed). Answered on the event loop, not a worker thread: it stays
+    quick while CPU work (a diagnosis's rollouts, a job's evidence) holds the worker threads."""
     return Health(version=remedy_version())
 
 
