@@ -142,7 +142,7 @@ def _check_power(node: ast.BinOp, expr: str) -> None:
         exponent = exponent.operand  # x ** -2
     if not (
         isinstance(exponent, ast.Constant)
-        and type(exponent.value) in (int, float)
+        and isinstance(exponent.value, (int, float))
         and abs(exponent.value) <= MAX_EXPONENT
     ):
         raise ValidationError(f"constraint '{expr}' may only raise to a constant power of at most {MAX_EXPONENT}")

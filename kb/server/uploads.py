@@ -85,7 +85,7 @@ class _BoundedTarInfo(tarfile.TarInfo):
     one place that sees every header, those that follow an extended header included.
     """
 
-    def _proc_member(self, tarfile_: tarfile.TarFile) -> Any:  # type: ignore[override]
+    def _proc_member(self, tarfile_: tarfile.TarFile) -> Any:
         if self.type in (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK) and self.size > MAX_NAME_BYTES:
             raise UploadError(
                 f"archive has a long-name header of {self.size:,} bytes (limit {MAX_NAME_BYTES:,}); "
