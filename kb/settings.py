@@ -42,6 +42,11 @@ class _Settings(BaseModel):
     )
     executor: ExecutorName = Field("local", description="Where verification jobs run: local or ray.")
 
+    @classmethod
+    def default(cls, name: str) -> Any:
+        """The default of field ``name``: what the CLI's option defaults to, so the two cannot differ."""
+        return cls.model_fields[name].default
+
     def verify_config(self, control_cache: str | None = None, **more: Any) -> VerifyConfig:
         """The library's verification config for these settings (``more``: fields only one verb sets)."""
         from remedy.cases.verify.verification import VerifyConfig

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from remedy.cases.errors import KBNotFoundError, KBPathError
 from remedy.cases.patches.io import save_patch
+from remedy.kb.settings import FixSettings, settings_from
 
 from .common import (
     DEFAULT_KB,
@@ -456,17 +457,17 @@ def _race(race: bool, fraction: float, seeds: int):
 
 def fix_cmd(
     run_dir: Annotated[Path, typer.Argument(help="Run directory (run.yaml + model.zip).", resolve_path=True)],
-    rounds: RoundsOption = 3,
-    candidates: CandidatesOption = 2,
-    seeds: SeedsOption = 3,
-    confirm_seeds: ConfirmSeedsOption = 8,
-    screen_confidence: ScreenConfidenceOption = 0.8,
+    rounds: RoundsOption = FixSettings.default("rounds"),
+    candidates: CandidatesOption = FixSettings.default("candidates"),
+    seeds: SeedsOption = FixSettings.default("seeds"),
+    confirm_seeds: ConfirmSeedsOption = FixSettings.default("confirm_seeds"),
+    screen_confidence: ScreenConfidenceOption = FixSettings.default("screen_confidence"),
     budget: BudgetOption = None,
-    executor: ExecutorOption = "local",
-    diagnoser: DiagnoserOption = "offline",
+    executor: ExecutorOption = FixSettings.default("executor"),
+    diagnoser: DiagnoserOption = FixSettings.default("diagnoser"),
     exhaustive: Annotated[
         bool, typer.Option("--exhaustive", help="Verify every round's candidates even after a fix.")
-    ] = False,
+    ] = FixSettings.default("exhaustive"),
     confirmations: Annotated[
         int,
         typer.Option(
@@ -475,7 +476,7 @@ def fix_cmd(
             help="Confirmations on fresh seeds the loop may run (each false-passes with "
             "probability <= 2.5%; the default 2 keeps a false fix <= 5%).",
         ),
-    ] = 2,
+    ] = FixSettings.default("confirmations"),
     out: Annotated[
         Path | None,
         typer.Option(
@@ -484,9 +485,9 @@ def fix_cmd(
             "With --server: a folder under the service's <kb>/fixes/.",
         ),
     ] = None,
-    race: RaceOption = True,
-    race_fraction: RaceFractionOption = 1 / 3,
-    race_seeds: RaceSeedsOption = 2,
+    race: RaceOption = FixSettings.default("race"),
+    race_fraction: RaceFractionOption = FixSettings.default("race_fraction"),
+    race_seeds: RaceSeedsOption = FixSettings.default("race_seeds"),
     kb: KbOption = Path(DEFAULT_KB),
     as_json: JsonOption = False,
     server: ServerOption = None,
@@ -496,8 +497,6 @@ def fix_cmd(
     trust_checkpoint: TrustCheckpointOption = False,
 ) -> None:
     """Diagnose → verify the top candidates (raced) → store every attempt → repeat until a fix is verified."""
-    from remedy.kb.settings import FixSettings, settings_from
-
     settings = settings_from(
         FixSettings,
         rounds=rounds,

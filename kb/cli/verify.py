@@ -62,7 +62,9 @@ def _progress() -> Iterator[Callable[[str, int, int], None]]:
 def verify(
     run_dir: Annotated[Path, typer.Argument(help="Run directory: run.yaml + model.zip.", resolve_path=True)],
     patch: Annotated[Path, typer.Option("--patch", help="Patch file (YAML or JSON).", resolve_path=True)],
-    seeds: Annotated[int, typer.Option("--seeds", min=1, help="Training seeds per arm.")] = 3,
+    seeds: Annotated[int, typer.Option("--seeds", min=1, help="Training seeds per arm.")] = VerifySettings.default(
+        "seeds"
+    ),
     budget: Annotated[
         int | None,
         typer.Option(
@@ -78,8 +80,8 @@ def verify(
             min=2,
             help="Training seeds per arm of the confirmation (fresh seeds, run when the screen clears).",
         ),
-    ] = 8,
-    screen_confidence: ScreenConfidenceOption = 0.8,
+    ] = VerifySettings.default("confirm_seeds"),
+    screen_confidence: ScreenConfidenceOption = VerifySettings.default("screen_confidence"),
     seed_base: Annotated[
         int,
         typer.Option(
@@ -87,12 +89,16 @@ def verify(
             min=0,
             help="First training seed (seeds BASE..BASE+seeds-1; a confirmation uses the next block). Use a fresh base to re-verify.",
         ),
-    ] = 0,
+    ] = VerifySettings.default("seed_base"),
     no_confirm: Annotated[
         bool, typer.Option("--no-confirm", help="Screen only: a screen that clears stays inconclusive.")
     ] = False,
-    episodes: Annotated[int, typer.Option("--episodes", min=1, help="Evaluation episodes per agent.")] = 20,
-    n_envs: Annotated[int, typer.Option("--n-envs", min=1, help="Parallel envs of an on-policy fine-tune.")] = 8,
+    episodes: Annotated[
+        int, typer.Option("--episodes", min=1, help="Evaluation episodes per agent.")
+    ] = VerifySettings.default("episodes"),
+    n_envs: Annotated[
+        int, typer.Option("--n-envs", min=1, help="Parallel envs of an on-policy fine-tune.")
+    ] = VerifySettings.default("n_envs"),
     executor: Annotated[_Executor, typer.Option("--executor", help="Where jobs run.")] = _Executor.local,
     ray_address: Annotated[
         str | None, typer.Option("--ray-address", help="Ray cluster address (default: a local Ray).")
