@@ -206,3 +206,18 @@ def test_docs_paint_the_operations_in_headless_chromium(kb_path, embedder, tmp_p
         thread.join(30)
     assert "opblock-summary-path" in dom and "/v1/jobs/fix" in dom, dom[-2000:]
     assert "Unable to render" not in dom and "Failed to load" not in dom
+
+
+def test_settings_out_of_bounds_are_one_error_line_locally_too(tmp_path):
+    """The CLI and the service refuse the same values with the same limits (one settings type)."""
+    from remedy.cases.errors import ValidationError
+    from remedy.kb.settings import VerifySettings, settings_from
+
+    with pytest.raises(ValidationError, match="seeds"):
+        settings_from(VerifySettings, seeds=50)
+    patch = tmp_path / "lr.yaml"
+    patch.write_text(yaml.safe_dump({"kind": "hyperparameters", "changes": {"learning_rate": 0.001}}))
+    result = runner.invoke(cli, ["verify", str(QUICK), "--patch", str(patch), "--seeds", "50", "--no-store"])
+    assert result.exit_code != 0 and "seeds" in str(result.exception)
+    served = runner.invoke(cli, ["verify", str(QUICK), "--patch", str(patch), "--no-store", "--server", SERVER])
+    assert served.exit_code != 0 and "--no-store" in str(served.exception)
