@@ -126,6 +126,22 @@ def test_an_upload_is_validated_on_acceptance(served, tmp_path):
     assert not any(served.service.runs_dir.iterdir())
 
 
+def test_remedy_signature_refuses_the_same_run_in_one_line(tmp_path, monkeypatch, capsys):
+    """`remedy signature` read the run.yaml through the same RunDir.load and hung the same way."""
+    from remedy.kb.cli import main
+
+    run = tmp_path / QUICK.name
+    shutil.copytree(QUICK, run)
+    data = yaml.safe_load((run / "run.yaml").read_text())
+    data["constraints"] = [{"name": "boom", "expr": "((((((((10**8)**8)**8)**8)**8)**8)**8)**8) > 0"}]
+    (run / "run.yaml").write_text(yaml.safe_dump(data))
+    monkeypatch.setattr("sys.argv", ["remedy", "signature", str(run), "--episodes", "1"])
+    with pytest.raises(SystemExit) as ex:
+        main()
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert ex.value.code == 1 and len(err) == 1 and "nests powers" in err[0], err
+
+
 # -- quota and expiry -------------------------------------------------------------------------
 
 
