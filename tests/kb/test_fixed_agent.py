@@ -150,3 +150,39 @@ def test_a_confirmed_fix_leaves_a_loadable_agent_that_reproduces_its_figure(kb, 
     signature = CliRunner().invoke(cli, ["signature", str(folder), "--episodes", "2", "--json"])
     assert signature.exit_code == 0, signature.output
     assert "features" in json.loads(signature.output)
+
+
+def test_fix_prints_where_the_fixed_agent_is(tmp_path, capsys):
+    from remedy.cases.model import Effect
+    from remedy.kb.cli.diagnose import _render_fix
+    from remedy.kb.fixloop import AttemptRecord, FixResult
+
+    effect = Effect(metric="success_rate", treatment=0.9, control=0.1, diff=0.8, ci_low=0.6, ci_high=1.0)
+    winner = AttemptRecord(
+        round=1,
+        case_id="c-1",
+        patch=RAISE_LR,
+        family="hyperparameters",
+        status="improved",
+        effect=effect,
+        env_steps=4096,
+        wall_time_s=1.0,
+        stage="confirm",
+        fixed=True,
+    )
+    result = FixResult(
+        run_dir=tmp_path,
+        scenario=None,
+        attempts=(winner,),
+        diagnoses=(),
+        rounds_used=1,
+        winner=winner,
+        patch_path=tmp_path / "p.yaml",
+        fixed_dir=tmp_path / "fixed",
+        env_steps_to_fix=4096,
+        wall_time_to_fix_s=1.0,
+        attempts_to_fix=1,
+    )
+    _render_fix(result)
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"fixed agent: {tmp_path / 'fixed'}" in out and "README.txt says which seed and why" in out
