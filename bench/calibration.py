@@ -631,6 +631,13 @@ def print_power(out: dict) -> None:
     )
     _table("Power: a real fix screened then confirmed", short, effects, lambda r: f"{r['power']['rate']:.0%}")
     _table(
+        f"Power per patient: the fix at a random place among {n} candidates (the others do nothing), at most {c} "
+        "confirmations",
+        short,
+        effects,
+        lambda r: f"{r['patient_power']['rate']:.0%}",
+    )
+    _table(
         "Seeds per arm per confirmed fix (all seeds spent on the fix / fixes)",
         short,
         effects,
