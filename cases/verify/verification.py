@@ -104,9 +104,11 @@ SCREEN_CONFIDENCE = 0.8
 #: trained, then one test at ``confidence``. ``sequential``: a group-sequential test with looks at half and all
 #: of the confirmation seeds (4 and 8 by default), the one-sided ``(1 - confidence) / 2`` spent over the looks by
 #: a Pocock-type spending function, and a futility stop at the half-way look when the difference is not above
-#: zero (:class:`~remedy.cases.verify.stats.SequentialDesign`): a decisive fix stops at 4 seeds, a null patch
-#: usually too, and each confirmation still false-passes at most ``(1 - confidence) / 2``
-#: (``bench/calibration.py power`` measures both designs side by side).
+#: zero (:class:`~remedy.cases.verify.stats.SequentialDesign`): a decisive fix stops at 4 seeds, so do 50-64% of
+#: null patches, and each confirmation still false-passes at most ``(1 - confidence) / 2``. Not the default:
+#: with the shipped screen it loses a little power (Pocock's first look spends alpha only a decisive effect
+#: uses); with a lenient screen (``screen_confidence`` 0.6) it gains power and saves seeds per confirmed fix but
+#: still misses the 80% target on bimodal seeds (``bench/calibration.py power``, docs/benchmarks.md).
 CONFIRM_DESIGNS = ("fixed", "sequential")
 CONFIRM_DESIGN = "fixed"
 #: the level screens passed at before they had their own: the oracle records and cost lines made then are
