@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -22,6 +21,7 @@ import pydantic
 import pydantic_core
 
 from .errors import ImportFileError, ValidationError
+from .limits import _FLAGS, ImportLimits
 from .model import Case
 from .patches.spec import Patch
 
@@ -43,35 +43,6 @@ FORMATS = (".jsonl", ".json", ".parquet")
 Problem = tuple[int, str]
 
 _MAX_MSG = 240
-
-
-@dataclass(frozen=True)
-class ImportLimits:
-    """Bounds on one import; each names the `remedy kb import` flag that raises it.
-
-    A real case is a few KB of JSON (the bundled examples are under 4 KB); the defaults leave
-    two orders of magnitude of room and still refuse a file built to exhaust memory.
-    """
-
-    max_line_bytes: int = 1 << 20  # one JSONL line, one JSON array item or one Parquet cell
-    max_cases: int = 100_000  # records in one file
-    max_field_chars: int = 100_000  # any one string in a record (reward code, summary, ...)
-    max_items: int = 10_000  # any one list or mapping in a record (episodes, features, ...)
-    max_file_bytes: int = 1 << 30  # a whole .json or .parquet file, which is read at once
-
-    def __post_init__(self) -> None:
-        for name, value in vars(self).items():
-            if not isinstance(value, int) or value < 1:
-                raise ValidationError(f"import limit {name} must be a positive integer, got {value!r}")
-
-
-_FLAGS = {
-    "max_line_bytes": "--max-line-bytes",
-    "max_cases": "--max-cases",
-    "max_field_chars": "--max-field-chars",
-    "max_items": "--max-items",
-    "max_file_bytes": "--max-file-bytes",
-}
 
 
 def _over(path: Path, what: str, limit: str, value: int) -> ImportFileError:

@@ -16,7 +16,6 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
 from remedy.cases.errors import ValidationError
-from remedy.cases.io import format_validation_error
 
 if TYPE_CHECKING:
     from remedy.cases.verify.racing import RaceSettings
@@ -128,4 +127,6 @@ def settings_from(cls: type[S], **values: Any) -> S:
     try:
         return cls(**values)
     except pydantic.ValidationError as err:
+        from remedy.cases.io import format_validation_error  # the case models: only on a bad option
+
         raise ValidationError(f"{format_validation_error(err)}; see --help for the limits") from None

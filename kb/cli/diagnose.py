@@ -10,7 +10,6 @@ from rich.progress import TaskID
 from rich.table import Table
 
 from remedy.cases.errors import KBNotFoundError, KBPathError
-from remedy.cases.patches.io import save_patch
 from remedy.kb.settings import FixSettings, settings_from
 
 from .common import (
@@ -221,6 +220,8 @@ def _open_kb(path: Path):
 
 def write_patches(candidates, directory: Path) -> list[Path]:
     """Write each candidate patch as ``NN-<family>.yaml`` under ``directory``; returns the paths."""
+    from remedy.cases.patches.io import save_patch  # the patch models (pydantic, numpy): not for --help
+
     directory.mkdir(parents=True, exist_ok=True)
     out = []
     for i, cand in enumerate(candidates, start=1):

@@ -21,7 +21,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from remedy.cases.io import ImportLimits
+from remedy.cases.limits import ImportLimits
 
 from . import remote
 from .common import (

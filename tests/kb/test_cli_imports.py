@@ -136,3 +136,13 @@ def test_query_and_describe_run_without_torch(light_kb):
     res = json.loads(next(ln for ln in proc.stdout.splitlines() if ln.startswith("MODULES ")).removeprefix("MODULES "))
     assert res["codes"] == [0, 0], proc.stderr[-2000:]
     assert res["heavy"] == [], f"a query imported {res['heavy']}"
+
+
+def test_help_loads_neither_numpy_nor_the_case_models():
+    probe = _PROBE.replace(repr(HEAVY), repr(("numpy", "remedy.cases.model", "remedy.cases.patches.spec")))
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    proc = subprocess.run(
+        [sys.executable, "-c", probe, json.dumps([["--help"]])], capture_output=True, text=True, env=env
+    )
+    res = json.loads(next(ln for ln in proc.stdout.splitlines() if ln.startswith("MODULES ")).removeprefix("MODULES "))
+    assert res["codes"] == [0] and res["heavy"] == [], proc.stderr[-2000:]
