@@ -25,22 +25,30 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import cache
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from .rollouts import EpisodeRecord
+from .episodes import EpisodeRecord
+from .wrappers import WRAPPERS, WrapperSpec
 
 __all__ = ["RolloutCache", "RolloutSavings", "rollout_key", "rollout_code_version", "ROLLOUT_CODE_MODULES"]
 
 #: modules whose source decides a rollout's episodes; their hash is part of every key
-ROLLOUT_CODE_MODULES = ("rollouts.py", "envs.py", "wrappers.py", "constraints.py", "progress.py", "../success.py")
+ROLLOUT_CODE_MODULES = (
+    "rollouts.py",
+    "episodes.py",
+    "envs.py",
+    "wrappers.py",
+    "constraints.py",
+    "progress.py",
+    "../success.py",
+)
 
 
 @cache
 def rollout_code_version() -> str:
     """Remedy's version and a hash of the modules that make envs and roll agents out."""
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         remedy = version("remedy")
     except PackageNotFoundError:  # pragma: no cover - a source tree without metadata
@@ -60,8 +68,6 @@ def _sha256(path: Path | None) -> str | None:
 
 def _env_view(config: Any, for_evaluation: bool, env_kwargs: dict | None) -> dict[str, Any]:
     """The env as the agent sees it in this view: only the wrappers :func:`apply_wrappers` actually applies."""
-    from .wrappers import WRAPPERS, WrapperSpec
-
     specs = [w if isinstance(w, WrapperSpec) else WrapperSpec.model_validate(w) for w in config.wrappers]
     applied = [
         s.model_dump(mode="json")

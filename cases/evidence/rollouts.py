@@ -25,7 +25,9 @@ from ..model import EnvTraits, EpisodeSummary, Evidence
 from ..success import EpisodeOutcome, SuccessSpec, is_success, success_margin
 from .constraints import Constraint
 from .envs import env_traits, time_limit_of, traits_of_spaces
+from .episodes import EpisodeRecord
 from .progress import progress_measure
+from .rollcache import RolloutCache, rollout_key
 from .tfevents import read_scalars
 from .wrappers import ORIGINAL_REWARD_KEY, REWARD_COMPONENTS_KEY
 
@@ -42,45 +44,6 @@ __all__ = [
 
 #: most envs stepped together in one rollout batch.
 MAX_BATCH = 16
-
-
-@dataclass(frozen=True)
-class EpisodeRecord:
-    """One evaluation episode.
-
-    ``ret``/``rewards``/``final_reward`` use the ORIGINAL env reward; ``train_ret``
-    the reward the agent was trained on (setup wrappers applied). ``actions``,
-    ``observations`` and ``rewards`` are kept for the first ``keep_trajectories``
-    episodes only; ``stats`` (action jerk, saturation, ...) and ``states2d`` (the
-    first two observation dims, for coverage) are computed on every episode.
-    """
-
-    seed: int
-    ret: float
-    train_ret: float
-    length: int
-    terminated: bool
-    truncated: bool
-    success: bool
-    final_reward: float
-    violations: int = 0
-    nan: bool = False
-    actions: np.ndarray | None = None
-    observations: np.ndarray | None = None
-    rewards: np.ndarray | None = None
-    reward_components: dict[str, np.ndarray] = field(default_factory=dict)
-    stats: dict[str, float] = field(default_factory=dict)
-    action_counts: np.ndarray | None = None
-    states2d: np.ndarray | None = None
-    deterministic: bool = True
-    obs_dim_std: np.ndarray | None = None
-
-    @property
-    def termination(self) -> str:
-        """``nan``, ``terminated``, ``truncated`` or ``running`` (neither flag; should not happen)."""
-        if self.nan:
-            return "nan"
-        return "terminated" if self.terminated else "truncated" if self.truncated else "running"
 
 
 # ---------------------------------------------------------------- per-episode measures
@@ -460,7 +423,7 @@ def collect_evidence(
     seed: int = 0,
     stochastic: bool = True,
     keep_trajectories: int = 3,
-    cache: Any = None,
+    cache: RolloutCache | None = None,
 ) -> EvidenceBundle:
     """Roll out a :class:`~remedy.cases.evidence.rundir.RunDir`'s agent and read its logs.
 
@@ -498,12 +461,12 @@ def collect_evidence(
     return EvidenceBundle(det, sto, log, limit, traits, a_space, o_space, notes, names, bad_weights)
 
 
-def _rollout_once(cache: Any, run: Any, model: Any, deterministic: bool, kw: dict[str, Any]) -> list[EpisodeRecord]:
+def _rollout_once(
+    cache: RolloutCache | None, run: Any, model: Any, deterministic: bool, kw: dict[str, Any]
+) -> list[EpisodeRecord]:
     """The run's rollouts in its training view, from ``cache`` when it holds the same computation."""
     if cache is None:
         return rollout(model, run.make_env, deterministic=deterministic, **kw)
-    from .rollcache import rollout_key
-
     key = rollout_key(run, n_episodes=kw["n_episodes"], seed=kw["seed"], deterministic=deterministic)
     rest = {k: v for k, v in kw.items() if k != "keep_trajectories"}
     return cache.get_or_compute(

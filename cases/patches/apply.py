@@ -12,7 +12,7 @@
 
 What each kind contributes is its entry in :data:`remedy.cases.patches.kinds.PATCH_KINDS`.
 Parts that do not fit the env or algorithm are refused with
-:class:`PatchRejectedError` naming the rule (:func:`remedy.cases.patches.fit.check_fit`).
+:class:`PatchRejectedError` naming the rule (:func:`remedy.cases.patches.kinds.check_fit`).
 The wrappers themselves live in :mod:`remedy.cases.patches.wrappers`.
 """
 
@@ -24,7 +24,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from .kinds import patch_kind
+from .kinds import check_fit, patch_kind
 from .spec import Curriculum, Normalization, Patch
 from .wrappers import CurriculumEnv, CurriculumSchedule, EnvStepCounter
 
@@ -81,9 +81,7 @@ class PatchPlan:
         """Split ``patch`` for an env with ``traits`` (EnvTraits) and algorithm ``algo``; refuse misfits."""
         if patch is None:
             return cls()
-        from .fit import check_fit  # one set of fit rules, shared with `remedy patch check`
-
-        check_fit(patch, traits, algo)
+        check_fit(patch, traits, algo)  # one set of fit rules, shared with `remedy patch check`
         acc: dict[str, Any] = {"env_patches": [], "overrides": {}, "extra_steps": 0}
         for part in patch.parts:
             entry = patch_kind(part.kind)

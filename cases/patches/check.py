@@ -1,6 +1,6 @@
 """Is a patch fit to use? Fit checks against the env and algorithm, then the sandbox and a fuzz run.
 
-:func:`check_fit` (the per-kind rules of :mod:`remedy.cases.patches.fit`) refuses parts
+:func:`check_fit` (the per-kind rules of :mod:`remedy.cases.patches.fit`, run by the registry) refuses parts
 that cannot work here (a smoothness penalty on discrete actions, ``ent_coef`` for DQN, a
 hyperparameter the algorithm does not take, a learning rate of 5). :func:`check_patch` adds, for every reward-shaping
 part and safety predicate, the static sandbox check, compilation and a fuzz run
@@ -16,9 +16,9 @@ from typing import Any
 
 from ..errors import PatchRejectedError
 from ..model import EnvTraits
-from .fit import HYPERPARAMETER_RULES, algo_hyperparameters, check_fit
+from .fit import HYPERPARAMETER_RULES, algo_hyperparameters
 from .fuzz import DEFAULT_FUZZ_CALLS, FuzzReport
-from .kinds import patch_kind
+from .kinds import check_fit, patch_kind
 from .spec import Curriculum, Patch
 
 __all__ = ["CheckReport", "check_fit", "check_patch", "algo_hyperparameters", "HYPERPARAMETER_RULES"]

@@ -3,7 +3,7 @@
 Each kind's rule is a function ``(part, FitContext) -> None`` that raises
 :class:`PatchRejectedError` with a ``rule``; the registry
 (:data:`remedy.cases.patches.kinds.PATCH_KINDS`) says which rule belongs to which
-kind, and :func:`check_fit` runs them. They refuse parts that cannot work here (a
+kind, and :func:`~remedy.cases.patches.kinds.check_fit` runs them. They refuse parts that cannot work here (a
 smoothness penalty on discrete actions, ``ent_coef`` for DQN, a hyperparameter the
 algorithm does not take, a learning rate of 5).
 """
@@ -14,19 +14,16 @@ import inspect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import PatchRejectedError
 from ..model import ActionSpaceType, EnvTraits
-
-if TYPE_CHECKING:
-    from .spec import Curriculum, ExplorationBonus, FrameStack, Hyperparameters, Normalization, Patch, TimeLimit
+from .spec import Curriculum, ExplorationBonus, FrameStack, Hyperparameters, Normalization, TimeLimit
 
 __all__ = [
     "FitContext",
     "HYPERPARAMETER_RULES",
     "algo_hyperparameters",
-    "check_fit",
     "needs_continuous_actions",
     "fit_exploration",
     "fit_hyperparameters",
@@ -107,28 +104,6 @@ class FitContext:
     algo: str | None = None
     accepted: frozenset[str] | None = None
     observation_space: Any = None
-
-
-def check_fit(
-    patch: Patch,
-    traits: EnvTraits,
-    algo: str | None = None,
-    *,
-    observation_space: Any = None,
-) -> None:
-    """Raise :class:`PatchRejectedError` (with ``rule``) for the first part that does not fit the env/algorithm.
-
-    ``algo`` (None: skip algorithm checks) is validated against its
-    constructor; ``observation_space`` (optional) enables the checks that need
-    the space's type (frame stack, observation normalization).
-    """
-    from .kinds import patch_kind
-
-    ctx = FitContext(traits, algo, algo_hyperparameters(algo) if algo else None, observation_space)
-    for part in patch.parts:
-        rule = patch_kind(part.kind).fit
-        if rule is not None:
-            rule(part, ctx)
 
 
 # --------------------------------------------------------------------------- one rule per kind

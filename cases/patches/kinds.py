@@ -20,10 +20,11 @@ import gymnasium as gym
 from pydantic import BaseModel
 
 from ..errors import PatchRejectedError
-from ..model import RemedyFamily
+from ..model import EnvTraits, RemedyFamily
 from . import fit, spec, wrappers
+from .spec import Patch
 
-__all__ = ["PatchKind", "PATCH_KINDS", "patch_kind", "reward_kinds"]
+__all__ = ["PatchKind", "PATCH_KINDS", "patch_kind", "reward_kinds", "check_fit"]
 
 #: (part, observation space, action space, n_random, seed, timeout_s) -> FuzzReport
 CodeCheck = Callable[[Any, Any, Any, int, int, float], Any]
@@ -174,3 +175,23 @@ def patch_kind(name: str) -> PatchKind:
 def reward_kinds() -> frozenset[str]:
     """Kinds whose env wrapper changes the training reward."""
     return frozenset(name for name, k in PATCH_KINDS.items() if k.changes_reward)
+
+
+def check_fit(
+    patch: Patch,
+    traits: EnvTraits,
+    algo: str | None = None,
+    *,
+    observation_space: Any = None,
+) -> None:
+    """Raise :class:`PatchRejectedError` (with ``rule``) for the first part that does not fit the env/algorithm.
+
+    ``algo`` (None: skip algorithm checks) is validated against its
+    constructor; ``observation_space`` (optional) enables the checks that need
+    the space's type (frame stack, observation normalization).
+    """
+    ctx = fit.FitContext(traits, algo, fit.algo_hyperparameters(algo) if algo else None, observation_space)
+    for part in patch.parts:
+        rule = patch_kind(part.kind).fit
+        if rule is not None:
+            rule(part, ctx)
