@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..algos import AlgoName
 from ..errors import RunDirError, ScenarioError
@@ -33,7 +33,8 @@ from ..evidence.wrappers import WrapperSpec
 from ..model import RemedyFamily, RootCause
 from ..patches.spec import Patch
 from ..success import SuccessSpec
-from ..yamlfile import load_yaml_model
+from ..yamlfile import first_error, load_yaml_model
+from .templates import TEMPLATE_FILE, template_fields
 
 __all__ = [
     "SCENARIO_DIR",
@@ -44,6 +45,7 @@ __all__ = [
     "BuiltScenario",
     "load_scenarios",
     "bundled_scenarios",
+    "load_template_scenarios",
     "load_scenario",
     "scenario_hash",
     "default_cache_dir",
@@ -183,11 +185,22 @@ def _hand_files() -> list[Path]:
 
 def bundled_scenarios() -> list[Scenario]:
     """The bundled suite: the hand-written scenario files, then the fault templates' expansion."""
-    from .templates import load_template_scenarios
-
     hand = [load_scenario(f) for f in _hand_files()]
     reserved = frozenset((s.family, s.env_id) for s in hand if s.family)
     return _unique(hand + load_template_scenarios(reserved=reserved))
+
+
+def load_template_scenarios(
+    path: str | Path = TEMPLATE_FILE, reserved: frozenset[tuple[str, str]] = frozenset()
+) -> list[Scenario]:
+    """The scenarios a fault-template file expands into (validated :class:`Scenario` objects)."""
+    scenarios = []
+    for fields in template_fields(path, reserved):
+        try:
+            scenarios.append(Scenario.model_validate(fields))
+        except ValidationError as ex:
+            raise ScenarioError(f"template scenario '{fields['name']}' in {path}: {first_error(ex)}") from None
+    return scenarios
 
 
 def _unique(scenarios: list[Scenario]) -> list[Scenario]:

@@ -26,12 +26,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
 
 from ..errors import ScenarioError
-from ..yamlfile import first_error
 
-__all__ = ["TEMPLATE_FILE", "HOLDOUT_BELOW", "split_for", "expand_templates", "load_template_scenarios"]
+__all__ = ["TEMPLATE_FILE", "HOLDOUT_BELOW", "split_for", "expand_templates", "template_fields"]
 
 #: the bundled template file.
 TEMPLATE_FILE = Path(__file__).parent.parent / "scenarios" / "templates" / "faults.yaml"
@@ -118,21 +116,14 @@ def expand_templates(data: dict[str, Any], reserved: frozenset[tuple[str, str]] 
     return out
 
 
-def load_template_scenarios(
+def template_fields(
     path: str | Path = TEMPLATE_FILE, reserved: frozenset[tuple[str, str]] = frozenset()
-) -> list[Any]:
-    """The scenarios a template file expands into (validated :class:`Scenario` objects)."""
-    from .scenarios import Scenario
-
+) -> list[dict[str, Any]]:
+    """The scenario field dicts a template file expands into (validated as scenarios by
+    :func:`remedy.cases.verify.scenarios.load_template_scenarios`)."""
     path = Path(path)
     try:
         data = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as ex:
         raise ScenarioError(f"cannot read the fault templates {path}: {ex}; fix or restore the file") from ex
-    scenarios = []
-    for fields in expand_templates(data, reserved):
-        try:
-            scenarios.append(Scenario.model_validate(fields))
-        except ValidationError as ex:
-            raise ScenarioError(f"template scenario '{fields['name']}' in {path}: {first_error(ex)}") from None
-    return scenarios
+    return expand_templates(data, reserved)

@@ -7,8 +7,8 @@ import pytest
 from remedy.cases.errors import ScenarioError
 from remedy.cases.evidence.envs import env_traits
 from remedy.cases.patches.check import check_patch
-from remedy.cases.verify.scenarios import SCENARIO_DIR, load_scenarios
-from remedy.cases.verify.templates import expand_templates, load_template_scenarios, split_for
+from remedy.cases.verify.scenarios import SCENARIO_DIR, load_scenarios, load_template_scenarios
+from remedy.cases.verify.templates import expand_templates, split_for
 
 BASE = {"env_id": "CartPole-v1", "algo": "PPO", "train_steps": 1000, "success": {"kind": "terminated"}}
 TOY = {
