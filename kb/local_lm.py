@@ -27,7 +27,9 @@ from remedy.cases.errors import LMError
 
 __all__ = ["BUNDLED", "LocalModel", "find_model", "env_lines", "serve_local_lm", "MODEL_ALIAS"]
 
-#: the model name the server answers to; REMEDY_LM is ``openai/<alias>``
+#: the model name the server answers to when none is given; REMEDY_LM is ``openai/<alias>``. The
+#: server answers to the model's own name (``smollm2``), so DSPy's response cache, keyed by the model
+#: string, never hands one model's answer to another served on the same port.
 MODEL_ALIAS = "local"
 
 
@@ -83,10 +85,10 @@ def _assembled_gemma() -> Path:
     return target if target.is_file() else Path(gemma.assemble(target))
 
 
-def env_lines(host: str, port: int) -> list[str]:
+def env_lines(host: str, port: int, alias: str = MODEL_ALIAS) -> list[str]:
     """The environment a client sets to use the local server (as for any OpenAI-compatible one)."""
     return [
-        f"export REMEDY_LM=openai/{MODEL_ALIAS}",
+        f"export REMEDY_LM=openai/{alias}",
         f"export REMEDY_LM_API_BASE=http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}/v1",
         "export REMEDY_LM_API_KEY=none",
         "export REMEDY_LM_ENGINE=litellm",
@@ -104,7 +106,12 @@ def serve_local_lm(model: LocalModel, *, host: str, port: int, n_ctx: int, threa
             f"the local LM server needs llama-cpp-python ({ex.name} is missing); pip install -e '.[local-lm]'"
         ) from ex
     settings = ModelSettings(
-        model=str(model.path), model_alias=MODEL_ALIAS, n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads
+        model=str(model.path),
+        model_alias=model.name,
+        n_ctx=n_ctx,
+        n_threads=threads,
+        n_threads_batch=threads,
+        verbose=False,  # llama.cpp's per-request timings on stderr are noise to a user
     )
     app = create_app(server_settings=ServerSettings(host=host, port=port), model_settings=[settings])
     uvicorn.run(app, host=host, port=port, log_level="warning")

@@ -34,7 +34,7 @@ def lm_serve(
 
     found = find_model(model)
     console.print(f"Serving {found.name} ({found.path}) at http://{host}:{port}/v1; Ctrl-C stops. Then:")
-    for line in env_lines(host, port):
+    for line in env_lines(host, port, found.name):
         console.print(f"  {line}", soft_wrap=True, highlight=False)
     serve_local_lm(found, host=host, port=port, n_ctx=ctx, threads=threads)
 

@@ -37,8 +37,9 @@ def test_a_gguf_path_is_taken_as_is_and_a_missing_one_is_refused(tmp_path: Path)
 
 
 def test_env_lines_point_remedy_at_the_server() -> None:
-    lines = env_lines("0.0.0.0", 8081)
-    assert f"export REMEDY_LM=openai/{MODEL_ALIAS}" in lines
+    lines = env_lines("0.0.0.0", 8081, "smollm2")
+    assert "export REMEDY_LM=openai/smollm2" in lines
+    assert f"export REMEDY_LM=openai/{MODEL_ALIAS}" in env_lines("127.0.0.1", 8081)
     assert "export REMEDY_LM_API_BASE=http://127.0.0.1:8081/v1" in lines
 
 
@@ -51,7 +52,9 @@ def test_lm_models_lists_every_bundled_model() -> None:
 
 
 def _described() -> DiagnosisContext:
-    subject = Subject(env_id="MountainCar-v0", algo="DQN", traits=EnvTraits(action_space="discrete", obs_dim=2, action_dim=1))
+    subject = Subject(
+        env_id="MountainCar-v0", algo="DQN", traits=EnvTraits(action_space="discrete", obs_dim=2, action_dim=1)
+    )
     sig = Signature(features={}, symptoms=["never_succeeds"], summary="described")
     return DiagnosisContext(subject=subject, signature=sig, description="the return stays at -200 forever")
 
@@ -115,7 +118,7 @@ def test_the_local_server_answers_a_chat_request(tmp_path: Path) -> None:
                     break
             except httpx.HTTPError:
                 time.sleep(0.5)
-        body = {"model": MODEL_ALIAS, "messages": [{"role": "user", "content": "Say OK."}], "max_tokens": 8}
+        body = {"model": "smollm2", "messages": [{"role": "user", "content": "Say OK."}], "max_tokens": 8}
         reply = httpx.post(f"{url}/chat/completions", json=body, timeout=120).json()
         assert reply["choices"][0]["message"]["content"].strip()
     finally:

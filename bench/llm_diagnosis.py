@@ -1,0 +1,307 @@
+"""The LLM diagnoser measured on real failure reports, beside the offline diagnoser and the commonest cause.
+
+Data: ``bench/data/describe_reports.jsonl`` (public RL failure reports with the causes and remedy
+families their threads settled on; see ``bench/describe.py``). Default splits: the held-out batches
+``holdout4`` and ``holdout5`` (``dev`` is for tuning only). The KB holds the bundled example cases.
+
+Columns (each report diagnosed from its text, with the env / algorithm / action space it names):
+
+- ``most frequent``: dev's commonest first causes, the same for every report;
+- ``offline``: ``diagnose_description`` as shipped (the offline vote);
+- ``lm <output> zero-shot``: the LLM backend with the similar cases and rules withheld;
+- ``lm <output> grounded``: the same with the retrieved cases and matching rules/priors in the prompt.
+
+``<output>`` is the answer the program asks for (``REMEDY_LM_OUTPUT``, :data:`remedy.retrieval.llm.OUTPUTS`):
+``full`` (the shipped chain of thought: ranked causes and patches as JSON), ``choose`` (up to three cause
+names picked from the taxonomy) and ``choose-grammar`` (the same under a llama.cpp grammar).
+
+Per column: top-1 / top-3 cause and family top-3 (where the column proposes families), each with a
+seeded bootstrap 95% interval over reports; LM calls, tokens and wall time; and the answers that went
+wrong, counted, never mapped: ``parse`` (no answer in the expected format), ``outside`` (cause names
+outside the taxonomy; an answer with no listed name at all scores as a miss), ``bad patches``
+(patches dropped for not fitting the patch schema) and ``lm errors``. A failed answer scores as a miss.
+Paired bootstrap intervals compare grounded with zero-shot per output.
+
+One LM call per report and column (no retries: ``--retries``), temperature 0. Rows are appended to
+``--out`` as they finish and skipped when already there (same model label, column and report), so an
+interrupted run resumes and a rerun costs nothing.
+
+Usage (a local model, on 2 cores):
+
+    remedy lm serve --model smollm2 --threads 1 &     # prints the REMEDY_LM lines below
+    export REMEDY_LM=openai/smollm2 REMEDY_LM_API_BASE=http://127.0.0.1:8080/v1 REMEDY_LM_API_KEY=none \\
+        REMEDY_LM_ENGINE=litellm REMEDY_LM_MAX_TOKENS=400
+    .venv/bin/python bench/llm_diagnosis.py --label smollm2 [--outputs choose,choose-grammar,full]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+for _k, _v in (
+    ("HF_HUB_OFFLINE", "1"),
+    ("TRANSFORMERS_OFFLINE", "1"),
+    ("TOKENIZERS_PARALLELISM", "false"),
+    ("LITELLM_LOCAL_MODEL_COST_MAP", "True"),
+):
+    os.environ.setdefault(_k, _v)
+
+import numpy as np  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from describe import CachingEmbedder, load_reports  # noqa: E402
+
+from remedy.cases.errors import LMError  # noqa: E402
+from remedy.kb.diagnose import diagnose_description  # noqa: E402
+from remedy.kb.facade import KnowledgeBase  # noqa: E402
+from remedy.retrieval.describe import SymptomReader  # noqa: E402
+from remedy.retrieval.embedder import default_embedder  # noqa: E402
+from remedy.retrieval.llm import OUTPUTS, OUTSIDE_TAXONOMY, LLMDiagnoser, lm_from_env  # noqa: E402
+from remedy.retrieval.offline import OfflineDiagnoser  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+BOOT = 2000
+SEED = 0
+
+
+def diagnose_row(kb, reader, report: dict, diagnoser) -> dict:
+    """One report through one diagnoser: ranked causes and families, and what went wrong."""
+    row: dict = {"causes": [], "families": None, "status": "ok", "outside": [], "bad_patches": 0, "error": ""}
+    try:
+        rep = diagnose_description(
+            kb,
+            report["symptom"],
+            env_id=report.get("env"),
+            algo=report.get("algo"),
+            action_space=report.get("action_space"),
+            diagnoser=diagnoser,
+            reader=reader,
+            rules=(),  # a fresh KB of examples has no accepted rules; priors still match
+        )
+    except LMError as ex:
+        msg = str(ex)
+        row["error"] = msg[:400]
+        if OUTSIDE_TAXONOMY in msg or "Input should be" in msg:
+            row["status"] = "outside"
+        elif "malformed output" in msg:
+            row["status"] = "parse"
+        else:
+            row["status"] = "lm_error"
+        return row
+    row["causes"] = [c.cause.value for c in rep.diagnosis.causes if c.cause.value != "unknown"]
+    fams = [f.family.value for f in rep.families] or list(dict.fromkeys(c.family.value for c in rep.candidates))
+    full = getattr(diagnoser, "output", "full") == "full"
+    row["families"] = fams if (full or not isinstance(diagnoser, LLMDiagnoser)) else None
+    for w in rep.warnings:
+        if w.startswith(OUTSIDE_TAXONOMY):
+            row["outside"] = w.split(": ", 1)[1].split(", ")
+        row["bad_patches"] += w.startswith("dropped LLM patch")
+    return row
+
+
+def lm_usage(lm, start: int) -> tuple[int, int, int]:
+    """(calls, prompt tokens, completion tokens) in the LM's history since ``start``."""
+    calls = prompt = completion = 0
+    for h in lm.history[start:]:
+        calls += 1
+        u = h.get("usage") or {}
+        prompt += int(u.get("prompt_tokens") or 0)
+        completion += int(u.get("completion_tokens") or 0)
+    return calls, prompt, completion
+
+
+def bootstrap(hits: np.ndarray, rng: np.random.Generator) -> tuple[float, float]:
+    """Percentile 95% interval of the mean of 0/1 hits over reports."""
+    if not len(hits):
+        return (float("nan"), float("nan"))
+    means = hits[rng.integers(0, len(hits), size=(BOOT, len(hits)))].mean(axis=1)
+    return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
+
+
+def hits(rows: list[dict], reports: dict[str, dict], metric: str) -> np.ndarray:
+    """0/1 per report: top-1 / top-3 cause or family top-3."""
+    out = []
+    for r in rows:
+        truth = reports[r["id"]]
+        if metric == "top1":
+            out.append(bool(r["causes"][:1]) and r["causes"][0] in truth["causes"])
+        elif metric == "top3":
+            out.append(any(c in truth["causes"] for c in r["causes"][:3]))
+        else:
+            out.append(any(f in truth["families"] for f in (r["families"] or [])[:3]))
+    return np.array(out, dtype=float)
+
+
+def summarize(done: list[dict], reports: dict[str, dict], columns: list[str]) -> list[dict]:
+    """One line per column: scores with intervals, counts of failures, LM cost."""
+    lines = []
+    for col in columns:
+        rows = sorted((r for r in done if r["column"] == col), key=lambda r: r["id"])
+        if not rows:
+            continue
+        line = {"column": col, "n": len(rows)}
+        for m in ("top1", "top3", "family_top3"):
+            if m == "family_top3" and any(r["families"] is None for r in rows):
+                line[m] = None
+                continue
+            h = hits(rows, reports, m)
+            line[m] = float(h.mean())
+            line[m + "_ci"] = bootstrap(h, np.random.default_rng(SEED))
+        status = Counter(r["status"] for r in rows)
+        line.update(
+            parse=status["parse"],
+            outside_only=status["outside"],
+            outside_any=sum(bool(r["outside"]) for r in rows) + status["outside"],
+            bad_patches=sum(r["bad_patches"] for r in rows),
+            lm_errors=status["lm_error"],
+            calls=sum(r.get("calls", 0) for r in rows),
+            tokens=sum(r.get("prompt_tokens", 0) + r.get("completion_tokens", 0) for r in rows),
+            seconds=sum(r.get("seconds", 0.0) for r in rows),
+        )
+        lines.append(line)
+    return lines
+
+
+def paired(done: list[dict], reports: dict[str, dict], a: str, b: str, metric: str) -> tuple[float, float, float, int]:
+    """Mean difference b - a on the reports both columns scored, with a seeded paired bootstrap interval."""
+    ra = {r["id"]: r for r in done if r["column"] == a}
+    rb = {r["id"]: r for r in done if r["column"] == b}
+    ids = sorted(set(ra) & set(rb))
+    if not ids:
+        return float("nan"), float("nan"), float("nan"), 0
+    d = hits([rb[i] for i in ids], reports, metric) - hits([ra[i] for i in ids], reports, metric)
+    lo, hi = bootstrap(d, np.random.default_rng(SEED))
+    return float(d.mean()), lo, hi, len(ids)
+
+
+def _pct(x) -> str:
+    return "—" if x is None else f"{x:.0%}"
+
+
+def _ci(line: dict, m: str) -> str:
+    if line.get(m) is None:
+        return f"{'—':>17}"
+    lo, hi = line[m + "_ci"]
+    return f"{line[m]:>4.0%} [{lo:.0%}, {hi:.0%}]".rjust(17)
+
+
+def print_table(label: str, lines: list[dict]) -> None:
+    """The table docs/benchmarks.md carries."""
+    print(f"model: {label}")
+    head = (
+        f"{'column':<30} {'n':>3} {'top-1 [95% CI]':>17} {'top-3 [95% CI]':>17} {'fam-3 [95% CI]':>17} "
+        f"{'parse':>5} {'outside':>7} {'badpatch':>8} {'lmerr':>5} {'calls':>5} {'tokens':>7} {'wall s':>7}"
+    )
+    print(head)
+    print("-" * len(head))
+    for x in lines:
+        print(
+            f"{x['column']:<30} {x['n']:>3} {_ci(x, 'top1')} {_ci(x, 'top3')} {_ci(x, 'family_top3')} "
+            f"{x['parse']:>5} {x['outside_any']:>7} {x['bad_patches']:>8} {x['lm_errors']:>5} {x['calls']:>5} "
+            f"{x['tokens']:>7} {x['seconds']:>7.0f}"
+        )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", type=Path, default=HERE / "data" / "describe_reports.jsonl")
+    ap.add_argument("--out", type=Path, default=HERE / "data" / "llm_diagnosis.jsonl")
+    ap.add_argument("--splits", default="holdout4,holdout5", help="comma-separated splits (dev: tuning only)")
+    ap.add_argument("--label", default="", help="the model's name in the rows (required for LM columns)")
+    ap.add_argument("--outputs", default="choose,choose-grammar", help=f"LM outputs to score, of {', '.join(OUTPUTS)}")
+    ap.add_argument("--modes", default="zero-shot,grounded", help="zero-shot, grounded or both")
+    ap.add_argument("--retries", type=int, default=0, help="retries after a malformed answer (default 0)")
+    ap.add_argument("--limit", type=int, default=0, help="score only the first N reports of the splits")
+    ap.add_argument("--table-only", action="store_true", help="print the table from --out; call no LM")
+    args = ap.parse_args()
+
+    all_reports = load_reports(args.data)
+    splits = args.splits.split(",")
+    reports = [r for r in all_reports if r["split"] in splits]
+    reports = reports[: args.limit] if args.limit else reports
+    by_id = {r["id"]: r for r in all_reports}
+    dev = [r for r in all_reports if r["split"] == "dev"]
+    lm_columns = [f"lm {o} {m}" for o in args.outputs.split(",") if o for m in args.modes.split(",") if m]
+    columns = ["most frequent on dev", "offline (shipped)", *lm_columns]
+    label = args.label or ("-" if args.table_only else "")
+    if lm_columns and not label:
+        raise SystemExit("error: give --label NAME (the served model, e.g. smollm2) so rows of models stay apart")
+
+    done = [json.loads(x) for x in args.out.read_text().splitlines() if x.strip()] if args.out.exists() else []
+    mine = [r for r in done if r["label"] in (label, "*") and r["id"] in {x["id"] for x in reports}]
+    if not args.table_only:
+        mine = run(args, reports, dev, lm_columns, label, mine)
+    print(f"splits: {', '.join(splits)}; data {args.data.name}; one call per report, {args.retries} retries")
+    lines = summarize(mine, by_id, columns)
+    print_table(label, lines)
+    for o in args.outputs.split(","):
+        a, b = f"lm {o} zero-shot", f"lm {o} grounded"
+        for m in ("top1", "top3"):
+            d, lo, hi, n = paired(mine, by_id, a, b, m)
+            if n:
+                print(f"grounded - zero-shot ({o}), {m}: {d:+.0%} [{lo:+.0%}, {hi:+.0%}] over {n} reports")
+
+
+def run(args, reports: list[dict], dev: list[dict], lm_columns: list[str], label: str, mine: list[dict]) -> list[dict]:
+    """Diagnose every (column, report) not in ``mine`` yet, appending each row to ``--out`` as it finishes."""
+    have = {(r["column"], r["id"]) for r in mine}
+    lm = lm_from_env() if lm_columns else None
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    commonest = [c for c, _ in Counter(r["causes"][0] for r in dev).most_common(3)]
+    families = [f for f, _ in Counter(f for r in dev for f in r["families"]).most_common(3)]
+    embedder = CachingEmbedder(default_embedder())
+    reader = SymptomReader(embedder)
+    with tempfile.TemporaryDirectory(prefix="remedy-llm-bench-") as tmp, args.out.open("a") as out:
+        base = KnowledgeBase.open(Path(tmp) / "kb", create=True, embedder=embedder)
+        base.load_examples()
+
+        def put(row: dict) -> None:
+            mine.append(row)
+            out.write(json.dumps(row) + "\n")
+            out.flush()
+
+        for r in reports:  # the baselines take no LM: the same row serves every model ("*")
+            if ("most frequent on dev", r["id"]) not in have:
+                put(
+                    {"label": "*", "column": "most frequent on dev", "id": r["id"], "split": r["split"]}
+                    | {"causes": commonest, "families": families, "status": "ok", "outside": [], "bad_patches": 0}
+                )
+            if ("offline (shipped)", r["id"]) not in have:
+                t0 = time.perf_counter()
+                row = diagnose_row(base, reader, r, OfflineDiagnoser())
+                put(
+                    {"label": "*", "column": "offline (shipped)", "id": r["id"], "split": r["split"], **row}
+                    | {"seconds": round(time.perf_counter() - t0, 3)}
+                )
+        for col in lm_columns:
+            _, output, mode = col.split(" ")
+            diag = LLMDiagnoser(lm=lm, output=output, grounded=mode == "grounded", max_retries=args.retries)
+            for i, r in enumerate(reports):
+                if (col, r["id"]) in have:
+                    continue
+                start, t0 = len(lm.history), time.perf_counter()
+                row = diagnose_row(base, reader, r, diag)
+                calls, ptok, ctok = lm_usage(lm, start)
+                row |= {"calls": calls, "prompt_tokens": ptok, "completion_tokens": ctok}
+                put(
+                    {"label": label, "column": col, "id": r["id"], "split": r["split"], **row}
+                    | {"seconds": round(time.perf_counter() - t0, 3)}
+                )
+                print(
+                    f"{col} {i + 1}/{len(reports)} {r['id']}: {row['status']} {row['causes'][:3]} "
+                    f"truth {r['causes']} ({time.perf_counter() - t0:.0f} s)",
+                    flush=True,
+                )
+        base.close()
+    return mine
+
+
+if __name__ == "__main__":
+    main()
