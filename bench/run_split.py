@@ -34,12 +34,12 @@ from remedy.kb.bench import (
     BenchReport,
     BenchSettings,
     ScenarioResult,
-    render_markdown,
     run_bench,
     select_scenarios,
     split_summaries,
     summarize,
 )
+from remedy.kb.bench_report import render_markdown
 
 
 def _load(path: Path) -> ScenarioResult:

@@ -65,8 +65,6 @@ __all__ = [
     "run_bench",
     "run_curve",
     "summarize",
-    "write_report",
-    "render_markdown",
     "DEFAULT_REPORT_DIR",
 ]
 
@@ -527,7 +525,3 @@ class _Collector:
     def add(self, case: Case) -> bool:
         self.cases.append(case)
         return True
-
-
-# Reports live in bench_report (re-exported here: ``from remedy.kb.bench import render_markdown``).
-from .bench_report import render_markdown, write_report  # noqa: E402

@@ -720,7 +720,8 @@ def bench_run(
     as_json: JsonOption = False,
 ) -> None:
     """Run the fix loop on each fault scenario; score accuracy and fix rate per split, next to baselines."""
-    from remedy.kb.bench import run_bench, select_scenarios, write_report
+    from remedy.kb.bench import run_bench, select_scenarios
+    from remedy.kb.bench_report import write_report
     from remedy.kb.facade import KnowledgeBase
 
     racing = _race(race, race_fraction, race_seeds)
@@ -776,7 +777,8 @@ def bench_curve(
     """The meta-learning curve: the suite cold (empty KB), then warm (KB of the other scenarios' cold cases)."""
     import tempfile
 
-    from remedy.kb.bench import run_curve, select_scenarios, write_report
+    from remedy.kb.bench import run_curve, select_scenarios
+    from remedy.kb.bench_report import write_report
     from remedy.kb.facade import KnowledgeBase
 
     racing = _race(race, race_fraction, race_seeds)

@@ -17,10 +17,10 @@ from remedy.kb.bench import (
     BenchReport,
     BenchSettings,
     ScenarioResult,
-    render_markdown,
     split_summaries,
     summarize,
 )
+from remedy.kb.bench_report import render_markdown
 
 TRUTHS = [
     ["undertraining"],

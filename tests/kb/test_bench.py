@@ -16,7 +16,8 @@ from typer.testing import CliRunner
 
 from remedy.cases.model import Cause, Diagnosis, Effect, RootCause, Source, Verification
 from remedy.cases.verify.scenarios import build, load_scenarios
-from remedy.kb.bench import BenchSettings, run_bench, score_causes, summarize, write_report
+from remedy.kb.bench import BenchSettings, run_bench, score_causes, summarize
+from remedy.kb.bench_report import write_report
 from remedy.kb.cli import app
 from remedy.kb.diagnose import diagnose_run
 
