@@ -127,6 +127,8 @@ def settings_from(cls: type[S], **values: Any) -> S:
     try:
         return cls(**values)
     except pydantic.ValidationError as err:
-        from remedy.cases.io import format_validation_error  # the case models: only on a bad option
-
-        raise ValidationError(f"{format_validation_error(err)}; see --help for the limits") from None
+        first = err.errors()[0]
+        field = str(first["loc"][0]) if first.get("loc") else ""
+        flag = f"--{field.replace('_', '-')}" if field else "an option"
+        msg = str(first.get("msg", "invalid value")).removeprefix("Input ").removeprefix("Value error, ")
+        raise ValidationError(f"{flag}: got {first.get('input')!r}: {msg}; see --help for the limits") from None

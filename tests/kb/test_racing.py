@@ -190,8 +190,8 @@ def _no_budget() -> dict:
 @pytest.mark.parametrize(
     ("args", "says"),
     [
-        (["fix", "{tmp}", "--race-seeds", "1"], "--race-seeds must be at least 2"),
-        (["fix", "{tmp}", "--race-fraction", "1.5"], "--race-fraction must be between 0 and 1"),
+        (["fix", "{tmp}", "--race-seeds", "1"], "--race-seeds: got 1: should be greater than or equal to 2"),
+        (["fix", "{tmp}", "--race-fraction", "1.5"], "--race-fraction: got 1.5: should be less than 1"),
         (["bench", "run", "--race-fraction", "0"], "--race-fraction must be between 0 and 1"),
     ],
 )
