@@ -158,14 +158,18 @@ def _with_active_program(backend: Diagnoser, kb: KnowledgeBase | None) -> Diagno
         return _with_active_llm_program(backend, kb)
     if kb is None or not isinstance(backend, OfflineDiagnoser):
         return backend
-    if backend.program_id is not None or backend.settings != OfflineSettings():
-        return backend
+    from remedy.optimizer.ranker import active_ranker
     from remedy.optimizer.versions import active_offline
 
-    active = active_offline(kb.store)
-    if active is None:
+    # the KB's active remedy ranker (remedy optimize --backend ranker) orders the vote; one passed in stays
+    ranker = backend.ranker or active_ranker(kb.store)
+    active = None
+    if backend.program_id is None and backend.settings == OfflineSettings():
+        active = active_offline(kb.store)
+    if active is None and ranker is backend.ranker:
         return backend
-    return OfflineDiagnoser(active.offline_settings(), priors=backend.priors, program_id=active.id)
+    settings, pid = (backend.settings, backend.program_id) if active is None else (active.offline_settings(), active.id)
+    return OfflineDiagnoser(settings, priors=backend.priors, program_id=pid, ranker=ranker)
 
 
 def _is_llm(backend: Diagnoser) -> bool:

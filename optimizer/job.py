@@ -33,6 +33,7 @@ from remedy.retrieval.offline import OfflineSettings
 
 from .dataset import Example, build_examples, dev_answer_keys, example_group, split_examples
 from .offline import K_MAX, Prepared, evaluate, prepare, tune_offline
+from .ranker import RANKER_OPTIMIZER, RankerSettings, active_ranker, attempt_rows, evaluate_ranked, fit_ranker
 from .versions import DEFAULT_MARGIN, ProgramStore, ProgramVersion, promotion_decision
 
 __all__ = [
@@ -75,10 +76,12 @@ class OptimizeOptions:
 
     def check(self) -> None:
         """Refuse option values that cannot run, naming the flag."""
-        if self.backend not in ("offline", "llm"):
-            raise OptimizeError(f"unknown --backend {self.backend!r}; choose offline or llm")
+        if self.backend not in ("offline", "llm", "ranker"):
+            raise OptimizeError(f"unknown --backend {self.backend!r}; choose offline, llm or ranker")
         if self.backend == "offline" and self.optimizer not in (None, _OFFLINE_OPTIMIZER):
             raise OptimizeError("--optimizer applies to --backend llm only (the offline backend uses Optuna TPE)")
+        if self.backend == "ranker" and self.optimizer not in (None, RANKER_OPTIMIZER):
+            raise OptimizeError("--optimizer applies to --backend llm only (the ranker is an L2 logistic model)")
         if self.backend == "llm" and self.optimizer not in LLM_OPTIMIZERS:
             raise OptimizeError(f"--backend llm needs --optimizer {'|'.join(LLM_OPTIMIZERS)}")
         if self.trials < 1:
@@ -189,6 +192,8 @@ def _run(store: CaseStore, retriever: CaseRetriever | None, opts: OptimizeOption
         say(f"compiling the diagnosis program with {opts.optimizer}")
         contexts = {p.example.key: p.context for p in prepared}
         return _run_llm(programs, train, val, active, opts, new, since, contexts)
+    if opts.backend == "ranker":
+        return _run_ranker(store, retriever, programs, cases, examples, (train, val), opts, new, since, say)
     start = active.offline_settings() if active is not None else OfflineSettings()
     say(f"retrieving neighbours for {len(examples)} examples (leave-group-out)")
     prepared = prepare(examples, retriever, _group_ids(cases), k_max=max(K_MAX, start.k), mirrors=_mirrors(examples))
@@ -223,6 +228,53 @@ def _run(store: CaseStore, retriever: CaseRetriever | None, opts: OptimizeOption
         changed=_changed(start, tuning.settings),
     )
     path = _write_report(opts, result, active, val_p, start, tuning.settings)
+    return result if path is None else _with_report(result, path)
+
+
+def _run_ranker(
+    store: CaseStore,
+    retriever: CaseRetriever | None,
+    programs: ProgramStore,
+    cases: list[Case],
+    examples: list[Example],
+    split: tuple[list[Example], list[Example]],
+    opts: OptimizeOptions,
+    new: int,
+    since: datetime | None,
+    say: Progress,
+) -> OptimizeResult:
+    """The ranker backend: fit on the train groups' attempts, then score the diagnosis it orders on validation.
+
+    The bar is the active ranker, or with none the deterministic vote alone; both run under the
+    active offline program's settings, and the margin rule decides as for programs.
+    """
+    train, val = split
+    train_groups = {e.group for e in train}
+    rows = [r for r in attempt_rows(cases) if r.group in train_groups]
+    say(f"fitting the ranker on {len(rows)} attempts of {len(train_groups)} train groups")
+    ranker = fit_ranker(rows, RankerSettings(seed=opts.seed))
+    offline = programs.active("offline")
+    settings = offline.offline_settings() if offline is not None else OfflineSettings()
+    say(f"retrieving neighbours for {len(val)} validation examples (leave-group-out)")
+    val_p = prepare(val, retriever, _group_ids(cases), k_max=max(K_MAX, settings.k), mirrors=_mirrors(val))
+    current = active_ranker(store)
+    vote_val = evaluate_ranked(settings, None, val_p)
+    active_val = vote_val if current is None else evaluate_ranked(settings, current, val_p)
+    new_val = evaluate_ranked(settings, ranker, val_p)
+    promote, reason = promotion_decision(active_val, new_val, opts.margin)
+    version = programs.add(
+        backend="ranker", optimizer=RANKER_OPTIMIZER, train_size=len(train), val_size=len(val),
+        active_val=active_val, new_val=new_val, promote=promote, reason=reason,
+        parameters=ranker.model_dump(mode="json", exclude={"version"}), seed=opts.seed, trials=len(RankerSettings().cs),
+    )  # fmt: skip
+    details = {"vote_val": vote_val, "active_ranker": None if current is None else current.version, **ranker.meta}
+    result = OptimizeResult(
+        "done", f"{version.id}: {'promoted' if promote else 'not promoted'} ({reason})", new, since, version,
+        active_val, new_val, len(train), len(val), details=details,
+    )  # fmt: skip
+    path = _write_report(
+        opts, result, programs.get(current.version) if current and current.version else None, [], None, None
+    )
     return result if path is None else _with_report(result, path)
 
 

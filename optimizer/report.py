@@ -51,7 +51,9 @@ def render_report(
         lines.append("")
     if val and before is not None and after is not None:
         lines += _per_example(val, before, after)
-    if result.details:
+    if result.details and v.backend == "ranker":
+        lines += _ranker_details(result.details)
+    elif result.details:
         lines += _llm_details(result.details)
     return "\n".join(lines) + "\n"
 
@@ -82,6 +84,20 @@ def _llm_details(d: dict) -> list[str]:
     ]
     lines += [f"| {key} | {a:.2f} | {b:.2f} |" for key, (a, b) in sorted(d.get("val_scores", {}).items())]
     return [*lines, ""]
+
+
+def _ranker_details(d: dict) -> list[str]:
+    """The ranker's fit: the vote's own validation score beside it, rows per outcome, out-of-fold calibration."""
+    return [
+        f"- the deterministic vote alone scores {_num(d.get('vote_val'))} on validation "
+        f"(active ranker before: {d.get('active_ranker') or 'none'})",
+        f"- fitted on {d.get('rows')} attempts of {d.get('groups')} groups: {d.get('positives')} confirmed "
+        f"`{d.get('label')}`; outcomes {d.get('statuses')}; row weights {d.get('weights')}",
+        f"- chosen C {_num(d.get('C'))}; grouped out-of-fold log loss {_num(d.get('oof_log_loss'))} "
+        f"(base rate {_num(d.get('base_log_loss'))}), Brier {_num(d.get('oof_brier'))} "
+        f"(base rate {_num(d.get('base_brier'))})",
+        "",
+    ]
 
 
 def _num(x: object) -> str:

@@ -23,8 +23,8 @@ from remedy.retrieval.offline import OfflineSettings
 
 __all__ = ["ProgramVersion", "ProgramStore", "promotion_decision", "active_offline", "BACKENDS", "DEFAULT_MARGIN"]
 
-#: backends a version can belong to
-BACKENDS = ("offline", "llm")
+#: backends a version can belong to (``ranker``: the remedy ranker, ``remedy.optimizer.ranker``)
+BACKENDS = ("offline", "llm", "ranker")
 #: how much a new version must beat the active one on validation to be promoted
 DEFAULT_MARGIN = 0.02
 
@@ -71,7 +71,7 @@ class ProgramVersion:
     id: str
     backend: str
     optimizer: str
-    parameters: dict[str, Any] | None  # OfflineSettings as JSON (offline backend)
+    parameters: dict[str, Any] | None  # OfflineSettings as JSON (offline backend); the fitted RemedyRanker (ranker)
     program: str | None  # the saved DSPy program, JSON text (llm backend)
     train_size: int
     val_size: int

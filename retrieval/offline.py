@@ -47,6 +47,7 @@ from .diagnosis import (
     register_diagnoser,
 )
 from .priors import MAX_BUDGET_MULTIPLE, PRIORS, PriorRule, match_priors
+from .remedy_ranker import RemedyRanker, rerank
 from .text_priors import REPORT_FAMILY_RATES, STATED_FAMILIES, TEXT_PRIORS
 from .trust import trust_weights
 
@@ -166,6 +167,7 @@ class OfflineDiagnoser:
         priors: tuple[PriorRule, ...] = PRIORS,
         text_priors: tuple[PriorRule, ...] = TEXT_PRIORS,
         program_id: str | None = None,
+        ranker: RemedyRanker | None = None,
         **overrides: Any,
     ) -> None:
         base = settings or OfflineSettings()
@@ -175,6 +177,9 @@ class OfflineDiagnoser:
         self.text_priors = text_priors
         #: the stored program version these settings come from (``remedy optimize``), if any
         self.program_id = program_id
+        #: a fitted remedy ranker (``remedy optimize --backend ranker``): when set, it orders the
+        #: vote's candidates by P(confirmed fix) and its causes by their best candidate; None: the vote's order
+        self.ranker = ranker
 
     @property
     def params(self) -> dict[str, Any]:
@@ -211,9 +216,10 @@ class OfflineDiagnoser:
             cited_cases=tally.cited_cases,
             cited_rules=tally.cited_rules,
         )
-        return DiagnosisReport(
+        report = DiagnosisReport(
             signature=ctx.signature, diagnosis=diagnosis, candidates=candidates, warnings=warnings, families=families
         )
+        return report if self.ranker is None else rerank(report, self.ranker, ctx.subject)
 
     def _vote_priors(self, ctx: DiagnosisContext, tally: _Tally) -> None:
         priors = (*self.priors, *self.text_priors) if ctx.description else self.priors

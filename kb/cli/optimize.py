@@ -12,7 +12,9 @@ from .common import DEFAULT_KB, JsonOption, KbOption, console, err_console, prin
 
 __all__ = ["optimize", "programs_list", "programs_show", "programs_activate", "programs_rollback"]
 
-BackendOption = Annotated[str, typer.Option("--backend", help="offline (tunes the offline vote) or llm (DSPy).")]
+BackendOption = Annotated[
+    str, typer.Option("--backend", help="offline (tunes the offline vote), llm (DSPy) or ranker (the remedy ranker).")
+]
 
 
 def _program_store(kb: Path):
