@@ -121,6 +121,9 @@ def _oversize(data: object, limits: ImportLimits) -> str:
                 f"field '{where}' holds {len(value):,} characters, over the limit of "
                 f"{limits.max_field_chars:,} (--max-field-chars)"
             )
+        if isinstance(value, str) and not value.isascii() and _has_surrogate(value):
+            # JSON's \ud800 escapes decode to lone surrogates, which no store or export can encode
+            return f"field '{where or 'record'}' holds a lone UTF-16 surrogate (a broken \\uXXXX escape); fix the text"
         if isinstance(value, (list, dict)):
             if len(value) > limits.max_items:
                 return (
@@ -130,6 +133,14 @@ def _oversize(data: object, limits: ImportLimits) -> str:
             items = value.items() if isinstance(value, dict) else enumerate(value)
             stack.extend((f"{where}.{k}" if where else str(k), v) for k, v in items)
     return ""
+
+
+def _has_surrogate(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def _read_line(fh: BinaryIO, limit: int) -> tuple[bytes, bool]:

@@ -185,3 +185,19 @@ def test_patch_wrong_suffix(tmp_path):
     p.write_text("kind: time_limit\nmax_episode_steps: 10\n")
     with pytest.raises(PatchError, match="must end in .yaml, .yml or .json"):
         load_patch(p)
+
+
+def test_a_lone_surrogate_is_one_problem_not_a_traceback(tmp_path):
+    import json
+
+    from remedy.cases.io import read_cases
+    from remedy.kb.facade import example_files
+
+    record = json.loads(example_files()[0].read_text().splitlines()[0])
+    record["case_id"] = "ex-surrogate-1"
+    record["signature"]["summary"] = "bad \ud800 text"
+    path = tmp_path / "sur.jsonl"
+    path.write_text(json.dumps(record) + "\n")  # json.dumps escapes it as \ud800, as a hostile file would
+    cases, problems = read_cases(path, skip_invalid=True)
+    assert cases == [] and len(problems) == 1
+    assert "surrogate" in problems[0][1] and "signature.summary" in problems[0][1]
