@@ -4,6 +4,15 @@ Each command parses its arguments, calls one core function and renders the
 result (a rich table, or JSON with ``--json``). Commands live in the
 modules of this package by area; this module registers them all and maps every
 :class:`RemedyError` to one red line on stderr and exit status 1.
+
+Import policy (the one place in the project where imports inside functions are the rule): a
+command imports its domain modules (the KnowledgeBase facade, evidence, verification, retrieval,
+the case models) inside the command function, so ``remedy --help``, ``remedy kb stats``,
+``remedy case show`` and ``remedy kb export`` load no torch, sentence-transformers, LanceDB,
+scipy.stats, numpy or case models (``tests/kb/test_cli_imports.py`` enforces it). Everywhere
+else imports sit at the top of the module; an import inside a function elsewhere defers a heavy
+library (SB3, torch, gymnasium's envs) and says so in a comment, and never hides an import loop
+(``bench/house.py`` counts the loops).
 """
 
 from __future__ import annotations

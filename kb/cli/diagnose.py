@@ -28,6 +28,7 @@ from .common import (
     shown,
     status_markup,
 )
+from .render import render_similar
 
 __all__ = ["diagnose", "fix_cmd", "bench_run", "bench_curve", "demo_cmd", "write_patches"]
 
@@ -824,8 +825,6 @@ def demo_cmd(
 
 
 def _render_demo(result) -> None:
-    from .kb import render_similar
-
     t = Table(title="Demo: what Remedy did", title_justify="left")
     for col in ("scenario", "diagnosis (top 2)", "ground truth", "patch", "effect [95% CI]", "status", "attempts"):
         t.add_column(col, overflow="fold")

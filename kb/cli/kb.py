@@ -7,7 +7,6 @@ result. The facade is imported inside the commands so `remedy --help` stays fast
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
@@ -16,10 +15,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Group
-from rich.panel import Panel
-from rich.table import Table
-from rich.text import Text
 
 from remedy.cases.limits import ImportLimits
 
@@ -30,18 +25,16 @@ from .common import (
     KbOption,
     ServerOption,
     TrustCheckpointOption,
-    add_columns,
     console,
     err_console,
     print_json,
     progress_bar,
     shown,
-    shown_cell,
 )
+from .render import print_similar, render_case, stats_table
 
 if TYPE_CHECKING:
-    from remedy.cases.model import Case
-    from remedy.kb.facade import KBStats, SimilarCase
+    pass
 
 __all__ = [
     "kb_init",
@@ -53,11 +46,6 @@ __all__ = [
     "query",
     "similar",
     "case_show",
-    "render_similar",
-    "print_similar",
-    "short_id",
-    "render_case",
-    "format_effect",
 ]
 
 
@@ -139,34 +127,9 @@ def kb_stats(
     if as_json:
         print_json(asdict(stats))
     else:
-        console.print(_stats_table(stats))
+        console.print(stats_table(stats))
     if stats.index_problem:
         raise typer.Exit(1)
-
-
-def _stats_table(stats: KBStats) -> Group:
-    s = stats.store
-    index = "not opened (--index checks it)" if stats.index_rows is None else f"{stats.index_rows} rows"
-    if stats.index_problem:
-        index = (
-            "[red]problem, see below[/]" if stats.index_rows is None else f"{index} [red](out of step, see below)[/]"
-        )
-    head = f"[bold]{shown(stats.path)}[/]  {s.total} cases  schema v{stats.schema_version}  index: {index} ({stats.embedder})"
-    tables = []
-    for title, counts in (
-        ("source", s.by_source),
-        ("status", s.by_status),
-        ("env", s.by_env),
-        ("root cause", s.by_root_cause),
-    ):
-        t = Table(title=f"by {title}", title_justify="left")
-        t.add_column(title)
-        t.add_column("cases", justify="right")
-        for key, n in counts.items():
-            t.add_row(shown(key), str(n))  # env ids come from stored cases
-        tables.append(t)
-    problem = [Text(stats.index_problem, style="red", overflow="fold")] if stats.index_problem else []
-    return Group(head, *problem, *tables)
 
 
 def kb_schema() -> None:
@@ -364,95 +327,6 @@ def _similar_remote(
     remote.similar(server, run.signature, run_dir, as_json, k=k, action_space=space, only_improved=only_improved)
 
 
-def format_effect(case: Case) -> str:
-    """``+12.3 [+4.5, +20.1] return_iqm`` for a measured effect, ``lit.`` for a cited one, else ``-``."""
-    v = case.verification
-    if v is not None and v.effect is not None:
-        return v.effect.text()
-    return "lit." if case.literature is not None else "-"
-
-
-def short_id(case_id: str) -> str:
-    """``c-1a2b3c4d`` for a generated ``c-`` + 16 hex id (like a short git hash; `case show` takes it), else the id."""
-    return case_id[:10] if re.fullmatch(r"c-[0-9a-f]{16}", case_id) else case_id
-
-
-#: columns of the tab-separated form of the similar-cases table (printed when stdout is not a terminal)
-SIMILAR_TSV = (
-    "case_id",
-    "rank",
-    "similarity",
-    "env_id",
-    "algo",
-    "symptoms",
-    "root_causes",
-    "patch",
-    "effect",
-    "status",
-)
-
-
-def print_similar(hits: list[SimilarCase], title: str) -> None:
-    """The similar-cases table on a terminal; in a pipe, one tab-separated line per case with full ids.
-
-    A rich table squeezed into a pipe's 80 columns folds every cell; the lines keep each column whole
-    for ``cut`` and ``awk`` (``--json`` has everything).
-    """
-    if console.is_terminal:
-        console.print(render_similar(hits, title=title))
-        return
-    typer.echo("\t".join(SIMILAR_TSV))
-    for h in hits:
-        c = h.case
-        cells = [
-            c.case_id,
-            str(h.rank),
-            f"{h.similarity:.2f}",
-            c.subject.env_id,
-            c.subject.algo,
-            ",".join(c.signature.symptoms) or "-",
-            ",".join(r.value for r in c.root_causes) or "-",
-            c.patch.summary(),
-            format_effect(c),
-            c.status,
-        ]
-        typer.echo("\t".join(shown_cell(cell) for cell in cells))
-
-
-def render_similar(hits: list[SimilarCase], title: str = "") -> Table:
-    """The table of similar cases: short id, rank, similarity, env, symptoms, root cause, patch, effect, status."""
-    t = Table(title=title or None, title_justify="left", show_lines=False)
-    fold = {"overflow": "fold"}  # ids and tags are single long words: fold, never cut them off
-    add_columns(
-        t,
-        [
-            ("id", {"no_wrap": True, "style": "cyan"}),
-            ("#", {"justify": "right"}),
-            ("sim", {"justify": "right"}),
-            ("env", fold),
-            ("symptoms", fold),
-            ("root cause", fold),
-            ("patch", {}),
-            ("effect ± CI", {}),
-            ("status", fold),
-        ],
-    )
-    for h in hits:
-        c = h.case  # every cell from case text goes through shown(): no escape sequences, no markup
-        t.add_row(
-            shown(short_id(c.case_id)),
-            str(h.rank),
-            f"{h.similarity:.2f}",
-            f"{shown(c.subject.env_id)}\n[dim]{shown(c.subject.algo)}[/]",
-            shown(", ".join(c.signature.symptoms) or "-"),
-            shown(", ".join(r.value for r in c.root_causes) or "-"),
-            shown(c.patch.summary()),
-            shown(format_effect(c)),
-            shown(c.status),
-        )
-    return t
-
-
 # -- case ----------------------------------------------------------------------------
 
 
@@ -473,55 +347,3 @@ def case_show(
         print_json(json.loads(case.model_dump_json()))
         return
     console.print(render_case(case))
-
-
-def render_case(case: Case) -> Group:
-    """Readable panels: subject, signature, diagnosis, patch, verification, provenance."""
-    s = case.subject
-    panels = [
-        Panel(
-            f"{shown(s.env_id)} · {shown(s.algo)} · {s.traits.action_space.value} actions · "
-            f"source {case.source.value} · status [bold]{shown(case.status)}[/]"
-            + (f"\nscenario {shown(case.scenario)}" if case.scenario else "")
-            + (f"\nsuccess: {shown(s.success)}" if s.success else ""),
-            title=f"case {shown(case.case_id)}",
-            title_align="left",
-        ),
-        Panel(_signature_text(case), title="signature", title_align="left"),
-    ]
-    if case.diagnosis is not None:
-        lines = [f"{c.cause.value} ({c.confidence:.0%}) {shown(c.rationale)}" for c in case.diagnosis.causes]
-        title = f"diagnosis ({shown(case.diagnosis.backend)})"
-        panels.append(Panel("\n".join(lines) or "-", title=title, title_align="left"))
-    parts = [f"- {shown(p.summary())}" for p in case.patch.parts]
-    body = "\n".join([shown(case.patch.description), *parts] if case.patch.description else parts)
-    panels.append(Panel(body, title="patch", title_align="left"))
-    panels.append(Panel(_outcome_text(case), title="outcome", title_align="left"))
-    return Group(*panels)
-
-
-def _signature_text(case: Case) -> str:
-    sig = case.signature
-    feats = ", ".join(f"{k}={v:.3g}" for k, v in sorted(sig.features.items()))
-    return shown(f"{sig.summary}\nsymptoms: {', '.join(sig.symptoms) or '-'}\nfeatures: {feats or '-'}")
-
-
-def _outcome_text(case: Case) -> str:
-    v, lines = case.verification, []
-    if v is not None:
-        lines.append(f"{v.status.value}: effect {format_effect(case)}")
-        lines.append(
-            f"{v.seeds} seeds, {v.budget_steps:,} budget steps, {v.env_steps:,} env steps, {v.wall_time_s:.0f} s"
-        )
-        if v.fixed is not None:  # older records were never judged
-            gap = "" if v.gap_closed is None else f", closed {v.gap_closed:.0%} of the gap to the success threshold"
-            lines.append(f"fixed (the agent now works): {'yes' if v.fixed else 'no'}{gap}")
-        if v.reason:
-            lines.append(f"reason: {v.reason}")
-    if case.literature is not None:
-        lines.append(f"literature: {case.literature.claim} ({case.literature.source})")
-    p = case.provenance
-    lines.append(
-        f"created {p.created_at:%Y-%m-%d %H:%M} UTC" + (f" · remedy {p.remedy_version}" if p.remedy_version else "")
-    )
-    return shown("\n".join(lines)) if lines else "unverified"

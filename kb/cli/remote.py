@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 
 from .common import console, print_json, shown
+from .render import render_case, render_outcome, render_similar, stats_table
 
 if TYPE_CHECKING:
     from remedy.kb.settings import FixSettings, VerifySettings
@@ -53,8 +54,6 @@ def _client(server: str):
 def _render_hits(hits: list[dict[str, Any]], title: str) -> None:
     from remedy.cases.model import Case
     from remedy.kb.facade import SimilarCase
-
-    from .kb import render_similar
 
     found = [SimilarCase(Case.model_validate(h["case"]), h["similarity"], h["rank"]) for h in hits]
     console.print(render_similar(found, title=title))
@@ -95,8 +94,6 @@ def case_show(server: str, case_id: str, as_json: bool) -> None:
     """`remedy case show` through the service."""
     from remedy.cases.model import Case
 
-    from .kb import render_case
-
     with _client(server) as client:
         data = client.case(case_id)
     if as_json:
@@ -110,15 +107,13 @@ def kb_stats(server: str, as_json: bool) -> None:
     from remedy.cases.store import StoreStats
     from remedy.kb.facade import KBStats
 
-    from .kb import _stats_table
-
     with _client(server) as client:
         data = client.stats()
     if as_json:
         print_json(data)
         return
     stats = KBStats(**{**data, "path": Path(data["path"]), "store": StoreStats(**data["store"])})
-    console.print(_stats_table(stats))
+    console.print(stats_table(stats))
 
 
 def kb_import(server: str, file: Path, skip_invalid: bool) -> None:
@@ -191,8 +186,6 @@ def verify(server: str, run_dir: Path, patch_file: Path, as_json: bool, wait: bo
     """`remedy verify` as a job on the service: upload the run, queue it with the same settings, follow, and
     print the outcome as a local run prints it (the service screens and confirms with the same library call)."""
     from remedy.cases.patches.io import load_patch
-
-    from .verify import render_outcome
 
     patch = json.loads(load_patch(patch_file).model_dump_json())  # checked here: a bad file fails before upload
     with _client(server) as client:

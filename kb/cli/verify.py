@@ -8,7 +8,6 @@ both cases are stored, and only the confirmation can be ``improved``.
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from enum import StrEnum
@@ -16,8 +15,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Group
-from rich.table import Table
 
 from remedy.cases.errors import ValidationError
 from remedy.kb.settings import VerifySettings, settings_from
@@ -29,17 +26,15 @@ from .common import (
     ScreenConfidenceOption,
     ServerOption,
     TrustCheckpointOption,
-    console,
     print_json,
     progress_bar,
-    shown,
-    status_markup,
 )
+from .render import render_outcome
 
 if TYPE_CHECKING:
     from remedy.cases.model import Case
 
-__all__ = ["verify", "render_verification", "render_outcome"]
+__all__ = ["verify"]
 
 
 class _Executor(StrEnum):
@@ -162,96 +157,8 @@ def verify(
     render_outcome(outcome.as_dict(), str(kb), no_store)
 
 
-def render_outcome(data: dict, place: str, no_store: bool = False) -> None:
-    """Print a verification's outcome (the ``remedy verify --json`` shape, local or from the service): each
-    case's table, where it was stored, and the seeds it used."""
-    from remedy.cases.model import Case
-
-    parts = [data["screen"], data] if data.get("screen") else [data]
-    cases = [Case.model_validate(part["case"]) for part in parts]
-    for case, part in zip(cases, parts):
-        console.print(render_verification(case))
-        where = (
-            f"stored in {place}"
-            if part["stored"]
-            else ("not stored (--no-store)" if no_store else f"already in {place}")
-        )
-        console.print(f"{_stage(case)} case [bold]{shown(case.case_id)}[/] {shown(where)}", highlight=False)
-    first = cases[0].verification.seed_base if cases[0].verification is not None else 0
-    next_base = data["next_seed_base"]
-    console.print(
-        f"[dim]seeds used: {first}..{next_base - 1}; to re-verify on fresh seeds pass --seed-base {next_base}[/]",
-        highlight=False,
-    )
-
-
-def _stage(case: Case) -> str:
-    """The verification stage of a case this command verified (screen or confirm)."""
-    if case.verification is None:
-        raise ValueError(f"case {case.case_id} carries no verification")
-    return case.verification.stage.value
-
-
 def _store(case: Case, kb: Path) -> bool:
     from remedy.kb.facade import KnowledgeBase
 
     with KnowledgeBase.open(kb, create=True) as handle:
         return handle.add(case)
-
-
-def _spread(values: list[float]) -> str:
-    if not values:
-        return "-"
-    mean = statistics.fmean(values)
-    sd = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{mean:.3g} ± {sd:.2g}"
-
-
-def _budget_source(v) -> str:
-    """`` (source kb: c-1, c-2)``: where the budget came from, when the case recorded it."""
-    if v.budget_source is None:
-        return ""
-    cases = f": {', '.join(v.budget_cases)}" if v.budget_cases else ""
-    return shown(f" (source {v.budget_source}{cases})")
-
-
-def render_verification(case: Case) -> Group:
-    """The effect table (arm, seeds, metric mean ± spread, per-seed values), secondary effects, and a status line."""
-    v = case.verification
-    if v is None:
-        return Group("[dim]not verified[/]")
-    if v.effect is None:
-        return Group(
-            f"[bold red]{v.status.value}[/]: {shown(v.reason)}",
-            f"[dim]env steps {v.env_steps:,} · wall {v.wall_time_s:.1f}s · budget {v.budget_steps:,}{_budget_source(v)}[/]",
-        )
-    e = v.effect
-    # case text (env id, patch, reasons that quote reward code's errors) goes through shown()
-    arms = Table(title=f"{shown(case.subject.env_id)} · {shown(case.patch.summary())}", title_justify="left")
-    for col in ("arm", "seeds", f"{shown(e.metric)} mean ± sd", "per seed"):
-        arms.add_column(col)
-    for arm in ("treatment", "control"):
-        values = v.per_seed.get(arm, [])
-        arms.add_row(arm, str(len(values)), _spread(values), ", ".join(f"{x:.3g}" for x in values))
-    effects = Table(show_header=True)
-    for col in ("metric", "treatment", "control", "effect", f"{e.confidence_level:.0%} CI", "P(improve)"):
-        effects.add_column(col)
-    for eff in [e, *v.secondary.values()]:
-        pi = f"{eff.prob_improvement:.2f}" if eff.prob_improvement is not None else "-"
-        name = f"[bold]{shown(eff.metric)}[/]" if eff is e else shown(eff.metric)
-        effects.add_row(
-            name,
-            f"{eff.treatment:.3g}",
-            f"{eff.control:.3g}",
-            f"{eff.diff:+.3g}",
-            f"[{eff.ci_low:+.3g}, {eff.ci_high:+.3g}]",
-            pi,
-        )
-    seeds = f"seeds {v.seed_base}..{v.seed_base + v.seeds - 1}"
-    status = (
-        f"{v.stage.value} status {status_markup(v.status.value, bold=True)} · {seeds} · env steps {v.env_steps:,}"
-        f" · wall {v.wall_time_s:.1f}s · budget {v.budget_steps:,}/arm{_budget_source(v)}"
-    )
-    if v.comparison == "budget_vs_none":
-        status += " · more training vs none (the control is the unpatched checkpoint)"
-    return Group(arms, effects, status, f"[dim]{shown(v.reason)}[/]")

@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 from remedy.cases.errors import CaseNotFoundError
 from remedy.cases.model import new_case_id
 from remedy.kb.cli import app
-from remedy.kb.cli.kb import SIMILAR_TSV, render_similar, short_id
+from remedy.kb.cli.render import SIMILAR_TSV, render_similar, short_id
 from remedy.kb.facade import KnowledgeBase
 
 from .conftest import make_case

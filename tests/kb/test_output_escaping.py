@@ -37,9 +37,12 @@ def _cli(monkeypatch, capsys, *args: str, terminal: bool = False) -> str:
     into a pipe."""
     from remedy.kb import cli
     from remedy.kb.cli import kb as kb_cli
+    from remedy.kb.cli import render
 
     screen = io.StringIO()
-    monkeypatch.setattr(kb_cli, "console", Console(file=screen, force_terminal=terminal, color_system=None, width=300))
+    fake = Console(file=screen, force_terminal=terminal, color_system=None, width=300)
+    for module in (kb_cli, render):  # the commands print and the renderers print
+        monkeypatch.setattr(module, "console", fake)
     monkeypatch.setattr(sys, "argv", ["remedy", *args])
     capsys.readouterr()
     try:
