@@ -73,11 +73,12 @@ for _k, _v in (
 ):
     os.environ.setdefault(_k, _v)
 
-import numpy as np  # noqa: E402
+import describe_cv  # noqa: E402  (bench/describe_cv.py: leave-one-out on dev)
+from describe_kb import CachedKB, CachingEmbedder, load_reports  # noqa: E402  (re-exported for other benches)
 
-from remedy.cases.model import Signature  # noqa: E402
 from remedy.kb.diagnose import diagnose_description  # noqa: E402
 from remedy.kb.facade import KnowledgeBase  # noqa: E402
+from remedy.retrieval.cause_ranker import fit_ranker  # noqa: E402
 from remedy.retrieval.describe import (  # noqa: E402
     DEFAULT_CAUSE_THRESHOLD,
     DEFAULT_MARGIN,
@@ -122,40 +123,6 @@ class Variant:
     tags: bool = True
     ranker: bool = False
     k: int = 10
-
-
-class CachingEmbedder:
-    """The bundled embedder with a per-text memo: the grid re-reads the same clauses many times."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner, self.name, self.dim = inner, inner.name, inner.dim
-        self._memo: dict[str, np.ndarray] = {}
-
-    def encode(self, texts):
-        missing = [t for t in dict.fromkeys(texts) if t not in self._memo]
-        if missing:
-            for t, v in zip(missing, self.inner.encode(missing)):
-                self._memo[t] = v
-        return np.stack([self._memo[t] for t in texts]) if texts else self.inner.encode([])
-
-
-class CachedKB:
-    """A KB whose ``similar`` answers are memoized (same query, same filters, same hits)."""
-
-    def __init__(self, kb: KnowledgeBase) -> None:
-        self.kb = kb
-        self._memo: dict[tuple, list] = {}
-
-    def similar(self, query, **kw):
-        text = signature_text(query) if isinstance(query, Signature) else str(query)
-        key = (text, tuple(sorted((k, str(v)) for k, v in kw.items())))
-        if key not in self._memo:
-            self._memo[key] = self.kb.similar(query, **kw)
-        return self._memo[key]
-
-    def __getattr__(self, name):
-        # everything else (the store, for accepted rules) is the KB's own
-        return getattr(self.kb, name)
 
 
 class Runner:
@@ -235,11 +202,6 @@ class Runner:
         cand = _unique([c.family.value for c in rep.candidates])
         fams = [f.family.value for f in rep.families] or cand
         return causes, fams, cand
-
-
-def load_reports(path: Path) -> list[dict]:
-    """The reports, one dict per JSONL line."""
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def score(rows: list[tuple[list[str], list[str], dict]]) -> dict[str, float]:
@@ -323,10 +285,6 @@ def methods(best: Variant | None) -> dict[str, Variant]:
 
 def fitted_ranker(kb: CachedKB, embedder: CachingEmbedder, dev: list[dict]):
     """The cause ranker fitted on every dev report (vote evidence at the shipped settings)."""
-    import describe_cv
-
-    from remedy.retrieval.cause_ranker import fit_ranker
-
     recs = describe_cv.records(dev, kb=kb, embedder=embedder)
     return fit_ranker([r["evidence"] for r in recs], [r["causes"] for r in recs])
 
@@ -346,8 +304,6 @@ def main() -> None:
     )
     args = ap.parse_args()
     if args.cv:
-        import describe_cv
-
         describe_cv.report_loo(load_reports(args.data))
         return
 

@@ -32,8 +32,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-import describe as db  # noqa: E402  (bench/describe.py: the KB, embedder and report loading)
 import numpy as np  # noqa: E402
+from describe_kb import CachedKB, CachingEmbedder, load_reports  # noqa: E402  (the KB, embedder and report loading)
 
 from remedy.kb.diagnose import diagnose_description  # noqa: E402
 from remedy.kb.facade import KnowledgeBase  # noqa: E402
@@ -63,11 +63,11 @@ def records(
     if todo and kb is not None:
         have.update(_diagnose_all(todo, kb, embedder))
     elif todo:
-        embedder = db.CachingEmbedder(default_embedder())
+        embedder = CachingEmbedder(default_embedder())
         with tempfile.TemporaryDirectory(prefix="remedy-describe-cv-") as tmp:
             base = KnowledgeBase.open(Path(tmp) / "kb", create=True, embedder=embedder)
             base.load_examples()
-            have.update(_diagnose_all(todo, db.CachedKB(base), embedder))
+            have.update(_diagnose_all(todo, CachedKB(base), embedder))
             base.close()
     if todo and cache is not None:
         cache.parent.mkdir(parents=True, exist_ok=True)
@@ -305,7 +305,7 @@ def main() -> None:
     )
     args = ap.parse_args()
     if args.family_rates:
-        reports = db.load_reports(args.data)
+        reports = load_reports(args.data)
         print("family base rates, batches 1-4 (REPORT_FAMILY_RATES):")
         for fam, rate in family_rates([r for r in reports if r["split"] != "holdout5"]).items():
             print(f"  {fam:<18} {rate:.3f}")
@@ -316,7 +316,7 @@ def main() -> None:
             print(f"  inside each fold) {out['nested']:.0%}; each weight, rates from the other reports: {weights}")
         return
     if args.pool:
-        reports = [r for r in db.load_reports(args.data) if r["split"] in POOL_SPLITS]
+        reports = [r for r in load_reports(args.data) if r["split"] in POOL_SPLITS]
         out = pool_nested(records(reports, refresh=args.refresh), default_embedder())
         print(f"labelled-report neighbour vote, nested leave-one-out over {out['n']} reports (first three batches)")
         for name in ("vote", "nested", "in_sample_best"):
@@ -324,7 +324,7 @@ def main() -> None:
             print(f"  {name:<15} top-1 {x['top1']:.0%}  top-3 {x['top3']:.0%}  family top-3 {x['family_top3']:.0%}")
         print(f"  in-sample best setting (k, floor, cause weight, family weight): {out['best']}")
         return
-    report_loo(db.load_reports(args.data), c=args.c, show_errors=args.errors, refresh=args.refresh)
+    report_loo(load_reports(args.data), c=args.c, show_errors=args.errors, refresh=args.refresh)
 
 
 if __name__ == "__main__":
