@@ -147,3 +147,16 @@ def test_bad_shard_is_one_error_line(factory, capsys):
         [sys.executable, "bench/factory.py", "--shard", "3/2", "--dry-run"], cwd=root, capture_output=True, text=True
     )
     assert res.returncode == 2 and res.stderr.strip().count("\n") == 0 and "--shard" in res.stderr
+
+
+def test_a_patient_that_does_not_fail_becomes_a_skipped_unit(factory, zoo, tmp_path, monkeypatch):
+    out, calls = tmp_path / "factory", []
+    monkeypatch.setattr(factory, "check_oracle", lambda unit, oracle: unit.scenario.name != zoo[0].name)
+    ran = factory.run_factory(
+        zoo, BenchSettings(), out, chunk=5, unit_runner=_fake_runner(calls), oracle=tmp_path / "o"
+    )
+    assert calls == ran == [f"{s.name}@0" for s in zoo[1:]]
+    units = json.loads((out / "manifest.json").read_text())["chunks"][0]["units"]
+    skipped = [u for u in units if u.get("skipped")]
+    assert [u["unit"] for u in skipped] == [f"{zoo[0].name}@0"] and skipped[0]["attempts"] == 0
+    assert factory.run_factory(zoo, BenchSettings(), out, unit_runner=_fake_runner(calls), oracle=tmp_path / "o") == []
