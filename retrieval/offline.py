@@ -178,7 +178,7 @@ class OfflineDiagnoser:
         #: the stored program version these settings come from (``remedy optimize``), if any
         self.program_id = program_id
         #: a fitted remedy ranker (``remedy optimize --backend ranker``): when set, it orders the
-        #: vote's candidates by P(confirmed fix) and its causes by their best candidate; None: the vote's order
+        #: vote's candidates by P(confirmed fix) and weighs its causes by their best candidate; None: the vote's order
         self.ranker = ranker
 
     @property

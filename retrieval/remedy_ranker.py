@@ -155,8 +155,13 @@ class RemedyRanker(BaseModel):
         return 1.0 / (1.0 + math.exp(-max(-50.0, min(50.0, z))))
 
 
-def rerank(report: DiagnosisReport, ranker: RemedyRanker, subject: Subject) -> DiagnosisReport:
-    """``report`` with candidates ordered by the ranker's P(confirmed fix) and causes by their best candidate."""
+def rerank(report: DiagnosisReport, ranker: RemedyRanker, subject: Subject, causes: str = "blend") -> DiagnosisReport:
+    """``report`` with candidates ordered by the ranker's P(confirmed fix), and causes reordered.
+
+    ``causes="blend"`` (the default): each cause's vote confidence times its best candidate's
+    probability relative to the mean of those (a cause no candidate addresses keeps factor 1);
+    ``"ranker"``: by the best candidate's probability alone (learning curve: it lost to the vote).
+    """
     vote = report.diagnosis.causes
     ranked = [c.cause for c in vote]
     conf = {c.cause: c.confidence for c in vote}
@@ -174,13 +179,20 @@ def rerank(report: DiagnosisReport, ranker: RemedyRanker, subject: Subject) -> D
             (-round(p, 9), order, cand.model_copy(update={"score": round(p, 4), "rationale": cand.rationale + note}))
         )
     candidates = [c for _, _, c in sorted(scored, key=lambda s: s[:2])]
-    order = sorted(range(len(vote)), key=lambda i: (-round(best.get(vote[i].cause, -1.0), 9), i))
-    causes = [_noted(vote[i], best.get(vote[i].cause)) for i in order]
+    order = sorted(range(len(vote)), key=lambda i: (-round(_cause_score(vote[i], best, causes), 9), i))
+    ordered = [_noted(vote[i], best.get(vote[i].cause)) for i in order]
     tag = f"+ranker:{ranker.version or 'unsaved'}"
     diagnosis = report.diagnosis.model_copy(
-        update={"causes": causes, "program_version": f"{report.diagnosis.program_version}{tag}"}
+        update={"causes": ordered, "program_version": f"{report.diagnosis.program_version}{tag}"}
     )
     return report.model_copy(update={"diagnosis": diagnosis, "candidates": candidates})
+
+
+def _cause_score(cause: Cause, best: dict[RootCause, float], mode: str) -> float:
+    if mode == "ranker":
+        return best.get(cause.cause, -1.0)
+    mean = sum(best.values()) / len(best) if best else 1.0
+    return cause.confidence * (best[cause.cause] / mean if cause.cause in best and mean > 0 else 1.0)
 
 
 def _noted(cause: Cause, p: float | None) -> Cause:

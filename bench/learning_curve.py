@@ -1,0 +1,416 @@
+"""The learning curve: does Remedy diagnose better as its experience grows, above the arms that need no memory?
+
+Data: every real attempt the project has exported (``reports/kb/*.jsonl``) and whatever the case
+factory has shipped (``bench/data/factory/*.parquet``), deduplicated by case id; rerun as the
+factory grows. An *attempt* is a screen with its confirmations (``cases.outcomes.final_verdicts``);
+a *patient* is a bundled fault scenario with at least one attempt, seen as its first-round
+signature (what the diagnoser saw), scored against the scenario's answer key.
+
+Two splits:
+
+- ``holdout``: the holdout scenarios are the patients; training attempts are the dev scenarios' ones;
+- ``lofo`` (leave one family out): for each scenario family, its scenarios (dev and holdout) are the
+  patients and the other families' attempts are the training pool.
+
+For each split, training KBs of 0, 25, 50 and 100% of the pool's attempts (``--seeds`` random subsets
+at 25 and 50%, seeded; 0 and 100% have one subset), and per patient:
+
+- ``vote``: the offline diagnoser with retrieval over the subset (exact cosine over the bundled
+  embedder's vectors of each case's indexed text, the KB's ``vector`` search mode; the product's
+  default ``hybrid`` mode adds a BM25 candidate pool), the patient's own scenario never in it;
+- ``ranker``: the same vote reordered by a remedy ranker fitted on the subset's attempts
+  (``remedy.optimizer.ranker``; at 0% there is nothing to fit and it is the vote);
+- the arms that need no memory: ``empty_kb`` (the same diagnoser, priors only; the 0% point),
+  ``taxonomy`` (the root cause whose one-line taxonomy meaning is closest to the signature's text:
+  the failure-mode list alone) and ``most_frequent`` (the commonest first answer-key cause among the
+  subset's scenarios; none at 0%).
+
+Top-1 cause per patient is averaged over subsets, then a 95% percentile bootstrap over patients
+(seeded) gives each interval, and a paired bootstrap gives ``vote`` and ``ranker`` minus ``empty_kb``.
+
+    .venv/bin/python bench/learning_curve.py             # diagnosis only: minutes
+    .venv/bin/python bench/learning_curve.py --fix-loops --shard 0/4 --work bench/out/lc   # hours: NOT run yet
+
+``--fix-loops`` runs the real fix loop (``bench/run_split.run_scenarios``) per split, fraction,
+subset and arm (``vote``: a KB of the subset; ``ranker``: the same KB with the subset's ranker
+active), one JSON per patient under ``<work>/<cell>/<arm>/`` (resumable; ``--shard i/n`` takes every
+n-th cell), and ``--fix-report`` tabulates the confirmed-fix rate and env steps per confirmed fix.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from remedy.cases.io import read_cases, write_cases
+from remedy.cases.model import Case, RootCause, Signature, Source, Subject
+from remedy.cases.outcomes import final_verdicts
+from remedy.cases.verify.scenarios import Scenario, bundled_scenarios
+from remedy.optimizer.dataset import build_examples
+from remedy.optimizer.ranker import AttemptRow, RankerSettings, attempt_rows, fit_ranker
+from remedy.retrieval.cause_ranker import CAUSE_TEXT, CAUSES
+from remedy.retrieval.diagnosis import DiagnosisContext, RetrievedCase
+from remedy.retrieval.embedder import default_embedder
+from remedy.retrieval.index import signature_text
+from remedy.retrieval.offline import OfflineDiagnoser
+from remedy.retrieval.remedy_ranker import RemedyRanker, rerank
+
+FRACTIONS = (0.0, 0.25, 0.5, 1.0)
+SOURCES = ("reports/kb/*.jsonl", "bench/data/factory/*.parquet")
+OUT = Path("bench/data/learning_curve.json")
+PLOT = Path("reports/learning-curve.png")
+ARMS = ("vote", "ranker", "ranker_only", "empty_kb", "taxonomy", "most_frequent")
+ARM_STYLES = (
+    ("vote", "-o"),
+    ("ranker", "-s"),
+    ("ranker_only", "-x"),
+    ("most_frequent", ":^"),
+    ("taxonomy", "--"),
+    ("empty_kb", "--"),
+)
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One measured attempt: its cases (screen and final verdict), scenario and training row."""
+
+    case_ids: tuple[str, ...]
+    scenario: str | None
+    row: AttemptRow
+
+
+@dataclass(frozen=True)
+class Patient:
+    """A scenario's first-round failure and its answer key."""
+
+    name: str
+    family: str
+    split: str
+    subject: Subject
+    signature: Signature
+    truth: frozenset[RootCause]
+
+
+def load(globs: tuple[str, ...]) -> list[Case]:
+    """Measured cases of every source file, deduplicated by case id (first file wins), bundled examples aside."""
+    seen: dict[str, Case] = {}
+    for pattern in globs:
+        for path in sorted(Path().glob(pattern)):
+            for c in read_cases(path)[0]:
+                seen.setdefault(c.case_id, c)
+    return [c for c in seen.values() if c.verification is not None and c.source != Source.example]
+
+
+def attempts_of(cases: list[Case]) -> list[Attempt]:
+    """Each attempt with its training row (``attempt_rows`` walks ``final_verdicts`` in the same order)."""
+    pairs = final_verdicts(cases)
+    rows = attempt_rows(cases)
+    return [Attempt(tuple(dict.fromkeys((s.case_id, f.case_id))), s.scenario, r) for (s, f), r in zip(pairs, rows)]
+
+
+def patients_of(cases: list[Case], scenarios: dict[str, Scenario]) -> list[Patient]:
+    """One patient per scenario with attempts: its first attempt group's first-round signature."""
+    out: dict[str, Patient] = {}
+    for ex in build_examples(cases):
+        name = ex.group.removeprefix("scenario:")
+        if not ex.group.startswith("scenario:") or name in out or name not in scenarios:
+            continue
+        s = scenarios[name]
+        out[name] = Patient(name, s.family or name, s.split, ex.subject, ex.signature, frozenset(s.ground_truth))
+    return sorted(out.values(), key=lambda p: p.name)
+
+
+def folds(patients: list[Patient], attempts: list[Attempt], scenarios: dict[str, Scenario], split: str):
+    """(fold name, test patients, training pool) for the split."""
+    fam = {n: s.family or n for n, s in scenarios.items()}
+    if split == "holdout":
+        test = [p for p in patients if p.split == "holdout"]
+        pool = [a for a in attempts if a.scenario not in scenarios or scenarios[a.scenario].split == "dev"]
+        return [("holdout", test, pool)]
+    out = []
+    for family in sorted({p.family for p in patients}):
+        test = [p for p in patients if p.family == family]
+        pool = [a for a in attempts if a.scenario is None or fam.get(a.scenario) != family]
+        out.append((family, test, pool))
+    return out
+
+
+def subsets(pool: list[Attempt], seeds: int) -> list[tuple[float, int, list[Attempt]]]:
+    """(fraction, seed, attempts) for every fraction; seeded random subsets of attempts."""
+    out = []
+    for frac in FRACTIONS:
+        n_seeds = 1 if frac in (0.0, 1.0) else seeds
+        for seed in range(n_seeds):
+            rng = np.random.default_rng([seed, int(frac * 100)])
+            k = round(frac * len(pool))
+            idx = sorted(rng.choice(len(pool), size=k, replace=False).tolist()) if k else []
+            out.append((frac, seed, [pool[i] for i in idx]))
+    return out
+
+
+class Retrieval:
+    """Exact cosine over every case's indexed text, embedded once (the KB's vector search mode)."""
+
+    def __init__(self, cases: list[Case], patients: list[Patient]) -> None:
+        emb = default_embedder()
+        self.cases = cases
+        self.index = {c.case_id: i for i, c in enumerate(cases)}
+        self.space = np.array([c.subject.traits.action_space.value for c in cases])
+        self.scenario = np.array([c.scenario or "" for c in cases])
+        vc = emb.encode([signature_text(c.signature) for c in cases])
+        vp = emb.encode([signature_text(p.signature) for p in patients])
+        self.sims = {p.name: vc @ v for p, v in zip(patients, vp)}
+        cause_vecs = emb.encode([CAUSE_TEXT[c] for c in CAUSES])
+        self.taxonomy = {p.name: RootCause(CAUSES[int(np.argmax(cause_vecs @ v))]) for p, v in zip(patients, vp)}
+
+    def similar(self, patient: Patient, ids: list[int], k: int = 10) -> tuple[RetrievedCase, ...]:
+        """The ``k`` nearest of the cases ``ids`` with the patient's action space, its own scenario excluded."""
+        if not ids:
+            return ()
+        idx = np.array(ids)
+        ok = (self.space[idx] == patient.subject.traits.action_space.value) & (self.scenario[idx] != patient.name)
+        idx = idx[ok]
+        sims = self.sims[patient.name][idx]
+        order = np.argsort(-sims, kind="stable")[:k]
+        return tuple(RetrievedCase(self.cases[idx[i]], float(sims[i])) for i in order)
+
+
+def top1(patient: Patient, cases: tuple[RetrievedCase, ...], ranker: RemedyRanker | None, mode: str = "blend") -> float:
+    """1.0 when the diagnoser's top cause is in the patient's answer key (``mode``: how the ranker orders causes)."""
+    ctx = DiagnosisContext(subject=patient.subject, signature=patient.signature, cases=cases)
+    report = OfflineDiagnoser().diagnose(ctx)
+    if ranker is not None:
+        report = rerank(report, ranker, patient.subject, causes=mode)
+    causes = report.diagnosis.root_causes
+    return float(bool(causes) and causes[0] in patient.truth)
+
+
+def most_frequent(chosen: list[Attempt], scenarios: dict[str, Scenario]) -> RootCause | None:
+    """The commonest first answer-key cause among the training scenarios (each scenario once)."""
+    names = {a.scenario for a in chosen if a.scenario}
+    counts = Counter(scenarios[n].ground_truth[0] for n in names if n in scenarios)
+    return min(counts, key=lambda c: (-counts[c], c.value)) if counts else None
+
+
+def run_split(split, patients, attempts, scenarios, retrieval, seeds) -> dict:
+    """Per arm and fraction: each patient's top-1 averaged over subsets (patient name -> value)."""
+    scores: dict[str, dict[float, dict[str, list[float]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+    for fold, test, pool in folds(patients, attempts, scenarios, split):
+        for frac, seed, chosen in subsets(pool, seeds):
+            ids = sorted({retrieval.index[i] for a in chosen for i in a.case_ids})
+            ranker = fit_ranker([a.row for a in chosen], RankerSettings(seed=seed)) if chosen else None
+            common = most_frequent(chosen, scenarios)
+            for p in test:
+                near = retrieval.similar(p, ids)
+                scores["vote"][frac][p.name].append(top1(p, near, None))
+                scores["ranker"][frac][p.name].append(top1(p, near, ranker))
+                scores["ranker_only"][frac][p.name].append(top1(p, near, ranker, "ranker"))
+                if common is not None:
+                    scores["most_frequent"][frac][p.name].append(float(common in p.truth))
+                scores["empty_kb"][frac][p.name].append(top1(p, (), None))
+                scores["taxonomy"][frac][p.name].append(float(retrieval.taxonomy[p.name] in p.truth))
+            print(f"{split} {fold} {frac:.0%} seed {seed}: {len(chosen)} attempts", flush=True)
+    return {
+        arm: {str(f): {n: float(np.mean(v)) for n, v in by.items()} for f, by in fr.items()}
+        for arm, fr in scores.items()
+    }
+
+
+def bootstrap(values: np.ndarray, rng: np.random.Generator, n: int = 2000) -> tuple[float, float]:
+    """95% percentile bootstrap interval of the mean of ``values``."""
+    if len(values) == 0:
+        return (math.nan, math.nan)
+    means = values[rng.integers(0, len(values), size=(n, len(values)))].mean(axis=1)
+    return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
+
+
+def summarize(per: dict, seed: int = 0) -> dict:
+    """Mean and CI per arm and fraction, and paired differences of vote / ranker against empty_kb."""
+    out: dict = {}
+    cold = per["empty_kb"]["0.0"]
+    for arm, fr in per.items():
+        for f, by in fr.items():
+            rng = np.random.default_rng(seed)  # the same resamples in every cell: equal columns, equal intervals
+            v = np.array([by[n] for n in sorted(by)])
+            row = {"n": len(v), "mean": float(v.mean()), "ci": bootstrap(v, rng)}
+            if arm in ("vote", "ranker", "ranker_only"):
+                d = np.array([by[n] - cold[n] for n in sorted(by)])
+                row |= {"minus_empty_kb": float(d.mean()), "minus_empty_kb_ci": bootstrap(d, rng)}
+            out.setdefault(arm, {})[f] = row
+    return out
+
+
+def table(summary: dict, split: str) -> str:
+    """The Markdown table of one split: each arm's mean [95% CI], then vote and ranker minus the empty KB."""
+    head = "| training attempts | " + " | ".join(ARMS) + " | vote − empty KB | ranker − empty KB |\n"
+    head += "| --- |" + " --- |" * (len(ARMS) + 2) + "\n"
+    lines = []
+    for f in map(str, FRACTIONS):
+        cells = []
+        for arm in ARMS:
+            r = summary.get(arm, {}).get(f)
+            cells.append("-" if r is None else f"{r['mean']:.2f} [{r['ci'][0]:.2f}, {r['ci'][1]:.2f}]")
+        for arm in ("vote", "ranker"):
+            r = summary[arm].get(f, {})
+            d, ci = r.get("minus_empty_kb"), r.get("minus_empty_kb_ci")
+            cells.append("-" if d is None else f"{d:+.2f} [{ci[0]:+.2f}, {ci[1]:+.2f}]")
+        lines.append(f"| {float(f):.0%} | " + " | ".join(cells) + " |")
+    n = summary["empty_kb"]["0.0"]["n"]
+    return f"**{split}** ({n} patients)\n\n" + head + "\n".join(lines) + "\n"
+
+
+def plot(summaries: dict, path: Path) -> None:
+    """Top-1 against training share, one panel per split, intervals shaded."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(summaries), figsize=(5.5 * len(summaries), 4), sharey=True)
+    for ax, (split, s) in zip(np.atleast_1d(axes), summaries.items()):
+        for arm, style in ARM_STYLES:
+            fs = [f for f in map(str, FRACTIONS) if f in s.get(arm, {})]
+            if arm in ("taxonomy", "empty_kb"):
+                fs = [str(FRACTIONS[0]), str(FRACTIONS[-1])]  # need no memory: one flat line
+                ys = [s[arm]["0.0"]["mean"]] * 2
+            else:
+                ys = [s[arm][f]["mean"] for f in fs]
+                lo = [s[arm][f]["ci"][0] for f in fs]
+                hi = [s[arm][f]["ci"][1] for f in fs]
+                if arm in ("vote", "ranker"):  # bands for the two learners only, so the plot stays readable
+                    ax.fill_between([float(f) * 100 for f in fs], lo, hi, alpha=0.12)
+            ax.plot([float(f) * 100 for f in fs], ys, style, label=arm.replace("_", " "))
+        ax.set_title(f"{split}: {s['empty_kb']['0.0']['n']} patients")
+        ax.set_xlabel("% of training attempts in the KB")
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+    np.atleast_1d(axes)[0].set_ylabel("top-1 cause (95% CI)")
+    np.atleast_1d(axes)[0].legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+
+
+# ---- the fix-loop columns (hours of training: built, not run this session) -------------------------
+
+
+def fix_cells(patients, attempts, scenarios, seeds):
+    """Every (cell name, test patients, attempts) of both splits, in a stable order."""
+    for split in ("holdout", "lofo"):
+        for fold, test, pool in folds(patients, attempts, scenarios, split):
+            for frac, seed, chosen in subsets(pool, seeds):
+                yield f"{split}-{fold}-{int(frac * 100)}-{seed}", test, chosen
+
+
+def run_fix_loops(args, patients, attempts, scenarios, cases) -> None:
+    """The real fix loop per cell and arm, resumable (one JSON per patient), this shard's cells only."""
+    from run_split import open_kb, run_scenarios
+
+    from remedy.kb.bench import BenchSettings
+    from remedy.optimizer.versions import ProgramStore
+
+    index, count = (int(x) for x in args.shard.split("/"))
+    by_id = {c.case_id: c for c in cases}
+    settings = BenchSettings(rounds=args.rounds, candidates=args.candidates, seeds=args.fix_seeds)
+    oracle = Path(settings.oracle_results or "bench/data/oracle.jsonl")
+    for cell, test, chosen in fix_cells(patients, attempts, scenarios, args.seeds):
+        if int(hashlib.sha256(cell.encode()).hexdigest(), 16) % count != index:
+            continue
+        if args.dry_run:
+            print(f"{cell}: {len(test)} patients, {len(chosen)} attempts in the KB", flush=True)
+            continue
+        export = args.work / cell / "kb.jsonl"
+        if not export.exists():
+            export.parent.mkdir(parents=True, exist_ok=True)
+            write_cases(export, [by_id[i] for a in chosen for i in a.case_ids])
+        chosen_s = [scenarios[p.name] for p in test]
+        for arm in ("vote", "ranker"):
+            if arm == "ranker" and not chosen:
+                continue  # nothing to fit: the vote column is this point
+            kb = open_kb(args.work / cell / f"{arm}_kb", export)
+            programs = ProgramStore(kb.store)
+            if arm == "ranker" and programs.active("ranker") is None:
+                ranker = fit_ranker([a.row for a in chosen])
+                programs.add(backend="ranker", optimizer="logistic-l2", train_size=len(chosen), val_size=0,
+                             active_val=None, new_val=0.0, promote=True, reason="learning curve: subset ranker",
+                             parameters=ranker.model_dump(mode="json", exclude={"version"}))  # fmt: skip
+            folder = args.work / cell / arm
+            folder.mkdir(parents=True, exist_ok=True)
+            run_scenarios(chosen_s, settings, folder, oracle, retrieval=kb, label=f"{cell}/{arm}")
+
+
+def fix_report(work: Path) -> str:
+    """Confirmed-fix rate and env steps per confirmed fix per cell and arm, from what is written."""
+    lines = [
+        "| cell | arm | patients | confirmed fix | env steps per confirmed fix |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for folder in sorted(p for p in work.glob("*/*") if p.is_dir() and p.name in ("vote", "ranker")):
+        rows = [json.loads(f.read_text()) for f in sorted(folder.glob("*.json"))]
+        solvable = [r for r in rows if r.get("solvable") is not False]
+        fixed = [r for r in solvable if r.get("fixed")]
+        steps = sum(r.get("total_env_steps", 0) for r in solvable)
+        per = f"{steps / len(fixed):,.0f}" if fixed else "-"
+        lines.append(f"| {folder.parent.name} | {folder.name} | {len(solvable)} | {len(fixed)} | {per} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cases", nargs="*", default=list(SOURCES), help="globs of case files (JSONL / Parquet)")
+    ap.add_argument("--seeds", type=int, default=3, help="random subsets at 25 and 50%%")
+    ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--plot", type=Path, default=PLOT)
+    ap.add_argument("--report-only", action="store_true", help="re-render the tables and plot from --out")
+    ap.add_argument("--fix-loops", action="store_true", help="run the real fix loops (hours)")
+    ap.add_argument("--fix-report", action="store_true", help="tabulate the fix loops written under --work")
+    ap.add_argument("--shard", default="0/1", help="i/n: this process takes every n-th fix-loop cell")
+    ap.add_argument("--dry-run", action="store_true", help="with --fix-loops: list this shard's cells, run nothing")
+    ap.add_argument("--work", type=Path, default=Path("bench/out/learning_curve"))
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--candidates", type=int, default=2)
+    ap.add_argument("--fix-seeds", type=int, default=2)
+    args = ap.parse_args()
+    if args.fix_report:
+        print(fix_report(args.work))
+        return
+    if args.report_only:  # re-render the table and the plot from the JSON a run wrote
+        data = json.loads(args.out.read_text())
+        summaries = {s: summarize(p) for s, p in data["per_patient"].items()}
+        args.out.write_text(json.dumps({**data, "summary": summaries}, indent=1) + "\n")
+        render(summaries, args)
+        return
+    scenarios = {s.name: s for s in bundled_scenarios()}
+    cases = load(tuple(args.cases))
+    attempts = attempts_of(cases)
+    patients = patients_of(cases, scenarios)
+    print(f"{len(cases)} cases, {len(attempts)} attempts, {len(patients)} patients", flush=True)
+    if args.fix_loops:
+        run_fix_loops(args, patients, attempts, scenarios, cases)
+        return
+    retrieval = Retrieval(cases, patients)
+    per = {s: run_split(s, patients, attempts, scenarios, retrieval, args.seeds) for s in ("holdout", "lofo")}
+    summaries = {s: summarize(p) for s, p in per.items()}
+    data = {"cases": len(cases), "attempts": len(attempts), "patients": len(patients), "seeds": args.seeds,
+            "sources": args.cases, "summary": summaries, "per_patient": per}  # fmt: skip
+    args.out.write_text(json.dumps(data, indent=1) + "\n")
+    render(summaries, args)
+
+
+def render(summaries: dict, args: argparse.Namespace) -> None:
+    """Write the Markdown tables beside the JSON and the plot, and print the tables."""
+    text = "\n".join(table(s, n) for n, s in summaries.items())
+    args.out.with_suffix(".md").write_text(text)
+    plot(summaries, args.plot)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
