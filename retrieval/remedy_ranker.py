@@ -167,16 +167,17 @@ def rerank(report: DiagnosisReport, ranker: RemedyRanker, subject: Subject, caus
     conf = {c.cause: c.confidence for c in vote}
     best: dict[RootCause, float] = {}
     scored = []
-    for order, cand in enumerate(report.candidates):
+    for position, cand in enumerate(report.candidates):
         cause = cause_for(cand.family, ranked)
         rank = ranked.index(cause) + 1 if cause in ranked else 0
-        x = attempt_features(subject, report.signature, cand.patch, cand.family, cause, conf.get(cause, 0.0), rank)  # type: ignore[arg-type]
+        confidence = conf.get(cause, 0.0) if cause is not None else 0.0
+        x = attempt_features(subject, report.signature, cand.patch, cand.family, cause, confidence, rank)
         p = ranker.probability(x)
         if cause is not None:
             best[cause] = max(best.get(cause, 0.0), p)
         note = f" [ranker: P(confirmed fix) {p:.3f}, vote score {cand.score:.3f}]"
         scored.append(
-            (-round(p, 9), order, cand.model_copy(update={"score": round(p, 4), "rationale": cand.rationale + note}))
+            (-round(p, 9), position, cand.model_copy(update={"score": round(p, 4), "rationale": cand.rationale + note}))
         )
     candidates = [c for _, _, c in sorted(scored, key=lambda s: s[:2])]
     order = sorted(range(len(vote)), key=lambda i: (-round(_cause_score(vote[i], best, causes), 9), i))
