@@ -56,7 +56,8 @@ SCHEMA_VERSION = 1
 
 
 class RootCause(StrEnum):
-    """Root-cause taxonomy (DESIGN.md). Extend with care, never rename."""
+    """Root-cause taxonomy. Extend with care, never rename; each member's description, phrases and remedy
+    families are its entry in ``remedy.retrieval.taxonomy`` (``tests/retrieval/test_taxonomy.py``)."""
 
     reward_misspecification = "reward_misspecification"
     sparse_reward = "sparse_reward"

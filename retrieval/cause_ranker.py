@@ -8,9 +8,9 @@ handful of general features of each candidate cause (:func:`cause_features`), fi
 failures and the causes their threads settled on:
 
 - the vote's share for the cause (its confidence, its share of the top score, and its rank);
-- how strongly the text states it outright (:data:`remedy.retrieval.phrases.CAUSE_PHRASES`);
-- how much the families the vote favours address it (:data:`FAMILY_CAUSES`);
-- how close the text is to a one-line description of the cause (:data:`CAUSE_TEXT`), against the
+- how strongly the text states it outright (the cause's phrases in :mod:`remedy.retrieval.taxonomy`);
+- how much the families the vote favours address it (the cause's families in the taxonomy);
+- how close the text is to the cause's one-line description in the taxonomy, against the
   other causes;
 - how common the cause is among failure reports (a smoothed log frequency).
 
@@ -30,9 +30,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from remedy.cases.model import Cause, RemedyFamily, RootCause
+from remedy.cases.model import Cause, RootCause
 
 from .reading import reading_units
+from .taxonomy import CAUSE_TEXT, DIAGNOSABLE, FAMILY_CAUSES
 
 if TYPE_CHECKING:
     from .diagnosis import DiagnosisReport
@@ -52,39 +53,7 @@ __all__ = [
 ]
 
 #: every root cause a description can be diagnosed with (``unknown`` is not a diagnosis).
-CAUSES: tuple[str, ...] = tuple(c.value for c in RootCause if c != RootCause.unknown)
-
-#: one line per root cause, from the taxonomy's meaning (DESIGN.md), not from the bench reports.
-CAUSE_TEXT: dict[str, str] = {
-    "reward_misspecification": "the reward function rewards the wrong behaviour, so the agent learns something unintended",
-    "sparse_reward": "the reward is rarely received, so the agent gets almost no learning signal",
-    "reward_hacking": "the agent exploits a loophole in the reward and scores high without doing the task",
-    "insufficient_exploration": "the agent does not explore enough to discover the rewarding behaviour",
-    "premature_convergence": "the policy became deterministic too early and got stuck in a poor local optimum",
-    "undertraining": "the agent has not been trained for long enough and would improve with more training",
-    "unstable_optimization": "training is unstable because of hyperparameters such as a too high learning rate",
-    "observation_scaling": "the observations are badly scaled or not normalized for the network",
-    "action_jitter": "the actions oscillate and chatter from one step to the next",
-    "safety_violation": "the agent violates safety constraints or keeps a constraint cost too high",
-    "time_limit_misconfiguration": "the episode time limit is too short or handled wrongly at truncation",
-    "generalization_gap": "the policy works in training conditions but fails in new or different conditions",
-}
-
-#: remedy family -> the root causes it addresses (RL practice, as in the prior rulebook's templates).
-FAMILY_CAUSES: dict[str, tuple[str, ...]] = {
-    RemedyFamily.reward_shaping.value: ("reward_misspecification", "sparse_reward", "reward_hacking"),
-    RemedyFamily.action_smoothness.value: ("action_jitter",),
-    RemedyFamily.action_magnitude.value: ("action_jitter", "reward_hacking"),
-    RemedyFamily.hyperparameters.value: ("unstable_optimization", "premature_convergence"),
-    RemedyFamily.normalization.value: ("observation_scaling", "unstable_optimization"),
-    RemedyFamily.time_limit.value: ("time_limit_misconfiguration",),
-    RemedyFamily.frame_stack.value: ("observation_scaling",),
-    RemedyFamily.action_repeat.value: ("action_jitter", "insufficient_exploration"),
-    RemedyFamily.exploration_bonus.value: ("insufficient_exploration", "sparse_reward", "premature_convergence"),
-    RemedyFamily.curriculum.value: ("generalization_gap", "sparse_reward"),
-    RemedyFamily.safety_constraint.value: ("safety_violation",),
-    RemedyFamily.training_budget.value: ("undertraining",),
-}
+CAUSES: tuple[str, ...] = DIAGNOSABLE
 
 #: names of the features :func:`cause_features` returns, in order.
 FEATURES: tuple[str, ...] = (

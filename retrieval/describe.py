@@ -31,8 +31,9 @@ import numpy as np
 
 from .diagnosis import CauseReading, RetrievedCase, SymptomReading
 from .embedder import Embedder, default_embedder
-from .phrases import CAUSE_PHRASES, TAG_OPPOSITES, TAG_PHRASES
+from .phrases import TAG_OPPOSITES, TAG_PHRASES
 from .reading import is_negated, reading_units, split_clauses
+from .taxonomy import CAUSE_PHRASES
 from .text_subject import algo_fixes_action_space, parse_tags, text_signature, text_subject
 
 __all__ = [

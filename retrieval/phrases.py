@@ -7,9 +7,7 @@ vocabulary (SB3 "Tips and Tricks"), not from the bench reports. A phrasing with 
 
 from __future__ import annotations
 
-from remedy.cases.model import RootCause
-
-__all__ = ["TAG_PHRASES", "TAG_OPPOSITES", "CAUSE_PHRASES"]
+__all__ = ["TAG_PHRASES", "TAG_OPPOSITES"]
 
 #: symptom tag -> short phrasings in a user's words. Written from the tag definitions in
 #: ``cases.vocab`` and common RL vocabulary, not from the bench reports. A phrasing with a
@@ -162,33 +160,6 @@ TAG_PHRASES: dict[str, tuple[str, ...]] = {
         "the time limit is too short to finish the task",
         "the episode is cut off before the agent can reach the goal",
         "there are not enough steps per episode",
-    ),
-}
-
-#: root cause -> phrasings of a fact that names it outright. Only causes no symptom tag carries: a
-#: behaviour that is odd rather than failed (the reward allows it), and settings a user reports
-#: (learning rate, exploration noise, budget). Written from the taxonomy's meaning and RL practice
-#: (SB3 "Tips and Tricks"), not from the bench reports.
-CAUSE_PHRASES: dict[RootCause, tuple[str, ...]] = {
-    RootCause.reward_misspecification: (
-        "the learned behaviour looks unnatural",
-        "the robot moves in a strange way that was not intended",
-        "the robot walks with a weird gait",
-        "the humanoid ends up in an odd pose",
-        "the agent solves the task in an unintended way",
-    ),
-    RootCause.unstable_optimization: (
-        "the learning rate is too high",
-        "the value loss is huge",
-        "the gradients explode",
-    ),
-    RootCause.insufficient_exploration: (
-        "the exploration noise is too small",
-        "epsilon decays too quickly",
-    ),
-    RootCause.undertraining: (
-        "it was trained for only a few thousand steps",
-        "the training budget is too small",
     ),
 }
 

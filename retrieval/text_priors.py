@@ -11,8 +11,8 @@ Templates whose patch cannot be built for the subject (reward code or a curricul
 user did not name) still vote for their family in a description: the report then advises the family
 (:class:`~remedy.retrieval.diagnosis.FamilyProposal` without an example) instead of staying silent.
 
-:data:`STATED_FAMILIES` are the remedy families for a cause the text states outright
-(:data:`remedy.retrieval.describe.CAUSE_PHRASES`), from the same sources.
+:data:`STATED_FAMILIES` (the remedy families for a cause the text states outright) is the
+taxonomy's (:mod:`remedy.retrieval.taxonomy`), re-exported here beside the rules that use it.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from .priors import (
     Symptom,
     Template,
 )
+from .taxonomy import STATED_FAMILIES
 
 __all__ = ["TEXT_PRIORS", "STATED_FAMILIES", "REPORT_FAMILY_RATES"]
 
@@ -126,15 +127,6 @@ TEXT_PRIORS: tuple[PriorRule, ...] = (
         _SB3_TIPS,
     ),
 )
-
-#: root cause stated outright -> the remedy families RL practice tries first for it, most direct first.
-STATED_FAMILIES: dict[RootCause, tuple[RemedyFamily, ...]] = {
-    _C.reward_misspecification: (_F.reward_shaping,),
-    _C.unstable_optimization: (_F.hyperparameters, _F.normalization),
-    _C.insufficient_exploration: (_F.exploration_bonus, _F.hyperparameters),
-    _C.undertraining: (_F.training_budget,),
-}
-
 
 #: How often each remedy family resolved a real public failure report: its share among the families
 #: of the 140 labelled reports of batches 1-4 in ``bench/data/describe_reports.jsonl`` (GitHub issues
