@@ -91,6 +91,13 @@ def test_rerank_orders_candidates_by_probability_and_causes_by_their_best_candid
         ranked.candidates[0].score > ranked.candidates[1].score and "vote score 1.000" in ranked.candidates[0].rationale
     )
     assert ranked.diagnosis.program_version == "offline-1:x+ranker:unsaved"
+    # the blend weighs the vote's confidence; "ranker" orders causes by the best candidate alone
+    weak = _ranker({"family=time_limit": 0.3})
+    assert rerank(_report(), weak, SUBJECT).diagnosis.root_causes[0] == RootCause.unstable_optimization
+    assert (
+        rerank(_report(), weak, SUBJECT, causes="ranker").diagnosis.root_causes[0]
+        == RootCause.time_limit_misconfiguration
+    )
     flat = rerank(_report(), _ranker({}), SUBJECT)  # a base-rate ranker: every remedy alike, the vote's order stands
     assert [c.family for c in flat.candidates] == [RemedyFamily.hyperparameters, RemedyFamily.time_limit]
     assert flat.diagnosis.root_causes == _report().diagnosis.root_causes
