@@ -55,12 +55,13 @@ from remedy.cases.outcomes import final_verdicts
 from remedy.cases.verify.scenarios import Scenario, bundled_scenarios
 from remedy.optimizer.dataset import build_examples
 from remedy.optimizer.ranker import AttemptRow, RankerSettings, attempt_rows, fit_ranker
-from remedy.retrieval.cause_ranker import CAUSE_TEXT, CAUSES
 from remedy.retrieval.diagnosis import DiagnosisContext, RetrievedCase
 from remedy.retrieval.embedder import default_embedder
 from remedy.retrieval.index import signature_text
 from remedy.retrieval.offline import OfflineDiagnoser
 from remedy.retrieval.remedy_ranker import RemedyRanker, rerank
+from remedy.retrieval.taxonomy import CAUSE_TEXT
+from remedy.retrieval.taxonomy import DIAGNOSABLE as CAUSES
 
 FRACTIONS = (0.0, 0.25, 0.5, 1.0)
 SOURCES = ("reports/kb/*.jsonl", "bench/data/factory/*.parquet")
