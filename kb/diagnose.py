@@ -12,7 +12,6 @@ from __future__ import annotations
 import inspect
 import json
 import math
-import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,6 +32,7 @@ from remedy.retrieval.diagnosis import (
     RuleLike,
     SymptomReading,
     get_diagnoser,
+    program_kind,
 )
 
 if TYPE_CHECKING:
@@ -148,18 +148,19 @@ def _resolve(diagnoser: str | Diagnoser, params: dict[str, Any], kb: KnowledgeBa
 
 
 def _with_active_program(backend: Diagnoser, kb: KnowledgeBase | None) -> Diagnoser:
-    """The offline backend at its built-in defaults, run against a KB with an active program version
-    (``remedy optimize``, ``remedy programs activate``), runs that version instead and names it in
-    the diagnosis. Settings chosen explicitly (knobs passed in, a version already) are left alone.
-    Likewise the llm backend on its built-in program runs the active llm version (a program passed in stays)."""
-    from remedy.retrieval.offline import OfflineDiagnoser, OfflineSettings
+    """A backend that runs stored program versions (asked through its ``program_kind``) runs the KB's
+    active version of its kind instead of its built-in one, and names it in the diagnosis
+    (``remedy optimize``, ``remedy programs activate``). Settings or a program chosen explicitly
+    (knobs passed in, a version already) are left alone."""
+    adopt = _ACTIVE_VERSION.get(program_kind(backend) or "")
+    return backend if kb is None or adopt is None else adopt(backend, kb)
 
-    if kb is not None and _is_llm(backend):
-        return _with_active_llm_program(backend, kb)
-    if kb is None or not isinstance(backend, OfflineDiagnoser):
-        return backend
+
+def _with_active_offline(backend: Any, kb: KnowledgeBase) -> Diagnoser:
+    """The offline backend at its built-in defaults runs the active offline version and the active ranker."""
     from remedy.optimizer.ranker import active_ranker
     from remedy.optimizer.versions import active_offline
+    from remedy.retrieval.offline import OfflineDiagnoser, OfflineSettings
 
     # the KB's active remedy ranker (remedy optimize --backend ranker) orders the vote; one passed in stays
     ranker = backend.ranker or active_ranker(kb.store)
@@ -170,12 +171,6 @@ def _with_active_program(backend: Diagnoser, kb: KnowledgeBase | None) -> Diagno
         return backend
     settings, pid = (backend.settings, backend.program_id) if active is None else (active.offline_settings(), active.id)
     return OfflineDiagnoser(settings, priors=backend.priors, program_id=pid, ranker=ranker)
-
-
-def _is_llm(backend: Diagnoser) -> bool:
-    """An LLMDiagnoser (checked without importing DSPy: if its module is not loaded, nothing is one)."""
-    module = sys.modules.get("remedy.retrieval.llm")
-    return module is not None and isinstance(backend, module.LLMDiagnoser)
 
 
 def _with_active_llm_program(backend: Any, kb: KnowledgeBase) -> Diagnoser:
@@ -190,6 +185,10 @@ def _with_active_llm_program(backend: Any, kb: KnowledgeBase) -> Diagnoser:
     from remedy.optimizer.llm import load_program
 
     return backend.with_program(load_program(active.program), active.id)
+
+
+#: program kind (a stored version's ``backend``) -> how a backend of that kind adopts the KB's active version
+_ACTIVE_VERSION = {"offline": _with_active_offline, "llm": _with_active_llm_program}
 
 
 def _retrieval_k(k: int, backend: Diagnoser) -> int:

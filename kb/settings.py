@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 __all__ = ["VerifySettings", "FixSettings", "ExecutorName", "DiagnoserName", "settings_from"]
 
 ExecutorName = Literal["local", "ray"]
+#: the built-in diagnosers (``remedy.retrieval.diagnosis.diagnoser_names``; a test keeps the two equal)
 DiagnoserName = Literal["offline", "llm", "auto"]
 
 

@@ -7,7 +7,9 @@ into a :class:`DiagnosisReport`: ranked root causes from the taxonomy and
 ranked, typed candidate patches ready for ``remedy verify``.
 
 Backends register a factory under a name (``offline``, ``llm``, ``auto``);
-``get_diagnoser(name, **params)`` builds one. This module imports ``cases``
+``get_diagnoser(name, **params)`` builds one, and nothing outside this registry switches on the
+name: a caller asks the backend what it needs (:func:`preflight`, :func:`needs_lm`,
+:func:`program_kind`). This module imports ``cases``
 only: retrieval reaches it through the :class:`CaseRetriever` protocol.
 """
 
@@ -55,6 +57,9 @@ __all__ = [
     "register_diagnoser",
     "get_diagnoser",
     "diagnoser_names",
+    "preflight",
+    "needs_lm",
+    "program_kind",
 ]
 
 ComputeCost = Literal["low", "medium", "high"]
@@ -204,7 +209,18 @@ class DiagnosisContext:
 
 
 class Diagnoser(Protocol):
-    """A diagnosis backend: context in, report out. Same context, same report (deterministic backends)."""
+    """A diagnosis backend: context in, report out. Same context, same report (deterministic backends).
+
+    Callers never test a backend's name; they ask it (through :func:`preflight`, :func:`needs_lm` and
+    :func:`program_kind`, which read these optional members, so a backend with ``diagnose`` alone is
+    a complete one):
+
+    - ``preflight()``: raise the one clear error now if the backend cannot run (an LM backend without
+      a configured LM), before any rollout or upload;
+    - ``needs_lm``: True when every diagnosis calls a language model;
+    - ``program_kind``: the kind of stored program versions it runs (``remedy optimize`` writes them,
+      the KB activates one; ``None``: it runs none).
+    """
 
     name: str
 
@@ -260,6 +276,23 @@ def register_diagnoser(name: str, factory: Callable[..., Diagnoser]) -> None:
 def diagnoser_names() -> list[str]:
     """Names of the registered backends (built-ins included)."""
     return sorted(set(_FACTORIES) | set(_BUILTIN))
+
+
+def preflight(backend: Diagnoser) -> None:
+    """Fail now, with the backend's own error, when ``backend`` cannot run (see :class:`Diagnoser`)."""
+    check = getattr(backend, "preflight", None)
+    if check is not None:
+        check()
+
+
+def needs_lm(backend: Diagnoser) -> bool:
+    """Whether every diagnosis by ``backend`` calls a language model."""
+    return bool(getattr(backend, "needs_lm", False))
+
+
+def program_kind(backend: Diagnoser) -> str | None:
+    """The kind of stored program versions ``backend`` runs (``offline``, ``llm``), or None."""
+    return getattr(backend, "program_kind", None)
 
 
 def get_diagnoser(name: str, **params: Any) -> Diagnoser:

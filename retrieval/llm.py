@@ -611,6 +611,9 @@ class LLMDiagnoser:
     """Diagnosis by a DSPy program; same report type as the offline backend."""
 
     name = "llm"
+    needs_lm = True
+    #: runs stored ``llm`` program versions (DSPy programs compiled by ``remedy optimize --backend llm``)
+    program_kind = "llm"
 
     def __init__(
         self,
@@ -653,6 +656,10 @@ class LLMDiagnoser:
             output=self.output,
             grounded=self.grounded,
         )
+
+    def preflight(self) -> None:
+        """Raise LMError now when no LM is configured (``REMEDY_LM``), before any rollout."""
+        _ = self.lm
 
     @property
     def lm(self) -> Any:

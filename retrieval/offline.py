@@ -159,6 +159,8 @@ class OfflineDiagnoser:
     """
 
     name = "offline"
+    #: runs stored ``offline`` program versions (vote settings tuned by ``remedy optimize``)
+    program_kind = "offline"
 
     def __init__(
         self,

@@ -195,14 +195,10 @@ def _check_source(run_dir: Path | None, describe: str | None, text_opts: dict) -
 
 def _backend(name: str):
     """The named backend, built before any rollout so a bad name or a missing LM fails fast."""
-    from remedy.retrieval.diagnosis import get_diagnoser
+    from remedy.retrieval.diagnosis import get_diagnoser, preflight
 
     backend = get_diagnoser(name)
-    if name == "llm":
-        from remedy.retrieval.llm import LLMDiagnoser
-
-        if isinstance(backend, LLMDiagnoser):
-            _ = backend.lm  # raises LMError now when REMEDY_LM is not set
+    preflight(backend)  # an LM backend raises LMError now when REMEDY_LM is not set
     return backend
 
 

@@ -135,14 +135,10 @@ def import_body(service: Service, body: bytes, skip_invalid: bool) -> ImportOut:
 
 
 def _backend(name: str) -> Any:
-    from remedy.retrieval.diagnosis import get_diagnoser
+    from remedy.retrieval.diagnosis import get_diagnoser, preflight
 
     backend = get_diagnoser(name)
-    if name == "llm":
-        from remedy.retrieval.llm import LLMDiagnoser  # already loaded by get_diagnoser("llm")
-
-        if isinstance(backend, LLMDiagnoser):
-            _ = backend.lm  # raises LMError now when the service has no REMEDY_LM
+    preflight(backend)  # an LM backend raises LMError now when the service has no REMEDY_LM
     return backend
 
 

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_vali
 
 from remedy.cases.errors import ValidationError
 from remedy.cases.model import Signature, Subject
-from remedy.kb.settings import FixSettings, VerifySettings
+from remedy.kb.settings import DiagnoserName, FixSettings, VerifySettings
 from remedy.miners.model import Rule
 
 __all__ = [
@@ -60,7 +60,6 @@ class RequestBodyError(ValidationError):
 
 Mode = Literal["hybrid", "vector", "text"]
 Space = Literal["discrete", "continuous"]
-DiagnoserName = Literal["offline", "llm", "auto"]
 
 
 #: one folder name of a fix job's ``out``
