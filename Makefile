@@ -40,7 +40,7 @@ test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow" tests
 
 bench: $(STAMP)
-	$(BIN)/python bench/retrieval.py
+	$(BIN)/python bench/retrieval_speed.py
 	$(BIN)/python bench/verify.py
 
 clean:

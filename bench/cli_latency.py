@@ -2,7 +2,7 @@
 
 Each command runs in a fresh process (as a user would type it), ``--runs`` times, against a KB
 made once with `remedy kb init` in a temporary directory (``--size N`` tops it up with synthetic
-cases from ``bench/retrieval.py``). Two arms side by side, interleaved run by run so both see the
+cases from ``bench/retrieval_speed.py``). Two arms side by side, interleaved run by run so both see the
 same load: ``before`` encodes with sentence-transformers (``REMEDY_EMBEDDER=torch``, what shipped
 until the light path), ``after`` with the numpy MiniLM (the default). ``python -c pass`` is the
 floor no command can beat. Prints the median and min per command and arm and the load average
@@ -98,12 +98,13 @@ def _stats(times: list[float]) -> dict[str, float]:
 
 
 def _top_up(kb: Path, size: int) -> None:
-    """Add synthetic cases (bench/retrieval.py's generator) until the KB holds ``size``."""
+    """Add synthetic cases (bench/retrieval_speed.py's generator) until the KB holds ``size``."""
     if size <= 75:
         return
     sys.path.insert(0, str(Path(__file__).parent))
+    from retrieval_speed import synth_cases
+
     from remedy.kb import KnowledgeBase
-    from retrieval import synth_cases
 
     with KnowledgeBase.open(kb) as db:
         db.add_many(synth_cases(size - 75, seed=size, prefix="lat-"))

@@ -37,6 +37,7 @@ import httpx
 import yaml
 
 sys.path.insert(0, str(Path(__file__).parent))
+from retrieval_speed import synth_cases
 from service import REMEDY, _port
 
 from remedy.cases.io import case_to_json
@@ -44,7 +45,6 @@ from remedy.cases.store import CaseStore
 from remedy.kb import KnowledgeBase
 from remedy.kb.client import tar_run
 from remedy.kb.server.tokens import TokenStore
-from retrieval import synth_cases
 
 QUICK = Path(str(resources.files("remedy.cases") / "scenarios" / "checkpoints" / "cartpole_undertrained"))
 NESTED_POWERS = "((((((((10**8)**8)**8)**8)**8)**8)**8)**8) > 0"

@@ -10,7 +10,7 @@ imported, so it runs in a second):
   package's ``__init__`` is a node of its own (importing ``a.b.c`` also runs ``a/b/__init__``,
   which is not counted as an edge: every package with re-exports would be a circle). ``bench/``
   scripts put their folder first on ``sys.path``, so a bare name that is a bench module resolves
-  there (``from retrieval import ...`` in a bench script is ``bench/retrieval.py``).
+  there (before the rename, ``from retrieval import ...`` in a bench script was ``bench/retrieval.py``).
 - **function-level imports**: import statements inside a function body, all and those of the
   project's own modules.
 - **Any**: every use of the name ``Any`` outside import lines, and how many are ``dict[str, Any]``.

@@ -29,13 +29,13 @@ import httpx
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
+from retrieval_speed import synth_cases
 from service import start_server
 
 from remedy.cases.io import case_to_json
 from remedy.cases.store import CaseStore
 from remedy.kb import KnowledgeBase
 from remedy.kb.server.tokens import TokenStore
-from retrieval import synth_cases
 
 OUT = Path(__file__).parent / "out" / "crash.json"
 

@@ -1,7 +1,7 @@
 """Service benchmark: query latency and throughput of `remedy serve` under concurrent clients.
 
 Prints figures; it is not a test. For each KB size it builds a KB of synthetic
-cases (``bench/retrieval.py``'s templates, every summary embedded for real),
+cases (``bench/retrieval_speed.py``'s templates, every summary embedded for real),
 starts ``remedy serve`` on a free loopback port as its own process, and sends
 ``POST /v1/query`` (hybrid search, embedding included) from 1, 4 and 16
 concurrent clients (threads, one httpx connection each), reporting p50/p95
@@ -36,10 +36,11 @@ import httpx
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
+from retrieval_speed import synth_cases, synth_summary
+
 from remedy.cases.store import CaseStore
 from remedy.kb import KnowledgeBase
 from remedy.kb.server.tokens import TokenStore
-from retrieval import synth_cases, synth_summary
 
 OUT = Path(__file__).parent / "out" / "service.json"
 REMEDY = Path(sys.executable).parent / "remedy"

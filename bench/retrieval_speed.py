@@ -15,7 +15,7 @@ Embedding 100k texts takes many minutes on two cores, so only ``--embed-limit`` 
 are embedded for real; the rest of the table reuses those vectors with small random
 perturbations (the output says so).
 
-    nice .venv/bin/python bench/retrieval.py --sizes 10000,100000 --queries 200
+    nice .venv/bin/python bench/retrieval_speed.py --sizes 10000,100000 --queries 200
 """
 
 from __future__ import annotations
