@@ -55,7 +55,7 @@ from remedy.cases.outcomes import final_verdicts
 from remedy.cases.verify.scenarios import Scenario, bundled_scenarios
 from remedy.optimizer.dataset import build_examples
 from remedy.optimizer.ranker import AttemptRow, RankerSettings, attempt_rows, fit_ranker
-from remedy.retrieval.diagnosis import DiagnosisContext, RetrievedCase
+from remedy.retrieval.diagnosis import DiagnosisContext, RetrievedCase, patch_family
 from remedy.retrieval.embedder import default_embedder
 from remedy.retrieval.index import signature_text
 from remedy.retrieval.offline import OfflineDiagnoser
@@ -85,6 +85,7 @@ class Attempt:
     case_ids: tuple[str, ...]
     scenario: str | None
     row: AttemptRow
+    family: str = ""  # the patch family tried
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,19 @@ def attempts_of(cases: list[Case]) -> list[Attempt]:
     """Each attempt with its training row (``attempt_rows`` walks ``final_verdicts`` in the same order)."""
     pairs = final_verdicts(cases)
     rows = attempt_rows(cases)
-    return [Attempt(tuple(dict.fromkeys((s.case_id, f.case_id))), s.scenario, r) for (s, f), r in zip(pairs, rows)]
+    return [
+        Attempt(tuple(dict.fromkeys((s.case_id, f.case_id))), s.scenario, r, patch_family(s.patch).value)
+        for (s, f), r in zip(pairs, rows)
+    ]
+
+
+def fixed_families(attempts: list[Attempt]) -> dict[str, set[str]]:
+    """Scenario -> the patch families confirmed ``improved`` on it (the label of the family columns)."""
+    out: dict[str, set[str]] = defaultdict(set)
+    for a in attempts:
+        if a.scenario and a.row.status == "improved":
+            out[a.scenario].add(a.family)
+    return out
 
 
 def patients_of(cases: list[Case], scenarios: dict[str, Scenario]) -> list[Patient]:
@@ -183,14 +196,17 @@ class Retrieval:
         return tuple(RetrievedCase(self.cases[idx[i]], float(sims[i])) for i in order)
 
 
-def top1(patient: Patient, cases: tuple[RetrievedCase, ...], ranker: RemedyRanker | None, mode: str = "blend") -> float:
-    """1.0 when the diagnoser's top cause is in the patient's answer key (``mode``: how the ranker orders causes)."""
+def top1(
+    patient: Patient, cases: tuple[RetrievedCase, ...], ranker: RemedyRanker | None, mode: str = "blend"
+) -> tuple[float, str | None]:
+    """(1.0 when the top cause is in the patient's answer key, the top candidate's family); ``mode``: the cause order."""
     ctx = DiagnosisContext(subject=patient.subject, signature=patient.signature, cases=cases)
     report = OfflineDiagnoser().diagnose(ctx)
     if ranker is not None:
         report = rerank(report, ranker, patient.subject, causes=mode)
     causes = report.diagnosis.root_causes
-    return float(bool(causes) and causes[0] in patient.truth)
+    family = report.candidates[0].family.value if report.candidates else None
+    return float(bool(causes) and causes[0] in patient.truth), family
 
 
 def most_frequent(chosen: list[Attempt], scenarios: dict[str, Scenario]) -> RootCause | None:
@@ -203,6 +219,7 @@ def most_frequent(chosen: list[Attempt], scenarios: dict[str, Scenario]) -> Root
 def run_split(split, patients, attempts, scenarios, retrieval, seeds) -> dict:
     """Per arm and fraction: each patient's top-1 averaged over subsets (patient name -> value)."""
     scores: dict[str, dict[float, dict[str, list[float]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+    fixes = fixed_families(attempts)  # labels from every attempt on the patient, never training data
     for fold, test, pool in folds(patients, attempts, scenarios, split):
         for frac, seed, chosen in subsets(pool, seeds):
             ids = sorted({retrieval.index[i] for a in chosen for i in a.case_ids})
@@ -210,12 +227,14 @@ def run_split(split, patients, attempts, scenarios, retrieval, seeds) -> dict:
             common = most_frequent(chosen, scenarios)
             for p in test:
                 near = retrieval.similar(p, ids)
-                scores["vote"][frac][p.name].append(top1(p, near, None))
-                scores["ranker"][frac][p.name].append(top1(p, near, ranker))
-                scores["ranker_only"][frac][p.name].append(top1(p, near, ranker, "ranker"))
+                arms = {"vote": top1(p, near, None), "ranker": top1(p, near, ranker), "empty_kb": top1(p, (), None)}
+                arms["ranker_only"] = top1(p, near, ranker, "ranker")
+                for arm, (hit, family) in arms.items():
+                    scores[arm][frac][p.name].append(hit)
+                    if p.name in fixes and arm != "ranker_only":  # the candidate order is the same in both modes
+                        scores[f"{arm}_family"][frac][p.name].append(float(family in fixes[p.name]))
                 if common is not None:
                     scores["most_frequent"][frac][p.name].append(float(common in p.truth))
-                scores["empty_kb"][frac][p.name].append(top1(p, (), None))
                 scores["taxonomy"][frac][p.name].append(float(retrieval.taxonomy[p.name] in p.truth))
             print(f"{split} {fold} {frac:.0%} seed {seed}: {len(chosen)} attempts", flush=True)
     return {
@@ -235,13 +254,13 @@ def bootstrap(values: np.ndarray, rng: np.random.Generator, n: int = 2000) -> tu
 def summarize(per: dict, seed: int = 0) -> dict:
     """Mean and CI per arm and fraction, and paired differences of vote / ranker against empty_kb."""
     out: dict = {}
-    cold = per["empty_kb"]["0.0"]
     for arm, fr in per.items():
+        cold = per["empty_kb_family" if arm.endswith("_family") else "empty_kb"]["0.0"]
         for f, by in fr.items():
             rng = np.random.default_rng(seed)  # the same resamples in every cell: equal columns, equal intervals
             v = np.array([by[n] for n in sorted(by)])
             row = {"n": len(v), "mean": float(v.mean()), "ci": bootstrap(v, rng)}
-            if arm in ("vote", "ranker", "ranker_only"):
+            if arm in ("vote", "ranker", "ranker_only", "vote_family", "ranker_family"):
                 d = np.array([by[n] - cold[n] for n in sorted(by)])
                 row |= {"minus_empty_kb": float(d.mean()), "minus_empty_kb_ci": bootstrap(d, rng)}
             out.setdefault(arm, {})[f] = row
@@ -264,7 +283,31 @@ def table(summary: dict, split: str) -> str:
             cells.append("-" if d is None else f"{d:+.2f} [{ci[0]:+.2f}, {ci[1]:+.2f}]")
         lines.append(f"| {float(f):.0%} | " + " | ".join(cells) + " |")
     n = summary["empty_kb"]["0.0"]["n"]
-    return f"**{split}** ({n} patients)\n\n" + head + "\n".join(lines) + "\n"
+    return f"**{split}** ({n} patients)\n\n" + head + "\n".join(lines) + "\n\n" + family_table(summary)
+
+
+def family_table(summary: dict) -> str:
+    """Top candidate's family confirmed to fix the patient, on patients with a confirmed fix."""
+    if "empty_kb_family" not in summary:
+        return ""
+    n = summary["empty_kb_family"]["0.0"]["n"]
+    lines = [
+        f"Top candidate's family among the families confirmed to fix the patient ({n} patients with a confirmed fix):",
+        "",
+        "| training attempts | vote | ranker | empty KB | vote − empty KB | ranker − empty KB |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for f in map(str, FRACTIONS):
+        cells = []
+        for arm in ("vote_family", "ranker_family", "empty_kb_family"):
+            r = summary[arm].get(f)
+            cells.append("-" if r is None else f"{r['mean']:.2f} [{r['ci'][0]:.2f}, {r['ci'][1]:.2f}]")
+        for arm in ("vote_family", "ranker_family"):
+            r = summary[arm].get(f, {})
+            d, ci = r.get("minus_empty_kb"), r.get("minus_empty_kb_ci")
+            cells.append("-" if d is None else f"{d:+.2f} [{ci[0]:+.2f}, {ci[1]:+.2f}]")
+        lines.append(f"| {float(f):.0%} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def plot(summaries: dict, path: Path) -> None:
