@@ -350,6 +350,9 @@ class CaseStore:
             existing = self._bodies(con, [r["case_id"] for r in rows])
             changed = [r for r in rows if existing.get(r["case_id"]) != r["body"]]
             if not replace:
+                # the same computation run again (same id) differs only in when and how fast it ran:
+                # that is the stored case, not a conflict, and it is left as it was
+                changed = [r for r in changed if not _same_substance(existing.get(r["case_id"]), r["body"])]
                 _refuse_conflicts(sorted(r["case_id"] for r in changed if r["case_id"] in existing))
             if changed:
                 batch = pa.Table.from_pylist(changed, schema=_ARROW_SCHEMA)  # noqa: F841 (read by SQL)
@@ -509,6 +512,25 @@ def _checked_row(case: Case) -> dict:
             "fix the offending field"
         ) from None
     return row
+
+
+#: what a re-run of the same computation may change: the machine's clock and speed, not the outcome
+_VOLATILE = (("provenance", "created_at"), ("verification", "wall_time_s"), ("verification", "race", "wall_time_s"))
+
+
+def _same_substance(stored: str | None, body: str) -> bool:
+    """True when two case bodies differ at most in :data:`_VOLATILE` fields."""
+    if stored is None:
+        return False
+    a, b = json.loads(stored), json.loads(body)
+    for path in _VOLATILE:
+        for doc in (a, b):
+            node = doc
+            for key in path[:-1]:
+                node = node.get(key) if isinstance(node, dict) else None
+            if isinstance(node, dict):
+                node.pop(path[-1], None)
+    return bool(a == b)
 
 
 def _refuse_conflicts(ids: list[str]) -> None:

@@ -122,3 +122,17 @@ def test_every_shipped_and_generated_id_is_allowed():
     from remedy.cases.model import new_case_id
 
     assert CASE_ID_PATTERN.fullmatch(new_case_id("run", 1, {"x": 2}))
+
+
+def test_a_rerun_of_the_same_computation_is_the_stored_case_not_a_conflict(kb, tmp_path):
+    """Two exports of one verification (same id) differ in when and how fast it ran: unchanged, not refused."""
+    case = make_case(case_id="c-rerun", summary="the same episode")
+    kb.add_many([case])
+    data = json.loads(case_to_json(case))
+    data["provenance"]["created_at"] = "2030-01-01T00:00:00Z"
+    if data.get("verification"):
+        data["verification"]["wall_time_s"] = 123.0
+    (tmp_path / "rerun.jsonl").write_text(json.dumps(data) + "\n")
+    report = kb.import_file(tmp_path / "rerun.jsonl")
+    assert (report.added, report.unchanged) == (0, 1)
+    assert kb.get("c-rerun").to_json() == case.to_json()  # the stored one stays as it was
