@@ -19,6 +19,7 @@ from pydantic import ValidationError as PydanticValidationError
 from .errors import RemedyError
 
 __all__ = [
+    "BoundedLoader",
     "load_yaml_model",
     "safe_load_yaml",
     "check_expanded_size",
@@ -38,11 +39,11 @@ MAX_YAML_ALIASES = 100
 MAX_EXPANDED_NODES = 100_000
 
 
-class _LimitExceeded(Exception):
+class _LimitExceeded(yaml.YAMLError):
     """Raised inside the loader; turned into the caller's RemedyError with the source named."""
 
 
-class _BoundedLoader(yaml.SafeLoader):
+class BoundedLoader(yaml.SafeLoader):
     """SafeLoader that counts aliases while composing and stops past :data:`MAX_YAML_ALIASES`."""
 
     def __init__(self, stream: str) -> None:
@@ -61,7 +62,7 @@ def safe_load_yaml(text: str, source: str, error: type[RemedyError]) -> Any:
     """Parse YAML ``text`` with the safe loader and the limits above; any failure is one ``error``."""
     if len(text) > MAX_YAML_BYTES:
         raise error(f"{source} is {len(text):,} characters; a YAML file here must be under {MAX_YAML_BYTES:,}")
-    loader = _BoundedLoader(text)
+    loader = BoundedLoader(text)
     try:
         data = loader.get_single_data()
     except _LimitExceeded as ex:

@@ -24,7 +24,7 @@ from pydantic import ValidationError as PydanticValidationError
 
 from ..errors import RunDirError
 from ..success import FinalObs, FinalReward, InfoFlag, ReturnThreshold, SuccessSpec, Terminated, parse_success
-from ..yamlfile import MAX_YAML_ALIASES, MAX_YAML_BYTES, check_expanded_size, first_error, safe_load_yaml
+from ..yamlfile import MAX_YAML_BYTES, BoundedLoader, check_expanded_size, first_error, safe_load_yaml
 from .rundir import checkpoint_algos
 
 __all__ = [
@@ -203,23 +203,12 @@ def checkpoint_facts(data: dict[str, Any]) -> CheckpointFacts:
 # --------------------------------------------------------------------------- RL Zoo YAML
 
 
-class _ZooLoader(yaml.SafeLoader):
-    """SafeLoader plus the inert tags RL Zoo's ``yaml.dump`` writes; any other Python tag stays an error.
+class _ZooLoader(BoundedLoader):
+    """The bounded SafeLoader plus the inert tags RL Zoo's ``yaml.dump`` writes; any other Python tag stays an error.
 
     ``!!python/object/apply:collections.OrderedDict`` becomes a dict, ``!!python/tuple`` a list and
     ``!!python/name:torch.nn.ReLU`` the dotted name as a string (never imported). Aliases are counted.
     """
-
-    def __init__(self, stream: str) -> None:
-        super().__init__(stream)
-        self.aliases = 0
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        if self.check_event(yaml.AliasEvent):
-            self.aliases += 1
-            if self.aliases > MAX_YAML_ALIASES:
-                raise yaml.YAMLError(f"more than {MAX_YAML_ALIASES} aliases")
-        return super().compose_node(parent, index)
 
 
 def _ordered_dict(loader: yaml.SafeLoader, node: yaml.Node) -> dict:

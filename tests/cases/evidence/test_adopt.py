@@ -308,3 +308,19 @@ def test_off_policy_hyperparams_are_constructor_arguments(tmp_path):
     assert config.algo == "DQN" and config.hyperparams["buffer_size"] == 500 and "use_sde" not in config.hyperparams
     hyper = dict(config.hyperparams)
     DQN(hyper.pop("policy"), make_env("CartPole-v1"), **hyper)  # what training from scratch does
+
+
+def test_zoo_yaml_reads_ordered_dicts_and_stops_an_alias_bomb(tmp_path):
+    from remedy.cases.evidence.foreign import load_zoo_yaml
+    from remedy.cases.yamlfile import MAX_YAML_ALIASES, BoundedLoader
+
+    ok = tmp_path / "config.yml"
+    ok.write_text(
+        "!!python/object/apply:collections.OrderedDict\n- - - n_timesteps\n    - 1000\n  - - policy\n    - MlpPolicy\n"
+    )
+    assert load_zoo_yaml(ok) == {"n_timesteps": 1000, "policy": "MlpPolicy"}
+    bomb = tmp_path / "args.yml"
+    bomb.write_text("a: &x [1]\n" + "".join(f"k{i}: *x\n" for i in range(MAX_YAML_ALIASES + 1)))
+    with pytest.raises(RunDirError, match="aliases"):
+        load_zoo_yaml(bomb)
+    assert "tag:yaml.org,2002:python/tuple" not in BoundedLoader.yaml_constructors  # Zoo's tags stay Zoo's
