@@ -28,6 +28,7 @@ __all__ = [
     "canonical_algo",
     "algo_names",
     "constructor_hyperparams",
+    "SAVED_HYPERPARAMS",
 ]
 
 #: canonical name -> "module:attribute" (imported lazily; sb3-contrib is optional at import time).
@@ -76,6 +77,51 @@ def get_algo(name: str) -> type[BaseAlgorithm]:
         return getattr(importlib.import_module(module), attr)
     except ImportError as ex:  # sb3-contrib missing
         raise AlgorithmError(f"algorithm '{canon}' needs the '{module}' package; install it ({ex})") from ex
+
+
+#: constructor arguments SB3 and sb3-contrib keep as same-named attributes, so ``data`` holds them
+SAVED_HYPERPARAMS = (
+    "learning_rate",
+    "n_steps",
+    "batch_size",
+    "n_epochs",
+    "gamma",
+    "gae_lambda",
+    "ent_coef",
+    "vf_coef",
+    "max_grad_norm",
+    "use_sde",
+    "sde_sample_freq",
+    "normalize_advantage",
+    "target_kl",
+    "clip_range",
+    "clip_range_vf",
+    "buffer_size",
+    "learning_starts",
+    "tau",
+    "gradient_steps",
+    "target_update_interval",
+    "exploration_fraction",
+    "exploration_initial_eps",
+    "exploration_final_eps",
+    "policy_delay",
+    "target_policy_noise",
+    "target_noise_clip",
+    "target_entropy",
+    "top_quantiles_to_drop_per_net",
+    "cg_max_steps",
+    "cg_damping",
+    "line_search_shrinking_factor",
+    "line_search_max_iter",
+    "n_critic_updates",
+    "sub_sampling_factor",
+    "n_delta",
+    "n_top",
+    "delta_std",
+    "zero_policy",
+    "alive_bonus_offset",
+    "policy_kwargs",
+)
 
 
 def constructor_hyperparams(algo: str | type, hyperparams: dict[str, Any]) -> dict[str, Any]:

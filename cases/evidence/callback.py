@@ -23,7 +23,7 @@ import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import VecNormalize, unwrap_vec_normalize
 
-from ..algos import canonical_algo, constructor_hyperparams
+from ..algos import SAVED_HYPERPARAMS, canonical_algo, constructor_hyperparams
 from ..errors import AlgorithmError, RunDirError
 from ..success import ReturnThreshold, SuccessSpec
 from .rundir import MODEL_ZIP, VECNORMALIZE_PKL, RunConfig, write_run_yaml
@@ -33,36 +33,13 @@ __all__ = ["RemedyRunCallback", "infer_run_config", "PROGRESS_CSV"]
 PROGRESS_CSV = "progress.csv"
 _OFF_POLICY_LOG_FREQ = 1000
 
-#: model attributes copied into run.yaml's hyperparams when they are plain numbers/strings.
-_HYPERPARAM_ATTRS = (
-    "learning_rate",
-    "n_steps",
-    "batch_size",
-    "n_epochs",
-    "gamma",
-    "gae_lambda",
-    "ent_coef",
-    "vf_coef",
-    "max_grad_norm",
-    "buffer_size",
-    "learning_starts",
-    "tau",
-    "gradient_steps",
-    "target_update_interval",
-    "exploration_fraction",
-    "exploration_final_eps",
-    "target_kl",
-    "use_sde",
-    "normalize_advantage",
-)
-
 
 def _plain(v: Any) -> bool:
     return isinstance(v, (bool, int, float, str)) and not (isinstance(v, float) and not math.isfinite(v))
 
 
 def _simple_hyperparams(model: Any) -> dict[str, Any]:
-    hp = {k: getattr(model, k) for k in _HYPERPARAM_ATTRS if _plain(getattr(model, k, None))}
+    hp = {k: getattr(model, k) for k in SAVED_HYPERPARAMS if _plain(getattr(model, k, None))}
     try:  # policy_kwargs only when it is plain data (activation classes are not)
         pk = getattr(model, "policy_kwargs", None) or {}
         if pk:

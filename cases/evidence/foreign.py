@@ -22,6 +22,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict
 from pydantic import ValidationError as PydanticValidationError
 
+from ..algos import SAVED_HYPERPARAMS
 from ..errors import RunDirError
 from ..success import FinalObs, FinalReward, InfoFlag, ReturnThreshold, SuccessSpec, Terminated, parse_success
 from ..yamlfile import MAX_YAML_BYTES, BoundedLoader, check_expanded_size, first_error, safe_load_yaml
@@ -50,49 +51,6 @@ SUCCESS_FORMS = (
     "'return>=X', 'info:KEY' (info[KEY] true at the end), 'final_reward>=X', 'obs[I]>=X' (also <=, >, <, ==), "
     "'terminated' (reaches a goal state), 'survive' (lasts to the time limit), "
     "or a YAML mapping such as '{kind: return_threshold, threshold: 200}'"
-)
-#: constructor arguments SB3 and sb3-contrib keep as same-named attributes, so ``data`` holds them
-_HYPERPARAMS = (
-    "learning_rate",
-    "n_steps",
-    "batch_size",
-    "n_epochs",
-    "gamma",
-    "gae_lambda",
-    "ent_coef",
-    "vf_coef",
-    "max_grad_norm",
-    "use_sde",
-    "sde_sample_freq",
-    "normalize_advantage",
-    "target_kl",
-    "clip_range",
-    "clip_range_vf",
-    "buffer_size",
-    "learning_starts",
-    "tau",
-    "gradient_steps",
-    "target_update_interval",
-    "exploration_fraction",
-    "exploration_initial_eps",
-    "exploration_final_eps",
-    "policy_delay",
-    "target_policy_noise",
-    "target_noise_clip",
-    "target_entropy",
-    "top_quantiles_to_drop_per_net",
-    "cg_max_steps",
-    "cg_damping",
-    "line_search_shrinking_factor",
-    "line_search_max_iter",
-    "n_critic_updates",
-    "sub_sampling_factor",
-    "n_delta",
-    "n_top",
-    "delta_std",
-    "zero_policy",
-    "alive_bonus_offset",
-    "policy_kwargs",
 )
 #: SB3 policy classes -> the alias a user passes (``PPO("MlpPolicy", ...)``); the same names in every algorithm
 _POLICY_ALIASES = {
@@ -178,9 +136,9 @@ def _space_class(value: Any) -> str | None:
 
 def checkpoint_facts(data: dict[str, Any]) -> CheckpointFacts:
     """Steps, envs, seed, constructor hyperparameters, possible algorithms and space kinds from ``data``."""
-    hyper = {k: data[k] for k in _HYPERPARAMS if k in data and data[k] is not None and plain_value(data[k])}
+    hyper = {k: data[k] for k in SAVED_HYPERPARAMS if k in data and data[k] is not None and plain_value(data[k])}
     notes = []
-    opaque = [k for k in _HYPERPARAMS if isinstance(data.get(k), dict) and ":serialized:" in data[k]]
+    opaque = [k for k in SAVED_HYPERPARAMS if isinstance(data.get(k), dict) and ":serialized:" in data[k]]
     if opaque:
         notes.append(f"saved as pickles, not read: {', '.join(opaque)}")
     cls = _policy_class_name(data)
