@@ -183,10 +183,14 @@ def write_marker(kb_root: Path, url: str) -> Path:
 
 def _open_service(kb_path: Path | str | None, settings: ServiceSettings, embedder: Embedder | None) -> Service:
     from remedy.kb.facade import KnowledgeBase
+    from remedy.retrieval.batching import BatchingEmbedder
+    from remedy.retrieval.embedder import default_embedder
 
     from .handlers import job_handlers
 
-    kb = KnowledgeBase.open(kb_path, create=True, embedder=embedder)
+    # Queries arrive on worker threads; concurrent ones share one encoder call.
+    shared = BatchingEmbedder(embedder if embedder is not None else default_embedder())
+    kb = KnowledgeBase.open(kb_path, create=True, embedder=shared)
     runner = JobRunner(JobStore(kb.store), {})
     service = Service(kb, TokenStore(kb.store), runner.jobs, runner, settings)
     runner.handlers.update(job_handlers(service))
