@@ -90,3 +90,25 @@ def test_adopt_without_success_definition_is_one_error_line(tmp_path, zoo_run, m
     code, _, err = _run(monkeypatch, capsys, "adopt", zoo_run, "--out", tmp_path / "run", "--env", "Pendulum-v1")
     assert code == 1 and "--success" in err and "return>=" in err and len(err.strip().splitlines()) <= 3
     assert not (tmp_path / "run").exists()
+
+
+def test_a_zoo_run_gets_a_diagnosis_page_with_its_normalization(tmp_path, zoo_run, monkeypatch, capsys):
+    """Adopt an RL Zoo run, then `diagnose --report`: the page paints in headless Chromium with its plots."""
+    from matplotlib.image import imread
+
+    from .test_diagnosis_page import CHROMIUM, _chromium
+
+    out = tmp_path / "adopted"
+    assert _run(monkeypatch, capsys, "adopt", zoo_run, "--out", out)[0] == 0
+    args = ("diagnose", out, "--kb", tmp_path / "kb", "--episodes", "3", "--report", tmp_path / "page")
+    code, _, err = _run(monkeypatch, capsys, *args)
+    assert code == 0, err
+    page = tmp_path / "page" / "diagnosis.html"
+    assert 'class="episode-plot"' in page.read_text() and "data:image/gif;base64," in page.read_text()
+    if CHROMIUM is None:
+        pytest.skip("chromium is not installed (apt-get install chromium); CI installs it")
+    shot = tmp_path / "shot.png"
+    _chromium(tmp_path / "profile", f"--screenshot={shot}", "--window-size=1280,2000", page.resolve().as_uri())
+    pixels = imread(shot)[..., :3]
+    assert (pixels < 0.95).any(axis=-1).mean() > 0.05, "the page is nearly blank"
+    assert (pixels.max(axis=-1) - pixels.min(axis=-1) > 0.3).mean() > 0.001, "the coloured plots are missing"
