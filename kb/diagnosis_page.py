@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -152,6 +153,10 @@ def _plot_obs(ax: Any, obs: np.ndarray | None) -> None:
 def _episode_gif(run: RunDir, e: EpisodeRecord) -> tuple[str | None, str]:
     """Replay episode ``e`` (same reset seed, deterministic policy) rendering frames; (data URI, note)."""
     c = run.config
+    # pygame (classic control, Box2D) probes for audio and a display even to draw off-screen; with
+    # no session it prints "error: XDG_RUNTIME_DIR is invalid" on stderr, which reads like ours
+    os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     try:
         env = make_env(
             c.env_id,
