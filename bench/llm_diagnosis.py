@@ -22,7 +22,8 @@ outside the taxonomy; an answer with no listed name at all scores as a miss), ``
 (patches dropped for not fitting the patch schema) and ``lm errors``. A failed answer scores as a miss.
 Paired bootstrap intervals compare grounded with zero-shot per output.
 
-One LM call per report and column (no retries: ``--retries``), temperature 0. Rows are appended to
+One LM call per report and column (no retries: ``--retries``), temperature 0; a choose answer may take 64
+tokens (``--choose-tokens``; a listed answer needs about 40), a full one ``REMEDY_LM_MAX_TOKENS``. Rows are appended to
 ``--out`` as they finish and skipped when already there (same model label, column and report), so an
 interrupted run resumes and a rerun costs nothing.
 
@@ -87,6 +88,7 @@ def diagnose_row(kb, reader, report: dict, diagnoser) -> dict:
         )
     except LMError as ex:
         msg = str(ex)
+        row["families"] = None if getattr(diagnoser, "output", "full") != "full" else []
         row["error"] = msg[:400]
         if OUTSIDE_TAXONOMY in msg or "Input should be" in msg:
             row["status"] = "outside"
@@ -148,7 +150,7 @@ def summarize(done: list[dict], reports: dict[str, dict], columns: list[str]) ->
             continue
         line = {"column": col, "n": len(rows)}
         for m in ("top1", "top3", "family_top3"):
-            if m == "family_top3" and any(r["families"] is None for r in rows):
+            if m == "family_top3" and col.startswith("lm choose"):  # a choose answer proposes no families
                 line[m] = None
                 continue
             h = hits(rows, reports, m)
@@ -218,6 +220,7 @@ def main() -> None:
     ap.add_argument("--outputs", default="choose,choose-grammar", help=f"LM outputs to score, of {', '.join(OUTPUTS)}")
     ap.add_argument("--modes", default="zero-shot,grounded", help="zero-shot, grounded or both")
     ap.add_argument("--retries", type=int, default=0, help="retries after a malformed answer (default 0)")
+    ap.add_argument("--choose-tokens", type=int, default=64, help="max tokens of a choose answer (default 64)")
     ap.add_argument("--limit", type=int, default=0, help="score only the first N reports of the splits")
     ap.add_argument("--table-only", action="store_true", help="print the table from --out; call no LM")
     args = ap.parse_args()
@@ -252,7 +255,9 @@ def main() -> None:
 def run(args, reports: list[dict], dev: list[dict], lm_columns: list[str], label: str, mine: list[dict]) -> list[dict]:
     """Diagnose every (column, report) not in ``mine`` yet, appending each row to ``--out`` as it finishes."""
     have = {(r["column"], r["id"]) for r in mine}
-    lm = lm_from_env() if lm_columns else None
+    # DSPy's response cache on (the diagnoser's default is off): a rerun costs no LM call; the cache key holds
+    # the model string, which `remedy lm serve` sets to the model's own name
+    lm = lm_from_env().copy(cache=True) if lm_columns else None
     args.out.parent.mkdir(parents=True, exist_ok=True)
     commonest = [c for c, _ in Counter(r["causes"][0] for r in dev).most_common(3)]
     families = [f for f, _ in Counter(f for r in dev for f in r["families"]).most_common(3)]
@@ -282,13 +287,15 @@ def run(args, reports: list[dict], dev: list[dict], lm_columns: list[str], label
                 )
         for col in lm_columns:
             _, output, mode = col.split(" ")
-            diag = LLMDiagnoser(lm=lm, output=output, grounded=mode == "grounded", max_retries=args.retries)
+            # a choose answer is at most ~40 tokens: a cap spares the minutes a small model spends rambling
+            col_lm = lm if output == "full" else lm.copy(max_tokens=args.choose_tokens)
+            diag = LLMDiagnoser(lm=col_lm, output=output, grounded=mode == "grounded", max_retries=args.retries)
             for i, r in enumerate(reports):
                 if (col, r["id"]) in have:
                     continue
-                start, t0 = len(lm.history), time.perf_counter()
+                start, t0 = len(col_lm.history), time.perf_counter()
                 row = diagnose_row(base, reader, r, diag)
-                calls, ptok, ctok = lm_usage(lm, start)
+                calls, ptok, ctok = lm_usage(col_lm, start)
                 row |= {"calls": calls, "prompt_tokens": ptok, "completion_tokens": ctok}
                 put(
                     {"label": label, "column": col, "id": r["id"], "split": r["split"], **row}
