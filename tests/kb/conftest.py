@@ -183,3 +183,21 @@ def corpus_file(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("corpus") / "corpus.jsonl"
     write_cases(path, corpus_cases())
     return path
+
+
+def invoke(monkeypatch, capsys, *args) -> tuple[int, str, str]:
+    """Run ``remedy ARGS`` in-process through ``main()`` (as a user would, errors mapped to exit codes);
+    returns (exit code, stdout, stderr)."""
+    import sys
+
+    from remedy.kb.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["remedy", *map(str, args)])
+    capsys.readouterr()
+    try:
+        main()
+        code = 0
+    except SystemExit as ex:
+        code = ex.code if isinstance(ex.code, int) else 1
+    out = capsys.readouterr()
+    return code, out.out, out.err

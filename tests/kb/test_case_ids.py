@@ -7,7 +7,6 @@ ids holding NUL, ``../`` or a right-to-left override were accepted.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pydantic
@@ -18,6 +17,7 @@ from remedy.cases.io import case_to_json, read_cases
 from remedy.cases.model import CASE_ID_PATTERN, Case
 from remedy.kb.facade import KnowledgeBase, example_files
 
+from .conftest import invoke as _cli
 from .conftest import make_case
 
 REPORTS = Path(__file__).parents[2] / "reports" / "kb"
@@ -53,20 +53,6 @@ def test_identical_reimport_is_unchanged_and_replace_overwrites(kb, tmp_path):
     assert (report.added, report.replaced, report.unchanged) == (0, 1, 1)
     assert kb.get("c-a").signature.summary == "other words"
     assert [h.case.case_id for h in kb.similar("other words", k=1)] == ["c-a"]
-
-
-def _cli(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
-    from remedy.kb.cli import main
-
-    monkeypatch.setattr(sys, "argv", ["remedy", *args])
-    capsys.readouterr()
-    try:
-        main()
-        code = 0
-    except SystemExit as ex:
-        code = ex.code if isinstance(ex.code, int) else 1
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def test_cli_import_refuses_a_conflict_in_one_line(kb_path, embedder, tmp_path, monkeypatch, capsys):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 from collections import OrderedDict
 from pathlib import Path
 
@@ -12,20 +11,7 @@ import pytest
 import torch
 import yaml
 
-from remedy.kb.cli import main
-
-
-def _run(monkeypatch, capsys, *args) -> tuple[int, str, str]:
-    """Run ``remedy ARGS`` in-process through ``main()``; returns (exit code, stdout, stderr)."""
-    monkeypatch.setattr(sys, "argv", ["remedy", *map(str, args)])
-    capsys.readouterr()
-    try:
-        main()
-        code = 0
-    except SystemExit as ex:
-        code = ex.code if isinstance(ex.code, int) else 1
-    out = capsys.readouterr()
-    return code, out.out, out.err
+from .conftest import invoke as _run
 
 
 @pytest.fixture(scope="module")

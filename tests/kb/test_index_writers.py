@@ -22,7 +22,7 @@ from remedy.cases.io import case_to_json
 from remedy.kb.facade import KnowledgeBase
 from remedy.retrieval.index import write_lock
 
-from .conftest import make_case
+from .conftest import invoke, make_case
 
 REMEDY = Path(sys.executable).parent / "remedy"
 
@@ -209,13 +209,5 @@ def test_a_writer_waits_for_the_lock_held_by_another_process(tmp_path, embedder)
 
 
 def _cli(monkeypatch, capsys, *args: str) -> tuple[int, str]:
-    from remedy.kb.cli import main
-
-    monkeypatch.setattr(sys, "argv", ["remedy", *args])
-    capsys.readouterr()
-    try:
-        main()
-        code = 0
-    except SystemExit as ex:
-        code = ex.code if isinstance(ex.code, int) else 1
-    return code, capsys.readouterr().out
+    code, out, _ = invoke(monkeypatch, capsys, *args)
+    return code, out

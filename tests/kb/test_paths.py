@@ -9,28 +9,15 @@ directory or a patch file now resolves it at the entry, and a worker refuses a r
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 from remedy.cases.verify.arms import ArmSpec, evaluate_trained, preference_check, run_arm
-from remedy.kb.cli import main
 from remedy.kb.facade import KnowledgeBase
 
-
-def _run(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
-    """``remedy ARGS`` in-process through ``main()``: (exit code, stdout, stderr)."""
-    monkeypatch.setattr(sys, "argv", ["remedy", *args])
-    capsys.readouterr()
-    try:
-        main()
-        code = 0
-    except SystemExit as ex:
-        code = ex.code if isinstance(ex.code, int) else 1
-    out = capsys.readouterr()
-    return code, out.out, out.err
+from .conftest import invoke as _run
 
 
 def _flat(text: str) -> str:
