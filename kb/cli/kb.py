@@ -98,13 +98,38 @@ def _bar(label: str) -> Iterator[Callable[[int, int], None]]:
 def kb_init(
     kb: KbOption = Path(DEFAULT_KB),
     examples: Annotated[bool, typer.Option("--examples/--no-examples", help="Load the bundled example cases.")] = True,
+    experience: Annotated[
+        Path | None,
+        typer.Option(
+            "--experience",
+            help="Also import a case factory's committed experience: every chunk-*.parquet in this folder "
+            "(e.g. bench/data/factory).",
+            resolve_path=True,
+        ),
+    ] = None,
 ) -> None:
-    """Create the knowledge base (and load the bundled example cases)."""
+    """Create the knowledge base (and load the bundled example cases, and a factory's experience)."""
+    chunks = _experience_chunks(experience) if experience is not None else []
     with _open(kb, create=True) as base, _bar("loading examples") as update:
         reports = base.load_examples(progress=update) if examples else []
+        learned = [base.import_file(c, progress=update) for c in chunks]
         total = base.count()
     added = sum(r.added for r in reports)
-    console.print(f"KB ready at [bold]{kb}[/]: {total} cases ({added} example cases added).", soft_wrap=True)
+    tail = f", {sum(r.added for r in learned)} from {len(chunks)} experience chunk(s)" if chunks else ""
+    console.print(f"KB ready at [bold]{kb}[/]: {total} cases ({added} example cases added{tail}).", soft_wrap=True)
+
+
+def _experience_chunks(folder: Path) -> list[Path]:
+    """The factory's Parquet chunks in ``folder``, in order; one error line when there are none."""
+    from remedy.cases.errors import ValidationError
+
+    chunks = sorted(folder.glob("chunk-*.parquet")) if folder.is_dir() else []
+    if not chunks:
+        raise ValidationError(
+            f"--experience {folder}: no chunk-*.parquet files there; give the factory's dataset folder "
+            "(bench/data/factory)"
+        )
+    return chunks
 
 
 def kb_stats(

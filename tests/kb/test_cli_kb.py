@@ -194,3 +194,20 @@ def test_script_locked_kb(cli_kb):
         holder.kill()
         holder.wait()
     assert json.loads(_ok("kb", "stats", "--kb", cli_kb, "--json").output)["store"]["total"] == 5
+
+
+def test_kb_init_imports_a_factorys_experience(tmp_path, monkeypatch, capsys, kb, corpus):
+    from .conftest import invoke
+
+    kb.add_many(corpus)
+    experience = tmp_path / "factory"
+    experience.mkdir()
+    kb.export(experience / "chunk-all-0001.parquet")
+    code, out, err = invoke(
+        monkeypatch, capsys, "kb", "init", "--no-examples", "--kb", tmp_path / "new", "--experience", experience
+    )
+    assert code == 0, err
+    assert f"{len(corpus)} from 1 experience chunk(s)" in out
+    code, _, err = invoke(monkeypatch, capsys, "kb", "init", "--kb", tmp_path / "other", "--experience", tmp_path)
+    assert code == 1 and "no chunk-*.parquet" in err
+    assert not (tmp_path / "other").exists()  # refused before anything was created
