@@ -21,7 +21,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tarfile
 import tempfile
@@ -38,7 +37,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).parent))
 from retrieval_speed import synth_cases
-from service import REMEDY, _port
+from service import start_server
 
 from remedy.cases.io import case_to_json
 from remedy.cases.store import CaseStore
@@ -332,23 +331,6 @@ def _state(pid: int) -> str:
         return "X"
 
 
-def start_server(kb: Path, *extra: str) -> tuple[subprocess.Popen, str]:
-    """`remedy serve` on a free loopback port with ``extra`` options, once /health answers (bounded wait)."""
-    url = f"http://127.0.0.1:{(port := _port())}"
-    cmd = [str(REMEDY), "serve", "--kb", str(kb), "--port", str(port), *extra]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    for _ in range(1200):
-        if proc.poll() is not None:
-            raise SystemExit(f"remedy serve exited: {proc.stderr.read() if proc.stderr else ''}")
-        try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            time.sleep(0.25)
-    proc.terminate()
-    raise SystemExit("remedy serve never answered /health")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--job-budget", type=int, default=20_000, help="env steps per arm of the verify job")
@@ -360,7 +342,7 @@ def main() -> None:
         with KnowledgeBase.open(args.kb) as kb:
             kb.add_many(synth_cases(50, seed=0, prefix="h-"))
         _, token = TokenStore(CaseStore(args.kb / "remedy.duckdb")).create("writer", "bench")
-        proc, url = start_server(args.kb, "--upload-quota-mb", "1")
+        proc, url = start_server(args.kb, extra=("--upload-quota-mb", "1"))
         prober = Prober(url, proc.pid)
         poller = threading.Thread(target=prober.run, daemon=True)
         poller.start()

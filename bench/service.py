@@ -72,11 +72,12 @@ main()
 """
 
 
-def start_server(root: Path, arm: str = "after") -> tuple[subprocess.Popen, str]:
-    """`remedy serve` (arm ``after``) or the before-service on a free loopback port, once /health answers."""
+def start_server(root: Path, arm: str = "after", extra: tuple[str, ...] = ()) -> tuple[subprocess.Popen, str]:
+    """`remedy serve` (arm ``after``) or the before-service on a free loopback port, with ``extra`` options,
+    once /health answers (bounded wait)."""
     port = _port()
     url = f"http://127.0.0.1:{port}"
-    serve = ["serve", "--kb", str(root), "--port", str(port)]
+    serve = ["serve", "--kb", str(root), "--port", str(port), *extra]
     program = [str(REMEDY)] if arm == "after" else [sys.executable, "-c", _BEFORE]
     env = {**os.environ, "REMEDY_EMBEDDER": "numpy" if arm == "after" else "torch"}
     proc = subprocess.Popen([*program, *serve], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
