@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from remedy.kb.facade import SimilarCase
     from remedy.miners import Rule, RuleStore
 
-    from .app import Service
+    from .service import Service
 
 __all__ = [
     "hits_out",

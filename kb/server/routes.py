@@ -24,7 +24,6 @@ from remedy.miners.model import Rule, RuleStatus
 from remedy.retrieval.diagnosis import DiagnosisReport
 
 from . import handlers
-from .app import Service, remedy_version
 from .jobs import JobState
 from .models import (
     DiagnoseIn,
@@ -44,6 +43,7 @@ from .models import (
     StatsOut,
     VerifyJobIn,
 )
+from .service import Service, remedy_version
 from .tokens import Role, TokenOut, TokenRecord
 
 __all__ = ["router"]
