@@ -26,7 +26,7 @@ from remedy.cases.patches.spec import Patch, TrainingBudget
 from remedy.cases.verify.budgets import LearnedBudget
 
 from .diagnosis import CandidatePatch, DiagnosisReport, RetrievedCase
-from .priors import MAX_BUDGET_MULTIPLE
+from .prior_templates import MAX_BUDGET_MULTIPLE
 
 __all__ = [
     "MIN_BUDGET_CASES",

@@ -46,7 +46,8 @@ from .diagnosis import (
     patch_family,
     register_diagnoser,
 )
-from .priors import MAX_BUDGET_MULTIPLE, PRIORS, PriorRule, match_priors
+from .prior_templates import MAX_BUDGET_MULTIPLE
+from .priors import PRIORS, PriorRule, match_priors
 from .remedy_ranker import RemedyRanker, rerank
 from .text_priors import REPORT_FAMILY_RATES, STATED_FAMILIES, TEXT_PRIORS
 from .trust import trust_weights

@@ -21,23 +21,20 @@ from remedy.cases.model import RemedyFamily, RootCause
 from remedy.cases.patches.spec import Patch
 
 # the rulebook's own templates, so a text rule builds the same patches a measured one would
-from .priors import (
-    _ANDRY,
-    _SB3_TIPS,
-    _T_BUDGET_SMALL,
-    _T_COUNT,
-    _T_EXPLORE,
-    _T_LR,
-    _T_POTENTIAL,
-    _T_REW_NORM,
-    _T_TIME_COST,
-    AnyOf,
-    Facts,
-    Not,
-    PriorRule,
-    Symptom,
+from .prior_conditions import AnyOf, Facts, Not, Symptom
+from .prior_templates import (
+    ANDRYCHOWICZ,
+    SB3_TIPS,
+    T_BUDGET_SMALL,
+    T_COUNT,
+    T_EXPLORE,
+    T_LR,
+    T_POTENTIAL,
+    T_REW_NORM,
+    T_TIME_COST,
     Template,
 )
+from .priors import PriorRule
 from .taxonomy import STATED_FAMILIES
 
 __all__ = ["TEXT_PRIORS", "STATED_FAMILIES", "REPORT_FAMILY_RATES"]
@@ -67,40 +64,40 @@ TEXT_PRIORS: tuple[PriorRule, ...] = (
         "the description says the reward is (almost) always zero",
         (Symptom("sparse_signal"), Not(Symptom("never_succeeds"))),  # with never_succeeds prior-sparse-never fires
         ((_C.sparse_reward, 0.7), (_C.insufficient_exploration, 0.3)),
-        (_T_POTENTIAL, _T_COUNT),
-        "Ng et al. 1999; " + _SB3_TIPS + " (sparse rewards need shaping or exploration)",
+        (T_POTENTIAL, T_COUNT),
+        "Ng et al. 1999; " + SB3_TIPS + " (sparse rewards need shaping or exploration)",
     ),
     PriorRule(
         "text-never-learns",
         "the description says the agent never succeeds, nothing more specific",
         (Symptom("never_succeeds"), Not(AnyOf((Symptom("sparse_signal"), Symptom("timeouts"))))),
         ((_C.insufficient_exploration, 0.35), (_C.sparse_reward, 0.25), (_C.undertraining, 0.15)),
-        (_T_EXPLORE, _T_COUNT),
-        _SB3_TIPS + " (an agent that never sees the goal cannot learn it); " + _ANDRY,
+        (T_EXPLORE, T_COUNT),
+        SB3_TIPS + " (an agent that never sees the goal cannot learn it); " + ANDRYCHOWICZ,
     ),
     PriorRule(
         "text-low-coverage",
         "the description says the agent does not explore",
         (Symptom("low_coverage"), Not(AnyOf(_SUCCESS))),  # with a success tag prior-low-coverage fires
         ((_C.insufficient_exploration, 0.6), (_C.premature_convergence, 0.2)),
-        (_T_EXPLORE, _T_COUNT),
-        _SB3_TIPS + "; " + _ANDRY,
+        (T_EXPLORE, T_COUNT),
+        SB3_TIPS + "; " + ANDRYCHOWICZ,
     ),
     PriorRule(
         "text-unstable-scale",
         "the description says training is unstable: badly scaled rewards are a common cause",
         (Symptom("unstable_learning"),),
         ((_C.observation_scaling, 0.15),),
-        (_T_REW_NORM,),
-        _SB3_TIPS + " (normalize observations and rewards, VecNormalize)",
+        (T_REW_NORM,),
+        SB3_TIPS + " (normalize observations and rewards, VecNormalize)",
     ),
     PriorRule(
         "text-noisy-returns",
         "the description says returns vary widely",
         (Symptom("high_variance"), Not(Symptom("unstable_learning"))),
         ((_C.unstable_optimization, 0.35), (_C.undertraining, 0.15)),
-        (_T_REW_NORM, _T_LR),
-        _SB3_TIPS + " (VecNormalize); " + _ANDRY,
+        (T_REW_NORM, T_LR),
+        SB3_TIPS + " (VecNormalize); " + ANDRYCHOWICZ,
     ),
     PriorRule(
         "text-short-time-limit",
@@ -115,16 +112,16 @@ TEXT_PRIORS: tuple[PriorRule, ...] = (
         "the description says episodes run out the clock",
         (Symptom("timeouts"), Not(AnyOf((Symptom("hovering"), Symptom("never_succeeds"))))),
         ((_C.reward_misspecification, 0.3), (_C.insufficient_exploration, 0.3), (_C.time_limit_misconfiguration, 0.2)),
-        (_T_TIME_COST, _T_EXPLORE, _T_TIME_LIMIT),
-        _SB3_TIPS + "; Pardo et al. 2018",
+        (T_TIME_COST, T_EXPLORE, _T_TIME_LIMIT),
+        SB3_TIPS + "; Pardo et al. 2018",
     ),
     PriorRule(
         "text-early-termination",
         "the description says the agent falls or crashes early",
         (Symptom("early_termination"), Not(AnyOf(_SUCCESS))),  # with a success tag prior-early-termination fires
         ((_C.undertraining, 0.3), (_C.reward_misspecification, 0.2)),
-        (_T_BUDGET_SMALL,),
-        _SB3_TIPS,
+        (T_BUDGET_SMALL,),
+        SB3_TIPS,
     ),
 )
 

@@ -13,7 +13,8 @@ from remedy.cases.model import EnvTraits, RemedyFamily, RootCause, Signature, Su
 from remedy.cases.patches.check import check_fit, check_patch
 from remedy.cases.patches.sandbox import compile_reward
 from remedy.cases.success import FinalObs, FinalReward, InfoFlag, Terminated
-from remedy.retrieval.priors import PRIORS, Facts, match_priors, prior_by_id, success_from_text
+from remedy.retrieval.prior_conditions import Facts, registered_time_limit, success_from_text
+from remedy.retrieval.priors import PRIORS, match_priors, prior_by_id
 
 SUBJECTS = [
     Subject(
@@ -206,8 +207,6 @@ def test_matching_reports_evidence_with_values():
 
 def test_registered_time_limit_never_imports_a_module_named_in_an_env_id(tmp_path, monkeypatch):
     import sys
-
-    from remedy.retrieval.priors import registered_time_limit
 
     marker = tmp_path / "ran"
     (tmp_path / "remedy_evil_env_mod.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
