@@ -1,5 +1,8 @@
 """The case factory: the fix loop over the patient zoo, resumable and sharded, its cases shipped in chunks.
 
+A thin script face of :mod:`remedy.kb.factory` (the same as ``remedy bench factory``; same manifest, chunks and
+resume). What follows describes the factory; the code lives in the package.
+
 Each *unit* is one patient (a bench scenario) on one *pass*: the fix loop (:func:`remedy.kb.bench.run_bench`,
 cold diagnoses, attempts stored as ``bench`` cases) with pass ``p`` screening on training seeds from
 ``p * --pass-seed-stride`` and drawing its exploration from seed ``p``, so a later pass is another,
@@ -25,386 +28,23 @@ takes every n-th unit; ``--commit`` commits each chunk (its Parquet and the mani
 from __future__ import annotations
 
 import argparse
-import fcntl
 import json
-import os
-import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass, replace
-from datetime import UTC, datetime
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
-from remedy.cases.io import read_cases, write_cases
-from remedy.cases.model import Case, Stage, Status
-from remedy.cases.outcomes import final_verdicts
-from remedy.cases.verify.scenarios import Scenario
-from remedy.cases.verify.solvability import ORACLE_FILE, latest_results, not_failing, parse_shard, shard_of
-from remedy.cases.verify.verification import versions
-from remedy.kb.bench import BenchSettings, run_bench, select_scenarios
-
-OUT = Path("bench") / "data" / "factory"
-MANIFEST = "manifest.json"
-
-
-@dataclass(frozen=True)
-class Unit:
-    """One patient on one pass."""
-
-    scenario: Scenario
-    pass_no: int
-
-    @property
-    def key(self) -> str:
-        return f"{self.scenario.name}@{self.pass_no}"
-
-
-def order_zoo(scenarios: Sequence[Scenario], oracle: Path) -> list[Scenario]:
-    """Solvable patients first (oracle verdicts), then unchecked, then the rest; not-failing ones dropped."""
-    records = latest_results(scenarios, oracle)
-    skip = not_failing(scenarios, oracle)
-
-    def rank(s: Scenario) -> int:
-        r = records.get(s.name)
-        return 1 if r is None or r.verdict == "error" else (0 if r.verdict == "solvable" else 2)
-
-    return sorted((s for s in scenarios if s.name not in skip), key=lambda s: (rank(s), s.name))
-
-
-def units(zoo: Sequence[Scenario], passes: int, shard: tuple[int, int] | None) -> list[Unit]:
-    """Every (patient, pass) in order (pass by pass), then this shard's share: every n-th unit from the i-th."""
-    every = [Unit(s, p) for p in range(passes) for s in zoo]
-    picked = shard_of(every, shard)  # type: ignore[arg-type]  # positional: works on any sequence
-    return list(picked)
-
-
-def counts(cases: Sequence[Case]) -> dict[str, int]:
-    """Attempts (each once, at its final verdict), how many were measured, improved and fixed, env steps spent."""
-    verdicts = [v for _, v in final_verdicts(cases)]
-
-    def ver(c: Case):
-        return c.verification
-
-    return {
-        "cases": len(cases),
-        "attempts": len(verdicts),
-        "measured": sum(1 for c in verdicts if ver(c) is not None and ver(c).effect is not None),
-        "stopped_early": sum(1 for c in verdicts if ver(c) is not None and ver(c).status is Status.stopped_early),
-        "confirmations": sum(1 for c in cases if ver(c) is not None and ver(c).stage is Stage.confirm),
-        "improved": sum(1 for c in verdicts if c.status == Status.improved.value),
-        "fixed": sum(1 for c in verdicts if ver(c) is not None and ver(c).fixed),
-        "exploration": sum(1 for c in verdicts if "chosen:exploration" in c.tags),
-        "env_steps": sum(ver(c).env_steps for c in cases if ver(c) is not None),
-    }
-
-
-# --------------------------------------------------------------------------- storage
-
-
-@contextmanager
-def locked(out: Path) -> Iterator[None]:
-    """One writer of the manifest and chunks at a time (shards may run side by side)."""
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / ".lock", "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-def read_manifest(out: Path) -> dict[str, Any]:
-    path = out / MANIFEST
-    if not path.exists():
-        return {"dataset": "remedy factory cases", "chunks": [], "totals": {}}
-    return json.loads(path.read_text())
-
-
-def _write_json(path: Path, data: Any) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, default=str) + "\n")
-    tmp.replace(path)  # whole or not at all
-
-
-def done_units(out: Path) -> set[str]:
-    """Units already in a chunk or pending (resume skips them)."""
-    chunked = {u["unit"] for c in read_manifest(out)["chunks"] for u in c["units"]}
-    pending = {p.name.removesuffix(".json") for p in (out / "pending").glob("*.json")}
-    return chunked | pending
-
-
-def save_pending(out: Path, unit: Unit, cases: Sequence[Case], summary: dict[str, Any]) -> None:
-    """A finished unit's cases and summary, until they go into a chunk (cases first: the summary marks it done)."""
-    folder = out / "pending"
-    folder.mkdir(parents=True, exist_ok=True)
-    write_cases(folder / f"{unit.key}.jsonl", cases)
-    _write_json(folder / f"{unit.key}.json", summary)
-
-
-def git_commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return ""
-
-
-def seal_chunk(out: Path, shard_tag: str, settings: dict[str, Any], force: bool = False, size: int = 1) -> Path | None:
-    """Turn this shard's pending units into the next chunk (when ``size`` are waiting, or ``force`` and any are);
-    returns the chunk's Parquet path, or None."""
-    with locked(out):
-        metas = sorted((out / "pending").glob("*.json"))
-        metas = [m for m in metas if json.loads(m.read_text()).get("shard") == shard_tag]
-        if not metas or (len(metas) < size and not force):
-            return None
-        manifest = read_manifest(out)
-        n = 1 + sum(1 for c in manifest["chunks"] if c.get("shard") == shard_tag)
-        name = f"chunk-{shard_tag.replace('/', 'of')}-{n:04d}.parquet"
-        summaries = [json.loads(m.read_text()) for m in metas]
-        cases: dict[str, Case] = {}
-        for m in metas:
-            cases.update({c.case_id: c for c in read_cases(m.with_suffix(".jsonl"))[0]})
-        write_cases(out / name, cases.values())
-        entry = {
-            "file": name,
-            "shard": shard_tag,
-            "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
-            "git_commit": git_commit(),
-            "versions": versions(),
-            "settings": settings,
-            "units": summaries,
-            **_sum(summaries),
-        }
-        entry["cases"] = len(cases)
-        manifest["chunks"].append(entry)
-        manifest["totals"] = _sum(manifest["chunks"])
-        manifest["totals"]["chunks"] = len(manifest["chunks"])
-        manifest["format"] = "Parquet, one case as JSON per row in 'case_json' (`remedy kb import FILE.parquet`)"
-        _write_json(out / MANIFEST, manifest)
-        for m in metas:
-            m.with_suffix(".jsonl").unlink(missing_ok=True)
-            m.unlink()
-        return out / name
-
-
-_SUMMED = ("attempts", "measured", "stopped_early", "confirmations", "improved", "fixed", "exploration", "env_steps")
-
-
-def _sum(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {k: sum(int(r.get(k, 0)) for r in rows) for k in _SUMMED}
-    out["wall_time_s"] = round(sum(float(r.get("wall_time_s", 0.0)) for r in rows), 1)
-    out["n_units"] = sum(int(r.get("n_units", 1)) for r in rows)  # a chunk counts its units, a unit one
-    hours = out["wall_time_s"] / 3600
-    out["per_hour"] = {k: round(out[k] / hours, 2) for k in ("attempts", "improved", "fixed")} if hours else {}
-    return out
-
-
-def commit_chunk(out: Path, chunk: Path) -> None:
-    """Commit the chunk and the manifest (only those paths), retrying while another commit holds the index."""
-    totals = read_manifest(out)["totals"]
-    entry = next(c for c in read_manifest(out)["chunks"] if c["file"] == chunk.name)
-    msg = (
-        f"Data: factory {chunk.name}: {entry['n_units']} units, {entry['attempts']} attempts, "
-        f"{entry['improved']} improved, {entry['fixed']} fixed, {entry['env_steps']:,} env steps, "
-        f"{entry['wall_time_s'] / 3600:.2f} h (totals {totals['attempts']} / {totals['improved']} / {totals['fixed']})"
-    )
-    paths = [str(chunk), str(out / MANIFEST), *([str(ORACLE_FILE)] if _oracle_changed() else [])]
-    for _ in range(30):
-        add = subprocess.run(["git", "add", *paths], capture_output=True, text=True)
-        if add.returncode == 0:
-            res = subprocess.run(["git", "commit", "-m", msg, "--", *paths], capture_output=True, text=True)
-            if res.returncode == 0:
-                print(f"committed {chunk.name}: {msg}", flush=True)
-                return
-            add = res
-        if "index.lock" not in add.stderr:
-            print(f"could not commit {chunk.name}: {add.stderr.strip()[:300]}", flush=True)
-            return
-        time.sleep(5)
-    print(f"could not commit {chunk.name}: the git index stayed locked", flush=True)
-
-
-def _oracle_changed() -> bool:
-    """True when the oracle records have lines not committed yet (appended by ``--check-oracle``)."""
-    res = subprocess.run(["git", "diff", "--quiet", "--", str(ORACLE_FILE)], capture_output=True)
-    return res.returncode == 1
-
-
-# --------------------------------------------------------------------------- running
-
-
-class _Collector:
-    """The fix loop's attempts of one unit, in memory until the unit ends."""
-
-    def __init__(self) -> None:
-        self.cases: list[Case] = []
-
-    def add(self, case: Case) -> bool:
-        self.cases.append(case)
-        return True
-
-
-def _say(start: float) -> Callable[[str, str, int, int], None]:
-    def progress(name: str, message: str, done: int, total: int) -> None:
-        if total == 0 or done == total:  # stages and finished verifications, not every job tick
-            print(f"[{(time.perf_counter() - start) / 60:6.1f} min] {name}: {message}", flush=True)
-
-    return progress
-
-
-def run_unit(unit: Unit, settings: BenchSettings, executor: Any = None, start: float | None = None):
-    """The fix loop on one unit: its cases and its summary row."""
-    t0 = time.perf_counter()
-    store = _Collector()
-    pass_settings = replace(
-        settings, seed_base=settings.seed_base + unit.pass_no * PASS_SEED_STRIDE, explore_seed=unit.pass_no
-    )
-    report = run_bench(
-        None,
-        [unit.scenario],
-        pass_settings,
-        store=store,
-        label="factory",
-        progress=_say(start or t0),
-        executor=executor,
-    )
-    row = report.scenarios[0]
-    s = unit.scenario
-    summary = {
-        "unit": unit.key,
-        "scenario": s.name,
-        "pass": unit.pass_no,
-        "env_id": s.env_id,
-        "algo": s.algo,
-        "family": s.family,
-        "split": s.split,
-        "solvable": row.solvable,
-        "improved_any": row.fixed,
-        "works": row.works,
-        "winning_patch": row.winning_patch,
-        "first_causes": row.first_causes[:3],
-        "error": row.error,
-        "wall_time_s": round(time.perf_counter() - t0, 1),
-        **counts(store.cases),
-    }
-    return store.cases, summary
-
-
-#: training seeds between passes: a pass's screens and confirmations stay inside their own block
-PASS_SEED_STRIDE = 1000
-
-
-def build_missing(zoo: Sequence[Scenario]) -> int:
-    """Train every zoo patient that is neither shipped nor cached (one at a time, in this process); how many."""
-    from remedy.cases.verify.scenarios import build_scenario, bundled_checkpoint, find_built
-
-    missing = [s for s in zoo if bundled_checkpoint(s) is None and find_built(s) is None]
-    for i, s in enumerate(missing, start=1):
-        t0 = time.perf_counter()
-        built = build_scenario(s)
-        print(f"built {i}/{len(missing)} {s.name}: success {built.success_rate} ({time.perf_counter() - t0:.0f} s)")
-    return len(missing)
-
-
-def check_oracle(unit: Unit, oracle: Path) -> bool:
-    """Record the patient's oracle verdict if it has none (``remedy bench build``'s check, appended to ``oracle``);
-    False when the patient does not fail (no unit to run)."""
-    from remedy.cases.verify.solvability import check_scenarios
-
-    for r in check_scenarios([unit.scenario], results=oracle):
-        print(f"oracle {unit.scenario.name}: {r.verdict} ({r.wall_time_s or 0:.0f} s)", flush=True)
-    return unit.scenario.name not in not_failing([unit.scenario], oracle)
-
-
-def make_executor(name: str, address: str | None) -> Any:
-    """A running executor to share over the units (Ray at ``address``), or None: each loop builds a local one."""
-    if name == "local":
-        return None
-    from remedy.cases.verify.executors import get_executor
-
-    return get_executor(name, address=address) if address else get_executor(name)
-
-
-def run_factory(
-    zoo: Sequence[Scenario],
-    settings: BenchSettings,
-    out: Path,
-    *,
-    passes: int = 1,
-    shard: tuple[int, int] | None = None,
-    chunk: int = 4,
-    max_units: int | None = None,
-    commit: bool = False,
-    executor: Any = None,
-    unit_runner: Callable[..., tuple[list[Case], dict[str, Any]]] = run_unit,
-    oracle: Path | None = None,
-) -> list[str]:
-    """Run every unit of this shard not done yet; seal a chunk every ``chunk`` units (and the rest at the end).
-    With ``oracle`` (a results file), a patient without a verdict is checked first (``--check-oracle``) and a
-    patient that does not fail is recorded as a skipped unit. Returns the keys of the units run now."""
-    shard_tag = "all" if shard is None else f"{shard[0]}/{shard[1]}"
-    meta = {**asdict(settings), "passes": passes, "chunk": chunk, "pass_seed_stride": PASS_SEED_STRIDE}
-    todo = [u for u in units(zoo, passes, shard) if u.key not in done_units(out)]
-    if max_units is not None:
-        todo = todo[:max_units]
-    start, ran = time.perf_counter(), []
-    print(f"factory: {len(todo)} unit(s) to run in shard {shard_tag} ({len(zoo)} patients x {passes} pass(es))")
-    for i, unit in enumerate(todo, start=1):
-        if unit.key in done_units(out):  # another process of the same shard got there first
-            continue
-        print(f"[{(time.perf_counter() - start) / 60:6.1f} min] unit {i}/{len(todo)}: {unit.key}", flush=True)
-        if oracle is not None and not check_oracle(unit, oracle):
-            skipped = {"unit": unit.key, "scenario": unit.scenario.name, "skipped": "not failing", "wall_time_s": 0.0}
-            save_pending(out, unit, [], {**skipped, **counts([]), "shard": shard_tag})
-            continue
-        cases, summary = unit_runner(unit, settings, executor=executor, start=start)
-        save_pending(out, unit, cases, {**summary, "shard": shard_tag})
-        ran.append(unit.key)
-        print(
-            f"[{(time.perf_counter() - start) / 60:6.1f} min] done {unit.key}: {summary['attempts']} attempts, "
-            f"{summary['improved']} improved, {summary['fixed']} fixed, {summary['env_steps']:,} env steps"
-            + (f"; error {summary['error']}" if summary.get("error") else ""),
-            flush=True,
-        )
-        sealed = seal_chunk(out, shard_tag, meta, size=chunk)
-        if sealed is not None:
-            _announce(out, sealed, commit)
-    sealed = seal_chunk(out, shard_tag, meta, force=True)
-    if sealed is not None:
-        _announce(out, sealed, commit)
-    return ran
-
-
-def _announce(out: Path, chunk: Path, commit: bool) -> None:
-    t = read_manifest(out)["totals"]
-    print(
-        f"sealed {chunk.name}; totals: {t['n_units']} units, {t['attempts']} attempts, {t['improved']} improved, "
-        f"{t['fixed']} fixed, {t['env_steps']:,} env steps, {t['wall_time_s'] / 3600:.2f} h",
-        flush=True,
-    )
-    if commit:
-        commit_chunk(out, chunk)
-
-
-def _status(out: Path) -> None:
-    m = read_manifest(out)
-    print(
-        json.dumps(
-            {
-                "totals": m["totals"],
-                "pending": sorted(done_units(out) - {u["unit"] for c in m["chunks"] for u in c["units"]}),
-            },
-            indent=1,
-        )
-    )
+from remedy.cases.verify.solvability import ORACLE_FILE
+from remedy.kb.factory import OUT, FactoryPlan, factory_settings, run_plan, status, todo_units
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scenarios", default=None, help="name glob of the zoo (default: every bundled scenario)")
-    ap.add_argument("--split", default="all", choices=["all", "dev", "holdout"])
+    ap.add_argument(
+        "--split",
+        default="all",
+        help="all, dev, holdout, lofo:<family> (that family only) or lofo-train:<family> (every other family)",
+    )
     ap.add_argument("--passes", type=int, default=1, help="passes over the zoo (each on its own seed block)")
     ap.add_argument("--shard", default=None, help="i/n: every n-th unit from the i-th")
     ap.add_argument("--chunk", type=int, default=4, help="units per committed chunk")
@@ -430,47 +70,36 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--dry-run", action="store_true", help="list this shard's units still to run, and stop")
     args = ap.parse_args(argv)
     if args.status:
-        return _status(args.out)
-    from remedy.kb.fixloop import one_torch_thread
-
-    one_torch_thread()
-    base = BenchSettings()
-    settings = replace(
-        base,
+        return print(json.dumps(status(args.out), indent=1))
+    plan = FactoryPlan(
+        scenarios=args.scenarios,
+        split=args.split,
+        passes=args.passes,
+        shard=args.shard,
+        chunk=args.chunk,
+        max_units=args.max_units,
+        out=args.out,
+        oracle_results=args.oracle_results,
+        commit=args.commit,
+        build_first=args.build_first,
+        check_oracle=args.check_oracle,
+        executor=args.executor,
+        ray_address=args.ray_address,
+    )
+    if args.dry_run:
+        todo = todo_units(plan)
+        return print("\n".join(todo) + f"\n{len(todo)} unit(s) to run")
+    settings = factory_settings(
         rounds=args.rounds,
         candidates=args.candidates,
         seeds=args.seeds,
-        confirm_seeds=args.confirm_seeds or base.confirm_seeds,
+        confirm_seeds=args.confirm_seeds,
         explore=args.explore,
         race=not args.no_race,
         executor=args.executor,
-        oracle_results=str(args.oracle_results),
+        oracle_results=args.oracle_results,
     )
-    zoo = order_zoo(select_scenarios(args.scenarios, split=args.split), args.oracle_results)
-    if args.dry_run:
-        done = done_units(args.out)
-        todo = [u.key for u in units(zoo, args.passes, parse_shard(args.shard)) if u.key not in done]
-        return print("\n".join(todo) + f"\n{len(todo)} unit(s) to run")
-    if args.build_first:
-        build_missing(zoo)
-    executor = make_executor(args.executor, args.ray_address)
-    try:
-        run_factory(
-            zoo,
-            settings,
-            args.out,
-            passes=args.passes,
-            shard=parse_shard(args.shard),
-            chunk=args.chunk,
-            max_units=args.max_units,
-            commit=args.commit,
-            executor=executor,
-            oracle=args.oracle_results if args.check_oracle else None,
-        )
-    finally:
-        if executor is not None:
-            executor.shutdown()
-    _status(args.out)
+    print(json.dumps(run_plan(plan, settings), indent=1))
 
 
 if __name__ == "__main__":

@@ -61,6 +61,8 @@ __all__ = [
     "split_summaries",
     "dev_baseline_answer",
     "select_scenarios",
+    "lofo_split",
+    "lofo_families",
     "score_causes",
     "run_bench",
     "run_curve",
@@ -229,10 +231,30 @@ class CurveReport:
 
 def select_scenarios(pattern: str | None = None, quick: bool = False, split: str = "all") -> list[Scenario]:
     """Bundled scenarios matching ``pattern`` (a name glob, or a YAML path/dir/glob); only quick ones if asked;
-    only one split (``dev``/``holdout``) unless ``split`` is ``all``."""
+    only one split unless ``split`` is ``all``: ``dev`` / ``holdout`` (whole env x family cells), or a
+    leave-one-family-out split: ``lofo:<family>`` (that fault family only: the held-out test) and
+    ``lofo-train:<family>`` (every other family: what may be trained on)."""
+    scenarios = [s for s in load_scenarios(pattern) if s.quick or not quick]
+    kind, _, family = split.partition(":")
+    if kind in ("lofo", "lofo-train"):
+        return lofo_split(scenarios, family, train=kind == "lofo-train")
     if split not in ("all", "dev", "holdout"):
-        raise ScenarioError(f"unknown split '{split}'; use dev, holdout or all")
-    return [s for s in load_scenarios(pattern) if (s.quick or not quick) and split in ("all", s.split)]
+        raise ScenarioError(f"unknown split '{split}'; use dev, holdout, all, lofo:<family> or lofo-train:<family>")
+    return [s for s in scenarios if split in ("all", s.split)]
+
+
+def lofo_families(scenarios: Sequence[Scenario]) -> list[str]:
+    """The fault families of ``scenarios``, sorted (a scenario with no declared family is its own)."""
+    return sorted({s.family or s.name for s in scenarios})
+
+
+def lofo_split(scenarios: Sequence[Scenario], family: str, *, train: bool = False) -> list[Scenario]:
+    """Leave one family out: the scenarios of fault ``family`` (dev and holdout alike), or, with ``train``, those
+    of every other family, so a whole family is never in training."""
+    if family not in lofo_families(scenarios):
+        known = ", ".join(lofo_families(scenarios)) or "none"
+        raise ScenarioError(f"unknown fault family '{family}' for a lofo split; choose one of: {known}")
+    return [s for s in scenarios if ((s.family or s.name) == family) != train]
 
 
 def score_causes(causes: Sequence[RootCause | str], ground_truth: Sequence[RootCause | str]) -> tuple[bool, bool]:

@@ -98,6 +98,7 @@ _COMMANDS: list[tuple[typer.Typer, str, Callable[..., Any]]] = [
     (app, "diagnose", diagnose.diagnose),
     (app, "fix", diagnose.fix_cmd),
     (bench_app, "build", bench.build_cmd),
+    (bench_app, "factory", bench.factory_cmd),
     (bench_app, "run", diagnose.bench_run),
     (bench_app, "curve", diagnose.bench_curve),
     (app, "demo", diagnose.demo_cmd),

@@ -679,7 +679,14 @@ ReportsOption = Annotated[Path, typer.Option("--reports", help="Where the JSON a
 CacheOption = Annotated[
     Path | None, typer.Option("--cache", help="Scenario build cache (default ~/.cache/remedy/scenarios).")
 ]
-SplitOption = Annotated[str, typer.Option("--split", help="dev, holdout or all (each reported separately).")]
+SplitOption = Annotated[
+    str,
+    typer.Option(
+        "--split",
+        help="dev, holdout or all (each reported separately); lofo:<family> (one fault family) or "
+        "lofo-train:<family> (all the others).",
+    ),
+]
 BaselinesOption = Annotated[
     bool,
     typer.Option(

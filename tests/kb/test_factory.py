@@ -1,36 +1,31 @@
-"""The case factory (bench/factory.py): shards partition the zoo, a re-run resumes, chunks land with a manifest."""
+"""The case factory (remedy.kb.factory; faces: `remedy bench factory`, bench/factory.py): shards partition the
+zoo, a re-run resumes (also from a manifest the earlier script wrote), chunks land with a manifest."""
 
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from remedy.cases.io import read_cases
 from remedy.cases.model import Stage, Status
 from remedy.cases.verify.solvability import ORACLE_FILE, latest_results, not_failing
+from remedy.kb import factory as factory_module
 from remedy.kb.bench import BenchSettings, select_scenarios
 
-from .conftest import make_case
+from .conftest import invoke, make_case
+
+ROOT = Path(__file__).parents[2]
+COMMITTED = ROOT / "bench" / "data" / "factory" / "manifest.json"
 
 
 @pytest.fixture(scope="module")
-def factory(bench_script_module):
-    return bench_script_module
-
-
-@pytest.fixture(scope="module")
-def bench_script_module():
-    import importlib.util
-    import sys
-    from pathlib import Path
-
-    path = Path(__file__).parents[2] / "bench" / "factory.py"
-    spec = importlib.util.spec_from_file_location("remedy_bench_factory", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+def factory():
+    return factory_module
 
 
 @pytest.fixture(scope="module")
@@ -56,9 +51,7 @@ def _fake_runner(calls: list[str]):
 
 
 def factory_counts(cases):
-    import sys
-
-    return sys.modules["remedy_bench_factory"].counts(cases)
+    return factory_module.counts(cases)
 
 
 def test_shards_partition_the_units(factory, zoo):
@@ -138,20 +131,15 @@ def test_counts_take_each_attempt_once_at_its_final_verdict(factory):
 
 
 def test_bad_shard_is_one_error_line(factory, capsys):
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    root = Path(__file__).parents[2]
     res = subprocess.run(
-        [sys.executable, "bench/factory.py", "--shard", "3/2", "--dry-run"], cwd=root, capture_output=True, text=True
+        [sys.executable, "bench/factory.py", "--shard", "3/2", "--dry-run"], cwd=ROOT, capture_output=True, text=True
     )
     assert res.returncode == 2 and res.stderr.strip().count("\n") == 0 and "--shard" in res.stderr
 
 
 def test_a_patient_that_does_not_fail_becomes_a_skipped_unit(factory, zoo, tmp_path, monkeypatch):
     out, calls = tmp_path / "factory", []
-    monkeypatch.setattr(factory, "check_oracle", lambda unit, oracle: unit.scenario.name != zoo[0].name)
+    monkeypatch.setattr(factory, "check_oracle", lambda unit, oracle, say=None: unit.scenario.name != zoo[0].name)
     ran = factory.run_factory(
         zoo, BenchSettings(), out, chunk=5, unit_runner=_fake_runner(calls), oracle=tmp_path / "o"
     )
@@ -160,3 +148,63 @@ def test_a_patient_that_does_not_fail_becomes_a_skipped_unit(factory, zoo, tmp_p
     skipped = [u for u in units if u.get("skipped")]
     assert [u["unit"] for u in skipped] == [f"{zoo[0].name}@0"] and skipped[0]["attempts"] == 0
     assert factory.run_factory(zoo, BenchSettings(), out, unit_runner=_fake_runner(calls), oracle=tmp_path / "o") == []
+
+
+@pytest.mark.skipif(not COMMITTED.is_file(), reason="no committed factory manifest in this checkout")
+def test_resumes_from_the_manifest_the_script_wrote(factory, tmp_path):
+    """The committed manifest (read, never written: a copy) is resumed: its units are done, new ones seal into
+    the next chunk of the shard, and the totals add up."""
+    out = tmp_path / "factory"
+    out.mkdir()
+    shutil.copy(COMMITTED, out / "manifest.json")
+    old = json.loads((out / "manifest.json").read_text())
+    done = {u["unit"] for c in old["chunks"] for u in c["units"]}
+    assert done and factory.done_units(out) == done
+    by_name = {s.name: s for s in select_scenarios()}
+    seen = [by_name[k.split("@")[0]] for k in sorted(done) if k.endswith("@0") and k.split("@")[0] in by_name][:2]
+    fresh = [s for s in select_scenarios("cartpole_*") if f"{s.name}@0" not in done][:1]
+    calls: list[str] = []
+    ran = factory.run_factory([*seen, *fresh], BenchSettings(), out, chunk=4, unit_runner=_fake_runner(calls))
+    assert ran == calls == [f"{s.name}@0" for s in fresh]
+    new = json.loads((out / "manifest.json").read_text())
+    assert new["chunks"][: len(old["chunks"])] == old["chunks"]  # nothing rewritten
+    n_all = sum(1 for c in old["chunks"] if c["shard"] == "all")
+    assert new["chunks"][-1]["file"] == f"chunk-all-{n_all + 1:04d}.parquet"
+    for key in ("attempts", "improved", "fixed", "env_steps"):
+        assert new["totals"][key] == old["totals"][key] + new["chunks"][-1][key]
+    assert new["totals"]["chunks"] == len(old["chunks"]) + 1
+
+
+def test_cli_status_dry_run_and_a_run(factory, zoo, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "factory"
+    code, stdout, _ = invoke(monkeypatch, capsys, "bench", "factory", "--status", "--json", "--out", out)
+    assert code == 0 and json.loads(stdout) == {"totals": {}, "pending": []}
+    code, stdout, _ = invoke(
+        monkeypatch,
+        capsys,
+        "bench",
+        "factory",
+        "--dry-run",
+        "--scenarios",
+        "cartpole_*",
+        "--out",
+        out,
+        "--shard",
+        "1/2",
+    )
+    assert code == 0 and stdout.strip().splitlines()[-1].endswith("unit(s) to run")
+    calls: list[str] = []
+    fake = _fake_runner(calls)
+    monkeypatch.setattr(factory, "run_unit", lambda u, s, executor=None, start=None, say=None: fake(u, s))
+    args = ("bench", "factory", "--scenarios", zoo[0].name, "--out", out, "--chunk", "1", "--json", "--seeds", "3")
+    code, stdout, stderr = invoke(monkeypatch, capsys, *args)
+    assert code == 0 and calls == [f"{zoo[0].name}@0"]
+    state = json.loads(stdout)
+    assert state["totals"]["n_units"] == 1 and state["totals"]["fixed"] == 1 and state["pending"] == []
+    assert f"unit 1/1: {zoo[0].name}@0" in stderr and f"done {zoo[0].name}@0" in stderr  # a line per unit
+    settings = json.loads((out / "manifest.json").read_text())["chunks"][0]["settings"]
+    assert (settings["seeds"], settings["rounds"], settings["explore"]) == (3, 2, 0.2)
+    code, stdout, _ = invoke(monkeypatch, capsys, *args)  # resumed: nothing left
+    assert code == 0 and calls == [f"{zoo[0].name}@0"]
+    code, _, stderr = invoke(monkeypatch, capsys, "bench", "factory", "--dry-run", "--split", "lofo:nope")
+    assert code == 1 and "lofo" in stderr and stderr.strip().count("\n") == 0
