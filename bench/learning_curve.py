@@ -53,6 +53,7 @@ from remedy.cases.io import read_cases, write_cases
 from remedy.cases.model import Case, RootCause, Signature, Source, Subject
 from remedy.cases.outcomes import final_verdicts
 from remedy.cases.verify.scenarios import Scenario, bundled_scenarios
+from remedy.kb.bench import lofo_families, lofo_split
 from remedy.optimizer.dataset import build_examples
 from remedy.optimizer.ranker import AttemptRow, RankerSettings, attempt_rows, fit_ranker
 from remedy.retrieval.diagnosis import DiagnosisContext, RetrievedCase, patch_family
@@ -143,16 +144,16 @@ def patients_of(cases: list[Case], scenarios: dict[str, Scenario]) -> list[Patie
 
 def folds(patients: list[Patient], attempts: list[Attempt], scenarios: dict[str, Scenario], split: str):
     """(fold name, test patients, training pool) for the split."""
-    fam = {n: s.family or n for n, s in scenarios.items()}
     if split == "holdout":
         test = [p for p in patients if p.split == "holdout"]
         pool = [a for a in attempts if a.scenario not in scenarios or scenarios[a.scenario].split == "dev"]
         return [("holdout", test, pool)]
     out = []
-    for family in sorted({p.family for p in patients}):
-        test = [p for p in patients if p.family == family]
-        pool = [a for a in attempts if a.scenario is None or fam.get(a.scenario) != family]
-        out.append((family, test, pool))
+    for family in lofo_families(list(scenarios.values())):
+        held = {s.name for s in lofo_split(list(scenarios.values()), family)}  # the family, never in training
+        test = [p for p in patients if p.name in held]
+        if test:
+            out.append((family, test, [a for a in attempts if a.scenario not in held]))
     return out
 
 

@@ -213,3 +213,22 @@ def test_curve_warm_pass_sees_only_the_other_scenarios_cold_cases(kb, tmp_path, 
     assert {cid for r in curve.cold.scenarios + curve.warm.scenarios for cid in r.case_ids} <= stored
     md = write_report(curve, tmp_path / "r")[1].read_text()
     assert "| top-1 accuracy |" in md and "cold" in md and "warm" in md
+
+
+def test_leave_one_family_out_split_holds_out_a_whole_family():
+    from remedy.cases.errors import ScenarioError
+    from remedy.kb.bench import lofo_families, select_scenarios
+
+    every = select_scenarios()
+    family = "reward_sign"
+    test = select_scenarios(split=f"lofo:{family}")
+    train = select_scenarios(split=f"lofo-train:{family}")
+    assert test and {s.family for s in test} == {family}
+    assert {s.split for s in test} == {"dev", "holdout"}  # the family's dev and holdout cells alike
+    assert family not in {s.family for s in train}
+    assert sorted(s.name for s in test + train) == sorted(s.name for s in every)  # a partition
+    assert family in lofo_families(every) and len(lofo_families(every)) >= 8
+    with pytest.raises(ScenarioError, match="reward_sign"):  # the message lists the families
+        select_scenarios(split="lofo:reward_sgn")
+    with pytest.raises(ScenarioError, match="lofo"):
+        select_scenarios(split="lofo_reward_sign")
