@@ -9,7 +9,13 @@ Columns (each report diagnosed from its text, with the env / algorithm / action 
 - ``most frequent``: dev's commonest first causes, the same for every report;
 - ``offline``: ``diagnose_description`` as shipped (the offline vote);
 - ``lm <output> zero-shot``: the LLM backend with the similar cases and rules withheld;
-- ``lm <output> grounded``: the same with the retrieved cases and matching rules/priors in the prompt.
+- ``lm <output> grounded``: the same with the retrieved cases and matching rules/priors in the prompt;
+- ``lm choose-grammar grounded+bootstrap`` (``--optimize bootstrap``): the grounded choose program after
+  ``dspy.BootstrapFewShotWithRandomSearch`` on dev (the optimizer and settings of ``remedy optimize
+  --backend llm --optimizer bootstrap``, applied to the choose program): demos bootstrapped from dev-train,
+  candidates chosen on ``--val-size`` dev reports, the margin rule (``promotion_decision``) printed, the
+  compiled program scored on the holdout whatever the rule says. Its state and compile cost are saved
+  under ``llm_programs/`` next to ``--out`` and reloaded on a rerun. (``mipro`` / ``gepa``: not wired here.)
 
 ``<output>`` is the answer the program asks for (``REMEDY_LM_OUTPUT``, :data:`remedy.retrieval.llm.OUTPUTS`):
 ``full`` (the shipped chain of thought: ranked causes and patches as JSON), ``choose`` (up to three cause
@@ -33,18 +39,23 @@ Usage (a local model, on 2 cores):
     export REMEDY_LM=openai/smollm2 REMEDY_LM_API_BASE=http://127.0.0.1:8080/v1 REMEDY_LM_API_KEY=none \\
         REMEDY_LM_ENGINE=litellm REMEDY_LM_MAX_TOKENS=400
     .venv/bin/python bench/llm_diagnosis.py --label smollm2 [--outputs choose,choose-grammar,full]
+    .venv/bin/python bench/llm_diagnosis.py --label smollm2 --outputs choose-grammar --modes grounded \
+        --optimize bootstrap --val-size 12        # the optimized column (serve with --ctx 8192: demos)
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import random
 import sys
 import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 for _k, _v in (
     ("HF_HUB_OFFLINE", "1"),
@@ -62,9 +73,19 @@ from describe import CachingEmbedder, load_reports  # noqa: E402
 from remedy.cases.errors import LMError  # noqa: E402
 from remedy.kb.diagnose import diagnose_description  # noqa: E402
 from remedy.kb.facade import KnowledgeBase  # noqa: E402
+from remedy.optimizer.versions import DEFAULT_MARGIN, promotion_decision  # noqa: E402
 from remedy.retrieval.describe import SymptomReader  # noqa: E402
 from remedy.retrieval.embedder import default_embedder  # noqa: E402
-from remedy.retrieval.llm import OUTPUTS, OUTSIDE_TAXONOMY, LLMDiagnoser, lm_from_env  # noqa: E402
+from remedy.retrieval.llm import (  # noqa: E402
+    OUTPUTS,
+    OUTSIDE_TAXONOMY,
+    ChooseCauseFromDescription,
+    LLMChooseProgram,
+    LLMDiagnoser,
+    choose_grammar,
+    lm_from_env,
+    parse_choice,
+)
 from remedy.retrieval.offline import OfflineDiagnoser  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -211,6 +232,116 @@ def print_table(label: str, lines: list[dict]) -> None:
         )
 
 
+# ---- the optimized column: the grounded choose program compiled on dev (DSPy bootstrap) --------------------
+
+
+class _Captured(Exception):
+    """Raised by :class:`_InputCapture` with the program inputs the diagnoser would have sent."""
+
+
+class _InputCapture(LLMDiagnoser):
+    """An LLM diagnoser that stops at the prompt: what the choose program sees for a report, no LM call."""
+
+    def _chosen(self, ctx, inputs, described):  # type: ignore[override]
+        raise _Captured(dict(inputs))
+
+
+def report_inputs(kb, reader, report: dict) -> dict[str, str]:
+    """The grounded choose program's inputs for one report, exactly as ``diagnose_description`` builds them."""
+    try:
+        diagnose_description(
+            kb,
+            report["symptom"],
+            env_id=report.get("env"),
+            algo=report.get("algo"),
+            action_space=report.get("action_space"),
+            diagnoser=_InputCapture(lm=object(), output="choose-grammar", grounded=True),
+            reader=reader,
+            rules=(),
+        )
+    except _Captured as got:
+        return got.args[0]
+    raise RuntimeError("the diagnoser was never asked")  # pragma: no cover - diagnose_description always asks
+
+
+def choose_metric(gold: Any, pred: Any, trace: Any = None) -> float:
+    """1 for the right first cause, 0.5 for a right cause in the top 3, else 0 (a demo needs 1)."""
+    known, _ = parse_choice(getattr(pred, "causes", "") or "")
+    names = [c.value for c in known]
+    if names[:1] and names[0] in gold.truth:
+        return 1.0
+    return 0.5 if any(n in gold.truth for n in names[:3]) else 0.0
+
+
+def dev_split(dev: list[dict], val_size: int, seed: int) -> tuple[list[dict], list[dict]]:
+    """Dev's reports as (train, val): a seeded shuffle by id; the holdout is never touched."""
+    ordered = sorted(dev, key=lambda r: r["id"])
+    random.Random(seed).shuffle(ordered)
+    return ordered[val_size:], ordered[:val_size]
+
+
+def compile_bootstrap(args, kb, reader, dev: list[dict], lm, label: str) -> tuple[LLMChooseProgram, dict]:
+    """The grounded choose program after ``dspy.BootstrapFewShotWithRandomSearch`` on dev, and how it went.
+
+    The same optimizer and settings as ``remedy optimize --backend llm --optimizer bootstrap`` (bootstrapped
+    demos only, one thread, a demo kept only from a right first cause), applied to the choose program on
+    dev's reports: demos come from dev-train, candidates are chosen on dev-val, and the margin rule
+    (``promotion_decision``) compares the best candidate with the demo-less program there. The state is
+    saved next to ``--out`` and reloaded on a rerun with the same settings (DSPy's cache makes a recompile
+    free too).
+    """
+    import dspy
+
+    key = f"{label}-choose-grammar-bootstrap-d{args.demos}-c{args.candidates}-v{args.val_size}-s{SEED}"
+    path = args.out.parent / "llm_programs" / f"{key}.json"
+    if path.exists():
+        saved = json.loads(path.read_text())
+        program = LLMChooseProgram(ChooseCauseFromDescription)
+        program.load_state(saved["state"])
+        return program, saved["details"]
+    train, val = dev_split(dev, args.val_size, SEED)
+
+    def examples(reports: list[dict]) -> list:
+        out = []
+        for r in reports:
+            inputs = report_inputs(kb, reader, r)
+            out.append(dspy.Example(**inputs, truth=r["causes"]).with_inputs(*inputs))
+        return out
+
+    d_train, d_val = examples(train), examples(val)
+    opt = dspy.BootstrapFewShotWithRandomSearch(
+        choose_metric, max_bootstrapped_demos=args.demos, max_labeled_demos=0,
+        num_candidate_programs=args.candidates, num_threads=1, metric_threshold=1.0, max_errors=10**6,
+    )  # fmt: skip
+    start, t0 = len(lm.history), time.perf_counter()
+    adapter = dspy.ChatAdapter(use_json_adapter_fallback=False)
+    # DSPy prints its progress: to stderr, stdout carries the table
+    with dspy.context(lm=lm, adapter=adapter), contextlib.redirect_stdout(sys.stderr):
+        best = opt.compile(LLMChooseProgram(ChooseCauseFromDescription), trainset=d_train, valset=d_val)
+    calls, ptok, ctok = lm_usage(lm, start)
+    # per-candidate mean metric on dev-val; seed -3 is the program without demos (the active one)
+    cands = {c["seed"]: float(np.mean(c["subscores"])) for c in best.candidate_programs}
+    active_val, new_val = cands[-3], float(np.mean(best.candidate_programs[0]["subscores"]))
+    promote, why = promotion_decision(active_val, new_val, DEFAULT_MARGIN)
+    details = {
+        "optimizer": "dspy.BootstrapFewShotWithRandomSearch",
+        "train": len(train),
+        "val": len(val),
+        "demos": len(best.choose.demos),
+        "candidate_val": {str(k): round(v, 4) for k, v in sorted(cands.items())},
+        "active_val": round(active_val, 4),
+        "new_val": round(new_val, 4),
+        "promoted": promote,
+        "decision": why,
+        "calls": calls,
+        "tokens": ptok + ctok,
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"details": details, "state": best.dump_state()}, indent=1, default=str) + "\n")
+    return best, details
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=HERE / "data" / "describe_reports.jsonl")
@@ -223,6 +354,12 @@ def main() -> None:
     ap.add_argument("--choose-tokens", type=int, default=64, help="max tokens of a choose answer (default 64)")
     ap.add_argument("--limit", type=int, default=0, help="score only the first N reports of the splits")
     ap.add_argument("--table-only", action="store_true", help="print the table from --out; call no LM")
+    ap.add_argument(
+        "--optimize", default="", help="'bootstrap': add the grounded choose-grammar program compiled on dev"
+    )
+    ap.add_argument("--demos", type=int, default=2, help="bootstrapped demos at most (default 2)")
+    ap.add_argument("--candidates", type=int, default=1, help="random-search demo sets beyond the first (default 1)")
+    ap.add_argument("--val-size", type=int, default=20, help="dev reports held out to choose and promote (default 20)")
     args = ap.parse_args()
 
     all_reports = load_reports(args.data)
@@ -232,6 +369,10 @@ def main() -> None:
     by_id = {r["id"]: r for r in all_reports}
     dev = [r for r in all_reports if r["split"] == "dev"]
     lm_columns = [f"lm {o} {m}" for o in args.outputs.split(",") if o for m in args.modes.split(",") if m]
+    if args.optimize not in ("", "bootstrap"):
+        raise SystemExit(f"error: --optimize {args.optimize!r}: only bootstrap is wired here (mipro, gepa: not run)")
+    if args.optimize:
+        lm_columns.append(f"lm choose-grammar grounded+{args.optimize}")
     columns = ["most frequent on dev", "offline (shipped)", *lm_columns]
     label = args.label or ("-" if args.table_only else "")
     if lm_columns and not label:
@@ -244,12 +385,22 @@ def main() -> None:
     print(f"splits: {', '.join(splits)}; data {args.data.name}; one call per report, {args.retries} retries")
     lines = summarize(mine, by_id, columns)
     print_table(label, lines)
-    for o in args.outputs.split(","):
-        a, b = f"lm {o} zero-shot", f"lm {o} grounded"
+    pairs = [(f"lm {o} zero-shot", f"lm {o} grounded", f"grounded - zero-shot ({o})") for o in args.outputs.split(",")]
+    if args.optimize:
+        g = "lm choose-grammar grounded"
+        pairs.append((g, f"{g}+{args.optimize}", f"{args.optimize} - grounded (choose-grammar)"))
+    for a, b, name in pairs:
         for m in ("top1", "top3"):
             d, lo, hi, n = paired(mine, by_id, a, b, m)
             if n:
-                print(f"grounded - zero-shot ({o}), {m}: {d:+.0%} [{lo:+.0%}, {hi:+.0%}] over {n} reports")
+                print(f"{name}, {m}: {d:+.0%} [{lo:+.0%}, {hi:+.0%}] over {n} reports")
+    for path in sorted((args.out.parent / "llm_programs").glob(f"{label}-*.json")) if args.optimize else ():
+        x = json.loads(path.read_text())["details"]
+        print(
+            f"compiled {path.stem}: train {x['train']} / val {x['val']} dev reports, {x['demos']} demos; "
+            f"{x['calls']} LM calls, {x['tokens']} tokens, {x['seconds']:.0f} s; dev-val candidates "
+            f"{x['candidate_val']}; margin rule: {x['decision']}"
+        )
 
 
 def run(args, reports: list[dict], dev: list[dict], lm_columns: list[str], label: str, mine: list[dict]) -> list[dict]:
@@ -289,7 +440,18 @@ def run(args, reports: list[dict], dev: list[dict], lm_columns: list[str], label
             _, output, mode = col.split(" ")
             # a choose answer is at most ~40 tokens: a cap spares the minutes a small model spends rambling
             col_lm = lm if output == "full" else lm.copy(max_tokens=args.choose_tokens)
-            diag = LLMDiagnoser(lm=col_lm, output=output, grounded=mode == "grounded", max_retries=args.retries)
+            program = None
+            if mode.endswith("+bootstrap") and any((col, r["id"]) not in have for r in reports):
+                # the compile's LM sends the grammar in every request, as the diagnoser's config does
+                compile_lm = col_lm.copy(extra_body={"grammar": choose_grammar()})
+                program, _ = compile_bootstrap(args, base, reader, dev, compile_lm, label)
+            diag = LLMDiagnoser(
+                lm=col_lm,
+                output=output,
+                grounded=mode.startswith("grounded"),
+                max_retries=args.retries,
+                choose_program=program,
+            )
             for i, r in enumerate(reports):
                 if (col, r["id"]) in have:
                     continue

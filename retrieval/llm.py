@@ -626,8 +626,12 @@ class LLMDiagnoser:
         program_id: str | None = None,
         output: str | None = None,
         grounded: bool = True,
+        choose_program: LLMChooseProgram | None = None,
     ) -> None:
         self._lm = lm
+        #: the ``choose`` program to run (e.g. one compiled with demos by bench/llm_diagnosis.py
+        #: ``--optimize``) when its signature fits the case (described or measured); else a fresh one
+        self.choose_program = choose_program
         #: the answer asked for (:data:`OUTPUTS`; ``REMEDY_LM_OUTPUT``, default ``full``)
         self.output = (output or os.environ.get("REMEDY_LM_OUTPUT", "") or "full").strip()
         if self.output not in OUTPUTS:
@@ -655,6 +659,7 @@ class LLMDiagnoser:
             program_id=program_id,
             output=self.output,
             grounded=self.grounded,
+            choose_program=self.choose_program,
         )
 
     def preflight(self) -> None:
@@ -704,7 +709,9 @@ class LLMDiagnoser:
 
     def _chosen(self, ctx: DiagnosisContext, inputs: dict[str, str], described: bool) -> DiagnosisReport:
         """The ``choose`` answer: cause names from the list, ranked; no patches (templates supply them)."""
-        program = LLMChooseProgram(ChooseCauseFromDescription if described else ChooseCause)
+        signature = ChooseCauseFromDescription if described else ChooseCause
+        given = self.choose_program
+        program = given if given is not None and given.signature is signature else LLMChooseProgram(signature)
         config = {"extra_body": {"grammar": choose_grammar()}} if self.output == "choose-grammar" else {}
         lm, problems = self.lm, []
         for attempt in range(self.max_retries + 1):

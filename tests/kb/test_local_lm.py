@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import dspy
 import httpx
 import pytest
 from dspy.utils.dummies import DummyLM
@@ -124,3 +125,28 @@ def test_the_local_server_answers_a_chat_request(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_a_compiled_choose_program_is_what_the_diagnoser_runs() -> None:
+    # bench/llm_diagnosis.py --optimize bootstrap hands the diagnoser a choose program carrying demos
+    from remedy.retrieval.llm import ChooseCause, ChooseCauseFromDescription, LLMChooseProgram
+
+    compiled = LLMChooseProgram(ChooseCauseFromDescription)
+    demo = {"description": "DEMO-REPORT reward stays flat", "environment": "x", "symptom_reading": "y"}
+    compiled.choose.demos = [dspy.Example(**demo, similar_cases="-", rules="-", causes="sparse_reward")]
+    lm = DummyLM([{"causes": "undertraining"}, {"causes": "undertraining"}])
+    diag = LLMDiagnoser(lm=lm, output="choose", choose_program=compiled)
+    plain = LLMDiagnoser(lm=lm, output="choose").diagnose(_described())
+    report = diag.diagnose(_described())
+    sent = json.dumps(lm.history[-1]["messages"])
+    assert "DEMO-REPORT" in sent and "DEMO-REPORT" not in json.dumps(lm.history[0]["messages"])
+    assert [c.cause for c in report.diagnosis.causes] == [RootCause.undertraining]
+    assert report.diagnosis.program_version != plain.diagnosis.program_version  # the demos are in the version
+    # a program for the other kind of context (a measured signature) is not used for a description
+    measured = LLMChooseProgram(ChooseCause)
+    measured.choose.demos = [dspy.Example(env_description="DEMO-SIGNATURE", causes="sparse_reward")]
+    other_lm = DummyLM([{"causes": "undertraining"}])
+    other = LLMDiagnoser(lm=other_lm, output="choose", choose_program=measured)
+    other.diagnose(_described())
+    assert "DEMO-SIGNATURE" not in json.dumps(other_lm.history[-1]["messages"])
+    assert other.with_program(other.program, "v1").choose_program is measured
