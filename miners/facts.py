@@ -57,6 +57,12 @@ class Attempt:
         v = self.case.verification
         return v is not None and v.status.value == "improved"
 
+    @property
+    def fixed(self) -> bool:
+        """True when the (final) confirmation also made the agent work (``verification.fixed``)."""
+        v = self.case.verification
+        return self.improved and v is not None and bool(v.fixed)
+
 
 def obs_size_bucket(obs_dim: int) -> str | None:
     """``small`` (≤ 8), ``medium`` (≤ 64) or ``large``; None for an unknown (0) dimension."""

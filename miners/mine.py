@@ -4,7 +4,8 @@
 each remedy family, keeps those met by at least ``min_support`` attempts of that family, and
 scores each candidate:
 
-- **wins**: attempts that ended ``improved`` (only a confirmation on fresh seeds can);
+- **wins**: attempts that ended ``improved`` (only a confirmation on fresh seeds can), and of those
+  **fixed**: the agent now works (``verification.fixed``), counted beside the wins, not tested;
 - **p-value**: one-sided exact binomial test (``scipy.stats.binomtest``) of the wins against
   :data:`NULL_WIN_RATE`. The null is "patches of this family do nothing under this condition";
   under it an attempt still ends ``improved`` only by a false confirmation, which the loop keeps
@@ -250,6 +251,7 @@ def _rule(
     evidence = RuleEvidence(
         support=len(members),
         wins=len(wins),
+        fixed=sum(a.fixed for a in wins),
         win_rate=len(wins) / len(members),
         effect_scale=EFFECT_SCALE,
         effect=mean,
@@ -286,6 +288,7 @@ def _ref(attempt: Attempt, effect: float) -> CaseRef:
         metric=eff.metric if eff else "",
         diff=eff.diff if eff else None,
         effect=effect,
+        fixed=v.fixed,
     )
 
 

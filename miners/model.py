@@ -76,6 +76,7 @@ class CaseRef(FrozenModel):
     metric: str = ""
     diff: float | None = Field(default=None, allow_inf_nan=False)  # the case's effect.diff in ``metric`` units
     effect: float | None = Field(default=None, allow_inf_nan=False)  # the same, on the rule's pooled scale
+    fixed: bool | None = None  # the agent now works (verification.fixed); None: not judged (older cases)
 
 
 class RuleEvidence(FrozenModel):
@@ -83,6 +84,9 @@ class RuleEvidence(FrozenModel):
 
     support: int = Field(ge=0)  # matching verified cases whose patch was of the rule's family
     wins: int = Field(ge=0)  # ... of which ended ``improved`` (confirmed on fresh seeds)
+    #: ... of which the agent now works (``verification.fixed``: meets success or closes the declared gap share);
+    #: 0 on rules mined before it was counted
+    fixed: int = Field(default=0, ge=0)
     win_rate: float = Field(ge=0, le=1)
     effect_scale: str  # the pooled scale, e.g. "normalized improvement (diff / control spread)"
     effect: float = Field(allow_inf_nan=False)  # pooled effect on ``effect_scale``

@@ -104,6 +104,7 @@ def _rule_view(rule: Rule) -> dict[str, Any]:
         "params": ", ".join(f"{k}={v}" for k, v in sorted(rule.params.items())),
         "support": ev.support,
         "wins": ev.wins,
+        "fixed": ev.fixed,
         "win_rate": f"{ev.win_rate:.0%}",
         "effect": f"{_num(ev.effect)} [{_num(ev.ci_low)}, {_num(ev.ci_high)}]",
         "level": f"{ev.confidence_level:.0%}",

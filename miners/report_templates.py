@@ -14,7 +14,7 @@ _MD_RULE = """\
 
 - **Remedy**: {{ r.family }}{% if r.cause %} (cause: {{ r.cause }}){% endif %}{% if r.params %}; params: `{{ r.params }}`{% endif %}
 
-- **Support**: {{ r.support }} case{{ "s" if r.support != 1 }}; **wins** {{ r.wins }}/{{ r.support }} ({{ r.win_rate }})
+- **Support**: {{ r.support }} case{{ "s" if r.support != 1 }}; **wins** {{ r.wins }}/{{ r.support }} ({{ r.win_rate }}), **fixed** {{ r.fixed }}/{{ r.support }} (the agent now works)
 - **Effect**: {{ r.effect }} ({{ r.level }} CI) on {{ r.scale | md }}
 - **q-value**: {{ r.q }} (p = {{ r.p }}); evidence as of {{ r.mined_on }}, bootstrap seed {{ r.seed }}
 {% if r.flag %}
@@ -153,7 +153,7 @@ _HTML_RULE = """\
 <h3>{{ r.id }}: {{ r.condition }} → {{ r.family }}</h3>
 <dl>
 <dt>Remedy</dt><dd>{{ r.family }}{% if r.cause %} (cause: {{ r.cause }}){% endif %}{% if r.params %}; params <code>{{ r.params }}</code>{% endif %}</dd>
-<dt>Support</dt><dd>{{ r.support }} case{{ "s" if r.support != 1 }}; wins {{ r.wins }}/{{ r.support }} ({{ r.win_rate }})</dd>
+<dt>Support</dt><dd>{{ r.support }} case{{ "s" if r.support != 1 }}; wins {{ r.wins }}/{{ r.support }} ({{ r.win_rate }}); fixed {{ r.fixed }}/{{ r.support }} (the agent now works)</dd>
 <dt>Effect</dt><dd>{{ r.effect }} ({{ r.level }} CI) on {{ r.scale }}</dd>
 <dt>q-value</dt><dd>{{ r.q }} (p = {{ r.p }}); evidence as of {{ r.mined_on }}, bootstrap seed {{ r.seed }}</dd>
 {% if r.flag %}<dt>Flag</dt><dd class="flag">{{ r.flag }}</dd>{% endif %}
@@ -216,10 +216,10 @@ Only accepted rules reach a diagnosis.</p>
 </table>
 {% if not n.total %}<p class="nothing"><strong>Nothing mined yet</strong>: this KB holds no rules (<code>remedy mine</code> has not run on it, or no candidate passed its false-discovery threshold). {{ how_to_mine | code }}</p>{% endif %}
 <table id="rules"><caption>All rules</caption>
-<thead><tr><th>rule</th><th>status</th><th>condition</th><th>remedy</th><th>support</th><th>wins</th><th>effect ({{ level }} CI)</th><th>q</th></tr></thead>
+<thead><tr><th>rule</th><th>status</th><th>condition</th><th>remedy</th><th>support</th><th>wins</th><th>fixed</th><th>effect ({{ level }} CI)</th><th>q</th></tr></thead>
 <tbody>
 {% for r in all_rules %}
-<tr class="rule-row"><td><a href="#rule-{{ r.id }}">{{ r.id }}</a></td><td class="status-{{ r.colour }}">{{ r.colour }}</td><td>{{ r.condition }}</td><td>{{ r.family }}</td><td>{{ r.support }}</td><td>{{ r.wins }}/{{ r.support }}</td><td>{{ r.effect }}</td><td>{{ r.q }}</td></tr>
+<tr class="rule-row"><td><a href="#rule-{{ r.id }}">{{ r.id }}</a></td><td class="status-{{ r.colour }}">{{ r.colour }}</td><td>{{ r.condition }}</td><td>{{ r.family }}</td><td>{{ r.support }}</td><td>{{ r.wins }}/{{ r.support }}</td><td>{{ r.fixed }}/{{ r.support }}</td><td>{{ r.effect }}</td><td>{{ r.q }}</td></tr>
 {% endfor %}
 </tbody></table>
 {% if forest %}<figure><img alt="Forest plot of rule effects" src="{{ forest.uri }}"></figure>{% endif %}

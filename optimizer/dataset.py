@@ -71,12 +71,15 @@ class Tried:
     metric: str | None  # the task metric the effect is measured on
     case_id: str  # the case that carries the final verdict
     patch: str = ""  # the patch, summarized
+    #: the confirmation also made the agent work (``verification.fixed``); False when never judged
+    fixed: bool = False
 
     def text(self) -> str:
-        """``reward_shaping (for reward_misspecification): improved, +120 return_iqm``."""
+        """``reward_shaping (for reward_misspecification): improved, +120 return_iqm`` (``improved, fixed`` when the
+        agent now works)."""
         why = f" (for {self.cause.value})" if self.cause else ""
         eff = "" if self.effect is None else f", {self.effect:+.3g} {self.metric or ''}".rstrip()
-        return f"{self.family.value}{why}: {self.status}{eff}"
+        return f"{self.family.value}{why}: {self.status}{', fixed' if self.fixed else ''}{eff}"
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,16 @@ class Example:
     def solved(self) -> bool:
         """True when some attempt of the group was confirmed ``improved``."""
         return bool(self.families)
+
+    @property
+    def n_improved(self) -> int:
+        """Attempts of the group confirmed ``improved`` (the labels come from these)."""
+        return sum(t.status == Status.improved.value for t in self.tried)
+
+    @property
+    def n_fixed(self) -> int:
+        """... of which the agent now works (``verification.fixed``)."""
+        return sum(t.fixed for t in self.tried)
 
 
 def example_group(case: Case) -> str:
@@ -253,6 +266,7 @@ def _tried(screen: Case, final: Case) -> Tried:
         metric=v.effect.metric if v.effect is not None else None,
         case_id=final.case_id,
         patch=screen.patch.summary()[:120],
+        fixed=status == Status.improved.value and bool(v.fixed),
     )
 
 

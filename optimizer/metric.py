@@ -151,7 +151,8 @@ def _feedback(
     tried = "; ".join(t.text() for t in example.tried) or "nothing measured"
     fixed = (
         f"confirmed fixes: causes {', '.join(c.value for c in example.causes) or '?'}, "
-        f"families {', '.join(f.value for f in example.families)}"
+        f"families {', '.join(f.value for f in example.families)} "
+        f"({example.n_fixed} of {example.n_improved} improved attempts made the agent work)"
         if example.solved
         else "no attempt was confirmed to improve the task metric"
     )

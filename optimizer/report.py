@@ -59,8 +59,12 @@ def render_report(
 
 
 def _per_example(val: list[Prepared], before: OfflineSettings, after: OfflineSettings) -> list[str]:
-    lines = ["Validation examples:", "", "| group | confirmed fix | before | after | after: top cause, top family |"]
-    lines.append("| --- | --- | --- | --- | --- |")
+    lines = [
+        "Validation examples:",
+        "",
+        "| group | confirmed fix | improved / fixed | before | after | after: top cause, top family |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
     for p in val:
         ex = p.example
         causes, families = predict(after, p.context)
@@ -68,7 +72,7 @@ def _per_example(val: list[Prepared], before: OfflineSettings, after: OfflineSet
         a = score_prediction(ex, causes, families).score
         fixed = ", ".join(f.value for f in ex.families) or "none"
         top = f"{causes[0].value if causes else '-'}, {families[0].value if families else '-'}"
-        lines.append(f"| {ex.group} | {fixed} | {b:.2f} | {a:.2f} | {top} |")
+        lines.append(f"| {ex.group} | {fixed} | {ex.n_improved} / {ex.n_fixed} | {b:.2f} | {a:.2f} | {top} |")
     return [*lines, ""]
 
 
@@ -92,7 +96,8 @@ def _ranker_details(d: dict) -> list[str]:
         f"- the deterministic vote alone scores {_num(d.get('vote_val'))} on validation "
         f"(active ranker before: {d.get('active_ranker') or 'none'})",
         f"- fitted on {d.get('rows')} attempts of {d.get('groups')} groups: {d.get('positives')} confirmed "
-        f"`{d.get('label')}`; outcomes {d.get('statuses')}; row weights {d.get('weights')}",
+        f"`{d.get('label')}` ({_num(d.get('fixed_positives'))} fixed: the agent now works); outcomes "
+        f"{d.get('statuses')}; row weights {d.get('weights')}",
         f"- chosen C {_num(d.get('C'))}; grouped out-of-fold log loss {_num(d.get('oof_log_loss'))} "
         f"(base rate {_num(d.get('base_log_loss'))}), Brier {_num(d.get('oof_brier'))} "
         f"(base rate {_num(d.get('base_brier'))})",

@@ -232,3 +232,33 @@ def test_leave_one_family_out_split_holds_out_a_whole_family():
         select_scenarios(split="lofo:reward_sgn")
     with pytest.raises(ScenarioError, match="lofo"):
         select_scenarios(split="lofo_reward_sign")
+
+
+def test_bench_run_tables_show_improved_and_fixed_apart():
+    """Two confirmed ``improved`` scenarios, one whose agent now works: the tables say 100% improved, 50% fixed."""
+    from rich.console import Console
+
+    from remedy.kb.bench import BenchReport, BenchSettings, ScenarioResult, split_summaries, summarize
+    from remedy.kb.cli.diagnose import _bench_table, _scenario_table, _split_table
+
+    def row(name: str, works: bool) -> ScenarioResult:
+        return ScenarioResult(
+            **{"scenario": name, "env_id": "CartPole-v1", "ground_truth": ["undertraining"], "expected_families": []},
+            **{"first_causes": ["undertraining"], "top1": True, "top3": True, "fixed": True, "attempts": 1},
+            **{"attempts_to_fix": 1, "env_steps_to_fix": 10, "wall_time_to_fix_s": 1.0, "total_env_steps": 10},
+            **{"total_wall_time_s": 1.0, "winning_patch": "p", "winning_effect": None, "cited_cases": []},
+            **{"case_ids": [], "statuses": ["improved"], "solvable": True, "works": works},
+        )
+
+    rows = [row("a", True), row("b", False)]
+    report = BenchReport("kb", None, BenchSettings(), rows, summarize(rows), "now", 1.0, split_summaries(rows))
+    assert (report.summary.fix_rate, report.summary.works_rate) == (1.0, 0.5)
+    console = Console(record=True, width=250)
+    for table in (_bench_table([report]), _split_table([report]), _scenario_table(report)):
+        console.print(table)
+    text = console.export_text()
+    assert "confirmed-improved rate" in text and "fixed rate (the agent now works)" in text
+    overall = next(line for line in text.splitlines() if "fixed rate (the agent now works)" in line)
+    assert "50%" in overall
+    assert "100% of 2" in text and "50% of 2" in text  # the split table: improved, then fixed, over solvable
+    assert "fixed (works)" in text

@@ -140,3 +140,25 @@ def test_bootstrap_interval_of_the_mean():
     assert bootstrap_mean_ci([2.0], np.random.default_rng(0)) == (2.0, 2.0, 2.0)
     again = bootstrap_mean_ci([1.0, 2.0, 3.0, 4.0], np.random.default_rng(0))
     assert again == (mean, low, high)
+
+
+def test_a_rule_says_how_many_of_its_wins_made_the_agent_work(planted):
+    """``fixed`` counts the supporting attempts whose confirmation met the success definition, beside ``wins``."""
+    works = {"c-0000", "c-0002"}  # two of the five action-smoothness wins reach the success threshold
+
+    def judged(c):
+        v = c.verification
+        if v is None or v.status.value != "improved":
+            return c
+        return c.model_copy(update={"verification": v.model_copy(update={"fixed": c.case_id in works})})
+
+    rule = next(r for r in mine([judged(c) for c in planted], seed=0).rules if r.family.value == "action_smoothness")
+    e = rule.evidence
+    assert (e.support, e.wins, e.fixed) == (6, 5, 2)
+    assert {r.case_id for r in e.supporting if r.fixed} == works
+    assert [r.fixed for r in e.counter] == [None]  # not improved: never judged
+    # a rule mined from cases that predate the judgement says 0 fixed, and old stored rules still load
+    assert next(r for r in mine(planted, seed=0).rules if r.family.value == "action_smoothness").evidence.fixed == 0
+    old = e.model_dump(mode="json")
+    old.pop("fixed")
+    assert type(e).model_validate(old).fixed == 0

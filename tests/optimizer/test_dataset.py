@@ -119,3 +119,21 @@ def test_answer_keys_come_from_dev_scenarios_only() -> None:
     assert truths["scenario:lunar_hover"] == (RootCause.reward_misspecification,)
     assert truths["scenario:acrobot_lr_too_high_0p05"] == ()
     assert all(t == () for g, t in truths.items() if g.startswith("run:"))
+
+
+def test_an_example_counts_its_improved_attempts_and_those_that_made_the_agent_work() -> None:
+    from remedy.optimizer.metric import score_prediction
+
+    cases = fix_loop("hover", fixed="time_limit", failed=("hyperparameters",))
+    (plain,) = build_examples(cases)
+    assert (plain.n_improved, plain.n_fixed) == (1, 0)  # never judged: not fixed
+    works = []
+    for c in cases:
+        if c.case_id == "hover-time_limit-confirm":
+            c = c.model_copy(update={"verification": c.verification.model_copy(update={"fixed": True})})
+        works.append(c)
+    (ex,) = build_examples(works)
+    assert (ex.n_improved, ex.n_fixed) == (1, 1) and ex.tried[1].fixed and not ex.tried[0].fixed
+    assert "improved, fixed" in ex.tried[1].text()
+    feedback = score_prediction(ex, [RootCause.time_limit_misconfiguration], [RemedyFamily.time_limit]).feedback
+    assert "1 of 1 improved attempts made the agent work" in feedback
