@@ -26,7 +26,7 @@ from ..errors import VerificationError
 from ..model import FrozenModel
 
 if TYPE_CHECKING:
-    from .verification import VerifyConfig
+    from .config import VerifyConfig
 
 __all__ = ["BudgetSource", "LearnedBudget", "BudgetChoice", "choose_budget"]
 

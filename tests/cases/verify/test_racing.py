@@ -11,8 +11,9 @@ from remedy.cases.errors import VerificationError
 from remedy.cases.model import Case, Effect, Stage, Status, Verification
 from remedy.cases.patches.spec import Patch
 from remedy.cases.verify import racing
+from remedy.cases.verify.outcome import verdict
 from remedy.cases.verify.racing import RaceSettings, rank_stage_one, stage_config, standardized
-from remedy.cases.verify.verification import VerifyConfig, _verdict
+from remedy.cases.verify.verification import VerifyConfig
 
 
 def eff(diff: float, low: float, high: float, metric: str = "return_iqm") -> Effect:
@@ -117,7 +118,7 @@ def test_stage_config_takes_a_share_of_the_budget_on_the_first_seeds():
 @pytest.mark.parametrize("stage", [Stage.race, Stage.screen, Stage.confirm])
 def test_only_a_confirmation_turns_a_clear_interval_into_improved(stage):
     ctx = SimpleNamespace(stage=stage)
-    status, passed, note = _verdict(ctx, eff(5.0, 2.0, 8.0), None, "")
+    status, passed, note = verdict(ctx, eff(5.0, 2.0, 8.0), None, "")
     if stage is Stage.confirm:
         assert (status, passed) == (Status.improved, False)
     elif stage is Stage.screen:

@@ -16,12 +16,12 @@ from remedy.cases.evidence.rundir import RunConfig
 from remedy.cases.model import Case, Effect, Source, Stage, Status
 from remedy.cases.patches.spec import Patch
 from remedy.cases.verify.arms import preference_verdict
+from remedy.cases.verify.plan import shifted_variants
 from remedy.cases.verify.scenarios import ShiftedEnv
 from remedy.cases.verify.verification import (
     CONFIRM_EVAL_STRIDE,
     ScenarioRef,
     VerifyConfig,
-    _shifted,
     decide_status,
     declared_budget,
     verify_and_confirm,
@@ -78,7 +78,8 @@ def test_status_from_effects():
 
 def test_the_screen_passes_at_its_own_level_and_stores_the_95_percent_effect():
     from remedy.cases.verify import stats
-    from remedy.cases.verify.verification import SCREEN_CONFIDENCE, _verdict
+    from remedy.cases.verify.config import SCREEN_CONFIDENCE
+    from remedy.cases.verify.outcome import verdict
 
     # three seeds the treatment won by +150 to +470 return: ahead on every seed, yet t(2) = 4.3 keeps the 95%
     # interval across 0 (oracle screen of invpend_undertrained_5k in bench/data/oracle.jsonl)
@@ -87,13 +88,13 @@ def test_the_screen_passes_at_its_own_level_and_stores_the_95_percent_effect():
     lenient = stats.effect("return_iqm", t, c, confidence=SCREEN_CONFIDENCE)
     assert strict.ci_low < 0 < lenient.ci_low and lenient.p_value == pytest.approx(0.05)
     screen, confirm = SimpleNamespace(stage=Stage.screen), SimpleNamespace(stage=Stage.confirm)
-    status, passed, why = _verdict(screen, strict, None, "", lenient)
+    status, passed, why = verdict(screen, strict, None, "", lenient)
     assert (status, passed) == (Status.inconclusive, True) and "cleared the screen at 80%" in why
-    assert _verdict(screen, strict, None, "", None)[:2] == (Status.no_effect, False)  # at 95% it would not pass
-    assert _verdict(confirm, strict, None, "")[:2] == (Status.no_effect, False)  # a confirmation stays at 95%
+    assert verdict(screen, strict, None, "", None)[:2] == (Status.no_effect, False)  # at 95% it would not pass
+    assert verdict(confirm, strict, None, "")[:2] == (Status.no_effect, False)  # a confirmation stays at 95%
     # a screen never passes on a treatment below the control, whatever its level
     worse = stats.effect("return_iqm", c, t, confidence=SCREEN_CONFIDENCE)
-    assert _verdict(screen, stats.effect("return_iqm", c, t), None, "", worse)[:2] == (Status.no_effect, False)
+    assert verdict(screen, stats.effect("return_iqm", c, t), None, "", worse)[:2] == (Status.no_effect, False)
     with pytest.raises(Exception, match="screen-confidence"):
         VerifyConfig(screen_confidence=1.0).check()
 
@@ -150,9 +151,9 @@ def test_config_budget_and_shifted_variants():
         VerifyConfig().budget_for(None)
     with pytest.raises(Exception, match="at least 1"):
         VerifyConfig(seeds=0).check()
-    assert _shifted(None) == ()
+    assert shifted_variants(None) == ()
     long = ShiftedEnv(name="long", env_kwargs={"a": 1})
-    assert _shifted(ScenarioRef(name="s", shifted=(long,))) == (("long", '{"a": 1}'),)
+    assert shifted_variants(ScenarioRef(name="s", shifted=(long,))) == (("long", '{"a": 1}'),)
 
 
 # -- end to end --------------------------------------------------------------------------------
