@@ -27,11 +27,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
 
 from remedy.cases.errors import DiskFullError, KBError, KBNotFoundError, KBPathError, ValidationError, is_disk_full
 from remedy.cases.io import ImportLimits, Problem, read_cases, write_cases
 from remedy.cases.model import ActionSpaceType, Case, Signature, Source
 from remedy.cases.store import AddCounts, CaseStore, StoreStats
+from remedy.miners.model import Rule, RuleStatus
+from remedy.miners.store import RuleStore, mine_into
 from remedy.retrieval.embedder import MINILM_NAME, Embedder, MiniLMEmbedder, default_embedder
 
 if TYPE_CHECKING:
@@ -47,6 +50,7 @@ __all__ = [
     "ImportReport",
     "ReconcileReport",
     "KBStats",
+    "MineReport",
     "DB_FILE",
     "INDEX_DIR",
     "SEARCH_MODES",
@@ -153,6 +157,19 @@ class KBStats:
     index_missing: int = 0
     index_extra: int = 0
     index_duplicates: int = 0
+
+
+class MineReport(BaseModel):
+    """What :meth:`KnowledgeBase.mine` found and stored (the shape of `remedy mine --json`)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    attempts: int = Field(description="Measured attempts at their final verdict (what support counts).")
+    tested: int = Field(description="Candidate rules tested (the Benjamini–Hochberg family).")
+    rules: list[Rule]
+    new: list[str] = Field(description="Ids stored as new proposed rules.")
+    updated: list[str] = Field(description="Ids whose evidence was updated (status and reviews kept).")
+    flagged: dict[str, str] = Field(description="Ids flagged by this run, with how the evidence turned.")
 
 
 class _DefaultEmbedder:
@@ -486,6 +503,33 @@ class KnowledgeBase:
             check.missing,
             check.extra,
             check.duplicates,
+        )
+
+    # -- rules (mined from the cases, reviewed by people) --------------------------------
+
+    def rules(self, status: RuleStatus | str | None = None) -> list[Rule]:
+        """Stored rules by id (only those in review state ``status`` when given)."""
+        return RuleStore(self.store).all(status)
+
+    def rule(self, rule_id: str) -> Rule:
+        """One stored rule (:class:`RuleNotFoundError` naming close ids if none)."""
+        return RuleStore(self.store).get(rule_id)
+
+    def review(self, rule_id: str, decision: RuleStatus | str, reviewer: str | None = None, note: str = "") -> Rule:
+        """Accept or reject a rule (``decision``: "accepted" or "rejected") as ``reviewer`` (default: the login)."""
+        return RuleStore(self.store).review(rule_id, decision, reviewer, note)
+
+    def mine(self, *, min_support: int = 3, fdr: float = 0.1, max_conditions: int = 2, seed: int = 0) -> MineReport:
+        """Mine rules from the measured cases and store them as proposed (re-mining updates their evidence)."""
+        params = {"min_support": min_support, "fdr": fdr, "max_conditions": max_conditions, "seed": seed}
+        result, report = mine_into(RuleStore(self.store), **params)
+        return MineReport(
+            attempts=result.n_attempts,
+            tested=result.n_tested,
+            rules=result.rules,
+            new=report.new,
+            updated=report.updated,
+            flagged=report.flagged,
         )
 
 

@@ -149,24 +149,24 @@ def _diagnose_remote(server, run_dir, describe, text_opts, diagnoser, k, episode
     """The report from the service at ``server``: of a description, or of RUN_DIR (uploaded)."""
     from remedy.cases.errors import ValidationError
 
-    from . import remote
+    from .connect import client
 
     if exclude_scenario is not None:
         raise ValidationError("--exclude-scenario is for local benchmarks; drop it or drop --server")
-    if describe is not None:
-        tags = text_opts["--tags"]
-        return remote.diagnose(
-            server,
-            None,
-            describe=describe,
-            env=text_opts["--env"],
-            algo=text_opts["--algo"],
-            action_space=text_opts["--action-space"],
-            tags=None if tags is None else tags.split(","),
-            diagnoser=diagnoser,
-            k=k,
-        )
-    return remote.diagnose(server, run_dir, diagnoser=diagnoser, k=k, episodes=episodes, seed=seed)
+    with client(server) as remote:
+        if describe is not None:
+            tags = text_opts["--tags"]
+            return remote.diagnose(
+                None,
+                describe=describe,
+                env=text_opts["--env"],
+                algo=text_opts["--algo"],
+                action_space=text_opts["--action-space"],
+                tags=None if tags is None else tags.split(","),
+                diagnoser=diagnoser,
+                k=k,
+            )
+        return remote.diagnose(run_dir, diagnoser=diagnoser, k=k, episodes=episodes, seed=seed)
 
 
 def _load_run(run_dir: Path, trust: bool):
@@ -514,9 +514,9 @@ def fix_cmd(
     )
     settings.race_settings()  # a bad race is refused before anything runs, local or served
     if server:
-        from . import remote
+        from .jobs import fix_job
 
-        return remote.fix(server, run_dir, as_json, wait, settings)
+        return fix_job(server, run_dir, as_json, wait, settings)
     from remedy.cases.evidence.rundir import RunDir
     from remedy.kb.facade import KnowledgeBase
     from remedy.kb.fixloop import fix, one_torch_thread

@@ -1,24 +1,23 @@
 """`remedy kb ...`, `remedy query`, `remedy case show` (knowledge-base issue).
 
-Each command parses its options, calls one KnowledgeBase method and renders the
-result. The facade is imported inside the commands so `remedy --help` stays fast.
+Each command parses its options, calls one method of the KB it is given (:func:`.connect.open_kb`:
+the local ``KnowledgeBase`` at ``--kb``, or the service at ``--server``, which answer the same calls)
+and renders the result the same way for both.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import asdict
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
+from remedy.cases.errors import ValidationError
 from remedy.cases.limits import ImportLimits
 
-from . import remote
 from .common import (
     DEFAULT_KB,
     JsonOption,
@@ -28,13 +27,10 @@ from .common import (
     console,
     err_console,
     print_json,
-    progress_bar,
     shown,
 )
+from .connect import bar, open_kb, open_local
 from .render import print_similar, render_case, stats_table
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = [
     "kb_init",
@@ -60,38 +56,6 @@ class _Mode(StrEnum):
     text = "text"
 
 
-def _open(kb: Path, create: bool = False, reconcile: bool = True):
-    from remedy.kb.facade import KnowledgeBase
-
-    base = KnowledgeBase.open(kb, create=create, reconcile=False)
-    if reconcile:  # after a crash the index may lag the store: catch up, showing progress
-        with _bar("reconciling the index") as update:
-            report = base.reconcile(progress=update)
-        if report.deduplicated:
-            err_console.print(
-                f"[yellow]removed duplicate index rows of {report.deduplicated} case(s)[/]", highlight=False
-            )
-        if report.rebuilt:
-            err_console.print(
-                f"[yellow]the index was damaged ({report.rebuilt}); rebuilt it from the store[/]",
-                highlight=False,
-                soft_wrap=True,
-            )
-    return base
-
-
-@contextmanager
-def _bar(label: str) -> Iterator[Callable[[int, int], None]]:
-    """A rich progress bar on stderr (stdout stays clean for scripts); yields ``update(done, total)``."""
-    with progress_bar() as progress:
-        task = progress.add_task(label, total=None)
-
-        def update(done: int, total: int) -> None:
-            progress.update(task, completed=done, total=total)
-
-        yield update
-
-
 # -- kb ------------------------------------------------------------------------------
 
 
@@ -110,7 +74,7 @@ def kb_init(
 ) -> None:
     """Create the knowledge base (and load the bundled example cases, and a factory's experience)."""
     chunks = _experience_chunks(experience) if experience is not None else []
-    with _open(kb, create=True) as base, _bar("loading examples") as update:
+    with open_local(kb, create=True) as base, bar("loading examples") as update:
         reports = base.load_examples(progress=update) if examples else []
         learned = [base.import_file(c, progress=update) for c in chunks]
         total = base.count()
@@ -121,8 +85,6 @@ def kb_init(
 
 def _experience_chunks(folder: Path) -> list[Path]:
     """The factory's Parquet chunks in ``folder``, in order; one error line when there are none."""
-    from remedy.cases.errors import ValidationError
-
     chunks = sorted(folder.glob("chunk-*.parquet")) if folder.is_dir() else []
     if not chunks:
         raise ValidationError(
@@ -145,9 +107,7 @@ def kb_stats(
     With --index, exits 1 when the index is out of step with the store (missing, extra or duplicate
     ids) or cannot be opened; the message says to run `remedy kb reindex`.
     """
-    if server:
-        return remote.kb_stats(server, as_json)
-    with _open(kb, reconcile=False) as base:
+    with open_kb(kb, server, reconcile=False) as base:
         stats = base.stats(index=index)
     if as_json:
         print_json(asdict(stats))
@@ -166,7 +126,7 @@ def kb_schema() -> None:
 
 def kb_reindex(kb: KbOption = Path(DEFAULT_KB)) -> None:
     """Rebuild the vector index from the store (after a crash or an embedding-model change)."""
-    with _open(kb, reconcile=False) as base, _bar("embedding") as update:
+    with open_local(kb, reconcile=False) as base, bar("embedding") as update:
         n = base.reindex(progress=update)
     console.print(f"Reindexed {n} cases in {kb}.", soft_wrap=True)
 
@@ -210,13 +170,7 @@ def kb_import(
     A case whose id is already stored with different content refuses the whole file unless --replace.
     """
     limits = ImportLimits(max_line_bytes, max_cases, max_field_chars, max_items, max_file_bytes)
-    if server:
-        if replace:
-            from remedy.cases.errors import ValidationError
-
-            raise ValidationError("--replace is not available through --server; drop it, or import with --kb")
-        return remote.kb_import(server, file, skip_invalid)
-    with _open(kb, create=True) as base, _bar(f"importing {file.name}") as update:
+    with open_kb(kb, server, create=True) as base, bar(f"importing {file.name}") as update:
         report = base.import_file(
             file,
             skip_invalid=skip_invalid,
@@ -228,8 +182,9 @@ def kb_import(
     for line, msg in report.problems:
         err_console.print(f"[yellow]skipped line {line}:[/] {shown(msg)}", highlight=False, soft_wrap=True)
     replaced = f"{report.replaced} replaced, " if replace else ""
+    into = f" into {shown(server)}" if server else ""
     console.print(
-        f"Imported {shown(file)}: {report.added} added, {replaced}{report.unchanged} unchanged, "
+        f"Imported {shown(file)}{into}: {report.added} added, {replaced}{report.unchanged} unchanged, "
         f"{report.skipped} skipped.",
         soft_wrap=True,
         highlight=False,
@@ -242,11 +197,10 @@ def kb_export(
     server: ServerOption = None,
 ) -> None:
     """Export every case to JSONL, JSON or Parquet (by extension)."""
-    if server:
-        return remote.kb_export(server, file)
-    with _open(kb, reconcile=False) as base:
+    with open_kb(kb, server, reconcile=False) as base:
         n = base.export(file)
-    console.print(f"Exported {n} cases to {file}.", soft_wrap=True)
+    source = f" from {server}" if server else ""
+    console.print(f"Exported {n} cases{source} to {file}.", soft_wrap=True)
 
 
 # -- query ---------------------------------------------------------------------------
@@ -266,20 +220,7 @@ def query(
     server: ServerOption = None,
 ) -> None:
     """What fixed similar failures: the nearest stored cases, with patch and measured effect."""
-    if server:
-        return remote.query(
-            server,
-            text,
-            as_json,
-            env=env,
-            action_space=action_space.value if action_space else None,
-            algo=algo,
-            only_improved=only_improved,
-            min_effect=min_effect,
-            k=k,
-            mode=mode.value,
-        )
-    with _open(kb) as base:
+    with open_kb(kb, server) as base:
         hits = base.similar(
             text,
             k=k,
@@ -293,7 +234,8 @@ def query(
     if as_json:
         print_json([h.as_dict() for h in hits])
     elif not hits:
-        console.print("No similar cases (try fewer filters, or `remedy kb init` to load the examples).", soft_wrap=True)
+        fill = "import cases into the served KB" if server else "`remedy kb init` to load the examples"
+        console.print(f"No similar cases (try fewer filters, or {fill}).", soft_wrap=True)
     else:
         print_similar(hits, title=f"cases similar to {shown(repr(text))}")
 
@@ -313,9 +255,7 @@ def similar(
     trust_checkpoint: TrustCheckpointOption = False,
 ) -> None:
     """What fixed failures like this agent's: signature of RUN_DIR, then the nearest stored cases."""
-    if server:
-        return _similar_remote(server, run_dir, k, episodes, seed, any_action_space, only_improved, as_json)
-    with _open(kb) as base:
+    with open_kb(kb, server) as base:
         run, hits = base.similar_to_run(
             run_dir,
             k=k,
@@ -335,23 +275,6 @@ def similar(
         console.print("No similar cases.")
 
 
-def _similar_remote(
-    server: str,
-    run_dir: Path,
-    k: int,
-    episodes: int,
-    seed: int,
-    any_action_space: bool,
-    only_improved: bool,
-    as_json: bool,
-) -> None:
-    from remedy.cases.evidence.signature import signature_of_run
-
-    run = signature_of_run(run_dir, n_episodes=episodes, seed=seed)  # rolled out here; only the search is remote
-    space = None if any_action_space else run.subject.traits.action_space.value
-    remote.similar(server, run.signature, run_dir, as_json, k=k, action_space=space, only_improved=only_improved)
-
-
 # -- case ----------------------------------------------------------------------------
 
 
@@ -364,9 +287,7 @@ def case_show(
     server: ServerOption = None,
 ) -> None:
     """Show one stored case in full."""
-    if server:
-        return remote.case_show(server, case_id, as_json)
-    with _open(kb, reconcile=False) as base:
+    with open_kb(kb, server, reconcile=False) as base:
         case = base.get(case_id)
     if as_json:
         print_json(json.loads(case.model_dump_json()))

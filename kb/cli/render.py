@@ -23,6 +23,7 @@ from .common import add_columns, console, shown, shown_cell, status_markup
 if TYPE_CHECKING:
     from remedy.cases.model import Case
     from remedy.kb.facade import KBStats, SimilarCase
+    from remedy.kb.server.models import JobOut
 
 __all__ = [
     "stats_table",
@@ -34,6 +35,8 @@ __all__ = [
     "render_case",
     "render_outcome",
     "render_verification",
+    "render_job",
+    "render_fix_job",
 ]
 
 
@@ -290,3 +293,34 @@ def render_verification(case: Case) -> Group:
     if v.comparison == "budget_vs_none":
         status += " · more training vs none (the control is the unpatched checkpoint)"
     return Group(arms, effects, status, f"[dim]{shown(v.reason)}[/]")
+
+
+def render_job(job: JobOut) -> None:
+    """One line per job: id, kind, state, last progress message (and done/total), and its error if any."""
+    p = job.progress
+    console.print(
+        f"{shown(job.job_id)}  {shown(job.kind)}  [bold]{shown(job.state)}[/]  {shown(p.message)}"
+        + (f"  {p.done}/{p.total}" if p.total else "")
+        + (f"\n  error: {shown(job.error)}" if job.error else ""),
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+def render_fix_job(result: dict, job_id: str) -> None:
+    """A fix job's result (the ``remedy fix --json`` shape): each attempt, why it stopped, and where the
+    service wrote the winning patch and the fixed agent."""
+    for a in result.get("attempts", []):
+        console.print(
+            shown(f"round {a.get('round')}: {a.get('family')} -> {a.get('status')} ({a.get('case_id')})"),
+            highlight=False,
+        )
+    console.print(
+        shown(f"stopped: {result.get('stop_reason')}; fixed: {bool(result.get('fixed'))} (job {job_id})"),
+        highlight=False,
+    )
+    for key, what in (("patch_path", "winning patch"), ("fixed_dir", "fixed agent")):
+        if result.get(key):
+            console.print(
+                f"{what} (on the service's machine): [bold]{shown(result[key])}[/]", highlight=False, soft_wrap=True
+            )

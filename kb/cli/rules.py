@@ -1,25 +1,25 @@
 """`remedy mine` and `remedy rules list|show|accept|reject` (the meta-rule issue).
 
-Each command opens the KB's store, calls one function of ``remedy.miners`` and renders the
-result; with ``--server URL`` (or ``$REMEDY_SERVER``) it asks a running `remedy serve`
-instead (:mod:`.remote`) and renders the answer the same way. The miner and the store are
-imported inside the commands so `remedy --help` stays fast.
+Each command calls one method of the KB it is given (:func:`.connect.open_kb`: the local one, or
+with ``--server URL`` / ``$REMEDY_SERVER`` a running `remedy serve`, which answers the same calls)
+and renders the result the same way for both.
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
-from . import remote
 from .common import DEFAULT_KB, JsonOption, KbOption, ServerOption, add_columns, console, print_json, status_markup
+from .connect import open_kb
 
 if TYPE_CHECKING:
-    from remedy.miners import Rule, RuleStore
+    from remedy.kb.facade import MineReport
+    from remedy.miners import Rule
     from remedy.miners.model import CaseRef
 
 __all__ = ["mine_cmd", "rules_list", "rules_show", "rules_accept", "rules_reject"]
@@ -40,13 +40,6 @@ ReviewerOption = Annotated[
 ]
 
 
-def _rules(kb: Path) -> RuleStore:
-    from remedy.kb.facade import KnowledgeBase
-    from remedy.miners import RuleStore
-
-    return RuleStore(KnowledgeBase.open(kb, create=False, reconcile=False).store)
-
-
 def mine_cmd(
     min_support: Annotated[int, typer.Option("--min-support", min=1, help="Fewest matching attempts per rule.")] = 3,
     fdr: Annotated[
@@ -61,43 +54,25 @@ def mine_cmd(
     server: ServerOption = None,
 ) -> None:
     """Mine rules from the KB's measured cases and store them as proposed (re-mining updates their evidence)."""
-    params = {"min_support": min_support, "fdr": fdr, "max_conditions": max_conditions, "seed": seed}
-    data = remote.mine(server, **params) if server else _mine_local(kb, **params)
+    with open_kb(kb, server, reconcile=False) as base:
+        report = base.mine(min_support=min_support, fdr=fdr, max_conditions=max_conditions, seed=seed)
     if as_json:
-        print_json(data)
+        print_json(report.model_dump(mode="json"))
         return
-    _render_mine(data, fdr)
+    _render_mine(report, fdr)
 
 
-def _mine_local(kb: Path, **params: Any) -> dict[str, Any]:
-    """Mine the KB at ``kb``; the `remedy mine --json` shape (also what ``POST /v1/mine`` answers)."""
-    from remedy.miners.store import mine_into
-
-    result, report = mine_into(_rules(kb), **params)
-    return {
-        "attempts": result.n_attempts,
-        "tested": result.n_tested,
-        "rules": [r.model_dump(mode="json") for r in result.rules],
-        "new": report.new,
-        "updated": report.updated,
-        "flagged": report.flagged,
-    }
-
-
-def _render_mine(data: dict[str, Any], fdr: float) -> None:
-    from remedy.miners import Rule
-
-    rules = [Rule.model_validate(r) for r in data["rules"]]
+def _render_mine(report: MineReport, fdr: float) -> None:
     head = (
-        f"{data['attempts']} measured attempts, {data['tested']} candidate rules tested, "
-        f"{len(rules)} kept at q ≤ {fdr:g}"
+        f"{report.attempts} measured attempts, {report.tested} candidate rules tested, "
+        f"{len(report.rules)} kept at q ≤ {fdr:g}"
     )
-    if not rules:
+    if not report.rules:
         console.print(f"nothing to mine: {head}; no rule beats the 5% false-improved rate often enough", soft_wrap=True)
     else:
         console.print(head, soft_wrap=True)
-        console.print(_rule_table(rules, title="mined rules"))
-    new, updated, flagged = data["new"], data["updated"], data["flagged"]
+        console.print(_rule_table(report.rules, title="mined rules"))
+    new, updated, flagged = report.new, report.updated, report.flagged
     console.print(f"new {len(new)} / updated {len(updated)} / flagged {len(flagged)}", highlight=False)
     for rid, flag in flagged.items():
         console.print(f"[yellow]flagged[/] {rid}: {flag}", highlight=False, soft_wrap=True)
@@ -147,7 +122,8 @@ def rules_list(
 ) -> None:
     """Stored rules with their evidence and review state."""
     wanted = status.value if status else None
-    rules = remote.rules_list(server, wanted) if server else _rules(kb).all(wanted)
+    with open_kb(kb, server, reconcile=False) as base:
+        rules = base.rules(wanted)
     if as_json:
         print_json([r.model_dump(mode="json") for r in rules])
         return
@@ -161,7 +137,8 @@ def rules_show(
     rule_id: IdArgument, kb: KbOption = Path(DEFAULT_KB), as_json: JsonOption = False, server: ServerOption = None
 ) -> None:
     """One rule: condition, remedy, evidence, supporting and counter cases, reviews."""
-    rule = remote.rule_show(server, rule_id) if server else _rules(kb).get(rule_id)
+    with open_kb(kb, server, reconcile=False) as base:
+        rule = base.rule(rule_id)
     if as_json:
         print_json(rule.model_dump(mode="json"))
         return
@@ -204,16 +181,8 @@ def _refs_table(title: str, refs: list[CaseRef]) -> Table:
 
 def _review(kb: Path, server: str | None, rule_id: str, decision: str, reviewer: str | None, note: str) -> None:
     """Record the review here or on the service (which records its token's name), and say so."""
-    if server and reviewer is not None:
-        from remedy.cases.errors import ValidationError
-
-        raise ValidationError(
-            "--reviewer does not apply with --server: the service records the name of the token in $REMEDY_TOKEN"
-        )
-    if server:
-        rule = remote.rule_review(server, rule_id, decision, note)
-    else:
-        rule = _rules(kb).review(rule_id, decision, reviewer, note)
+    with open_kb(kb, server, reconcile=False) as base:
+        rule = base.review(rule_id, decision, reviewer, note)
     r = rule.reviews[-1]
     console.print(
         f"{decision} {rule.id} ({rule.condition_text} → {rule.family.value}) by {r.reviewer}", highlight=False

@@ -9,6 +9,7 @@ import typer
 from rich.table import Table
 
 from .common import DEFAULT_KB, JsonOption, KbOption, ServerOption, console, print_json
+from . import connect
 
 __all__ = ["tokens_create", "tokens_list", "tokens_revoke"]
 
@@ -82,11 +83,9 @@ def tokens_revoke(
     """Revoke a token: requests with it get 401 from then on. While `remedy serve` holds the KB, revoke
     through it with --server and an admin token in $REMEDY_TOKEN."""
     if server:
-        from remedy.kb.client import RemedyClient
-
-        with RemedyClient(server) as client:
-            out = client.revoke_token(token)
-        role, name, token_id = out["role"], out["name"], out["token_id"]
+        with connect.client(server) as remote:
+            out = remote.revoke_token(token)
+        role, name, token_id = out.role.value, out.name, out.token_id
     else:
         record = _tokens(kb).revoke(token)
         role, name, token_id = record.role.value, record.name, record.token_id

@@ -29,6 +29,7 @@ from .common import (
     print_json,
     progress_bar,
 )
+from .jobs import verify_job
 from .render import render_outcome
 
 if TYPE_CHECKING:
@@ -125,11 +126,9 @@ def verify(
         confirm=not no_confirm,
     )
     if server:
-        from . import remote
-
         if no_store or ray_address:
             raise ValidationError("the service stores every case on its own executor; drop --no-store / --ray-address")
-        return remote.verify(server, run_dir, patch, json_out, wait, settings)
+        return verify_job(server, run_dir, patch, json_out, wait, settings)
     from remedy.cases.evidence.rundir import RunDir
     from remedy.cases.patches.io import load_patch
     from remedy.cases.verify.executors import get_executor

@@ -34,7 +34,7 @@ from .uploads import run_path
 
 if TYPE_CHECKING:
     from remedy.kb.facade import SimilarCase
-    from remedy.miners import Rule, RuleStore
+    from remedy.miners import Rule
 
     from .service import Service
 
@@ -46,7 +46,6 @@ __all__ = [
     "check_verify",
     "check_fix",
     "to_json_bytes",
-    "rules",
     "review",
     "mine",
     "cancel_job",
@@ -113,8 +112,9 @@ def _check_text(jsonl: bytes) -> None:
             continue  # not valid JSON: the import reports it as an invalid record
 
 
-def import_body(service: Service, body: bytes, skip_invalid: bool) -> ImportOut:
-    """Import the cases in a JSONL or JSON-array body: all or nothing unless ``skip_invalid``."""
+def import_body(service: Service, body: bytes, skip_invalid: bool, mark_imported: bool = False) -> ImportOut:
+    """Import the cases in a JSONL or JSON-array body: all or nothing unless ``skip_invalid``; ``mark_imported``
+    files measured cases as another team's (as `remedy kb import --mark-imported`)."""
     if not body.strip():
         raise ValidationError("the body is empty; send cases as JSONL (one object per line) or a JSON array")
     with tempfile.TemporaryDirectory(prefix="remedy-import-") as tmp:
@@ -124,7 +124,7 @@ def import_body(service: Service, body: bytes, skip_invalid: bool) -> ImportOut:
         path.write_bytes(jsonl)
         try:
             with service.write_lock:
-                report = service.kb.import_file(path, skip_invalid=skip_invalid)
+                report = service.kb.import_file(path, skip_invalid=skip_invalid, mark_imported=mark_imported)
         except ImportFileError as err:
             msg = str(err).replace(str(path), "request body").replace("--skip-invalid", "skip_invalid=true")
             raise ImportFileError(msg, err.problems) from None
@@ -216,33 +216,16 @@ def diagnose(service: Service, req: DiagnoseIn) -> bytes:
 # -- rules ------------------------------------------------------------------------------------
 
 
-def rules(service: Service) -> RuleStore:
-    """The service KB's rule store (its table is made on first use)."""
-    from remedy.miners import RuleStore
-
-    return RuleStore(service.kb.store)
-
-
 def review(service: Service, rule_id: str, decision: str, reviewer: str, note: str) -> Rule:
     """Record a review by ``reviewer`` (the caller's token name); reviews and mining take turns."""
     with service.write_lock:
-        return rules(service).review(rule_id, decision, reviewer, note)
+        return service.kb.review(rule_id, decision, reviewer, note)
 
 
 def mine(service: Service, req: MineIn) -> MineOut:
     """Mine the KB's cases and store the rules (the shape of `remedy mine --json`)."""
-    from remedy.miners.store import mine_into
-
     with service.write_lock:
-        result, report = mine_into(rules(service), **req.model_dump())
-    return MineOut(
-        attempts=result.n_attempts,
-        tested=result.n_tested,
-        rules=result.rules,
-        new=report.new,
-        updated=report.updated,
-        flagged=report.flagged,
-    )
+        return MineOut(**service.kb.mine(**req.model_dump()).model_dump())
 
 
 # -- jobs -------------------------------------------------------------------------------------

@@ -16,8 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_vali
 
 from remedy.cases.errors import ValidationError
 from remedy.cases.model import Signature, Subject
+from remedy.kb.facade import KBStats, MineReport
 from remedy.kb.settings import DiagnoserName, FixSettings, VerifySettings
-from remedy.miners.model import Rule
 
 __all__ = [
     "Health",
@@ -219,6 +219,14 @@ class StatsOut(BaseModel):
     index_rows: int | None
     embedder: str
     index_problem: str = ""
+    index_missing: int = Field(0, description="With index: stored ids without an index row.")
+    index_extra: int = Field(0, description="With index: index rows without a stored case.")
+    index_duplicates: int = Field(0, description="With index: ids with several index rows.")
+
+    @classmethod
+    def of(cls, stats: KBStats) -> StatsOut:
+        """The API view of a KB's stats (every field of ``remedy kb stats --json``)."""
+        return cls(**{**stats.__dict__, "path": str(stats.path), "store": StoreStatsOut(**stats.store.__dict__)})
 
 
 class RunOut(BaseModel):
@@ -282,15 +290,9 @@ class MineIn(_In):
     seed: int = Field(0, ge=0, le=2**31 - 1, description="Seed of the bootstrap intervals.")
 
 
-class MineOut(BaseModel):
-    """``POST /v1/mine``: the shape of `remedy mine --json`: the kept rules and what storing them changed."""
-
-    attempts: int = Field(description="Measured attempts at their final verdict (what support counts).")
-    tested: int = Field(description="Candidate rules tested (the Benjamini–Hochberg family).")
-    rules: list[Rule]
-    new: list[str] = Field(description="Ids stored as new proposed rules.")
-    updated: list[str] = Field(description="Ids whose evidence was updated (status and reviews kept).")
-    flagged: dict[str, str] = Field(description="Ids flagged by this run, with how the evidence turned.")
+class MineOut(MineReport):
+    """``POST /v1/mine``: the shape of `remedy mine --json`: the kept rules and what storing them changed
+    (what ``KnowledgeBase.mine`` returns)."""
 
 
 class VerifyJobIn(VerifySettings):

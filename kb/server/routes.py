@@ -159,10 +159,13 @@ async def import_cases(
     service: Svc,
     _: Writer,
     skip_invalid: Annotated[bool, Query(description="Import the valid records, skip the others.")] = False,
+    mark_imported: Annotated[
+        bool, Query(description="File verified/bench cases as 'imported' (another team's): they weigh less.")
+    ] = False,
 ) -> ImportOut:
     """Import cases sent as JSONL or a JSON array; a body with an invalid record imports nothing (422)."""
     body = await request.body()
-    return await run_in_threadpool(handlers.import_body, service, body, skip_invalid)
+    return await run_in_threadpool(handlers.import_body, service, body, skip_invalid, mark_imported)
 
 
 @router.get("/v1/cases", tags=["cases"], responses={200: {"content": {"application/x-ndjson": {}}}})
@@ -177,17 +180,13 @@ def export_cases(service: Svc, _: Reader) -> StreamingResponse:
 
 
 @router.get("/v1/stats", response_model=StatsOut, tags=["cases"])
-def stats(service: Svc, _: Reader) -> StatsOut:
-    """Case counts by source, status, env and root cause; schema version and index size."""
-    s = service.kb.stats()
-    return StatsOut(
-        path=str(s.path),
-        store=s.store.__dict__,
-        schema_version=s.schema_version,
-        index_rows=s.index_rows,
-        embedder=s.embedder,
-        index_problem=s.index_problem,
-    )
+def stats(
+    service: Svc,
+    _: Reader,
+    index: Annotated[bool, Query(description="Also count the index rows and check them against the store.")] = True,
+) -> StatsOut:
+    """Case counts by source, status, env and root cause; schema version and index size (`remedy kb stats`)."""
+    return StatsOut.of(service.kb.stats(index=index))
 
 
 _UPLOAD_BODY = {
@@ -237,13 +236,13 @@ def list_rules(
     status: Annotated[RuleStatus | None, Query(description="Only rules in this review state.")] = None,
 ) -> list[Rule]:
     """Stored rules with their evidence and review state, by id (`remedy rules list`)."""
-    return handlers.rules(service).all(status)
+    return service.kb.rules(status)
 
 
 @router.get("/v1/rules/{rule_id}", response_model=Rule, tags=["rules"])
 def get_rule(rule_id: Id, service: Svc, _: Reader) -> Rule:
     """One rule: condition, remedy, evidence, supporting and counter cases, reviews (404 with close ids)."""
-    return handlers.rules(service).get(rule_id)
+    return service.kb.rule(rule_id)
 
 
 @router.post("/v1/rules/{rule_id}/accept", response_model=Rule, tags=["rules"])

@@ -27,10 +27,10 @@ runner = CliRunner()
 def remote(kb_path, embedder, monkeypatch):
     """The service with its job worker, and the CLI's --server client routed to it with a writer token."""
     for s in serve(kb_path, embedder):
-        from remedy.kb.cli import remote as remote_cli
+        from remedy.kb.cli import connect
 
         monkeypatch.setattr(
-            remote_cli, "_client", lambda server, s=s: RemedyClient(server, s.tokens["writer"], http=s.client)
+            connect, "client", lambda server, s=s: RemedyClient(server, s.tokens["writer"], http=s.client)
         )
         yield s
 

@@ -27,15 +27,14 @@ runner = CliRunner()
 @pytest.fixture
 def remote(kb_path, embedder, monkeypatch):
     """The service on a KB with the planted cases; ``remote.role`` picks the token the CLI sends (reviewer)."""
-    from remedy.kb.cli import common
-    from remedy.kb.cli import remote as remote_cli
+    from remedy.kb.cli import common, connect
 
     monkeypatch.setattr(common.console, "width", 200)
     for s in serve(kb_path, embedder, run_jobs=False):
         s.service.kb.add_many(planted_cases())
         s.role = "reviewer"
         monkeypatch.setattr(
-            remote_cli, "_client", lambda server, s=s: RemedyClient(server, s.tokens[s.role], http=s.client)
+            connect, "client", lambda server, s=s: RemedyClient(server, s.tokens[s.role], http=s.client)
         )
         yield s
 
