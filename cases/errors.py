@@ -38,6 +38,7 @@ __all__ = [
     "LMError",
     "OptimizeError",
     "AlgorithmError",
+    "ServiceError",
 ]
 
 
@@ -179,3 +180,11 @@ class OptimizeError(RemedyError):
 
 class AlgorithmError(RemedyError):
     """An algorithm name is unknown, or its package is not installed."""
+
+
+class ServiceError(RemedyError):
+    """A `remedy serve` refused a request or could not be reached; ``status`` is the HTTP status (0: unreachable)."""
+
+    def __init__(self, message: str, status: int = 0) -> None:
+        super().__init__(message)
+        self.status = status
