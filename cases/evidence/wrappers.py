@@ -31,6 +31,8 @@ __all__ = [
     "apply_wrappers",
     "wrapper_kinds",
     "ObsScale",
+    "ObsNoise",
+    "ActionScale",
     "RewardWrapperBase",
     "RewardScale",
     "RewardNoise",
@@ -105,6 +107,29 @@ class ObsScale(gym.ObservationWrapper):
 
     def observation(self, observation):
         return (np.asarray(observation) * self.factor).astype(self.observation_space.dtype)
+
+
+class ObsNoise(gym.ObservationWrapper):
+    """Add Gaussian noise of standard deviation ``std`` to every observation dimension (seeded; a noisy sensor).
+
+    The noise is part of the agent's world, so it stays at evaluation too: the agent has to cope with it.
+    """
+
+    def __init__(self, env: gym.Env, std: float = 0.1, seed: int = 0):
+        super().__init__(env)
+        if not isinstance(env.observation_space, gym.spaces.Box) or not std >= 0:
+            raise EnvError("obs_noise needs a Box observation space and a non-negative std")
+        self.std, self.seed = float(std), int(seed)
+        self._rng = np.random.default_rng(self.seed)
+
+    def reset(self, *, seed=None, options=None):
+        if seed is not None:  # same env seed -> same noise
+            self._rng = np.random.default_rng([self.seed, int(seed)])
+        return super().reset(seed=seed, options=options)
+
+    def observation(self, observation):
+        obs = np.asarray(observation)
+        return (obs + self._rng.normal(0.0, self.std, size=obs.shape)).astype(self.observation_space.dtype)
 
 
 # ---------------------------------------------------------------- reward
@@ -263,6 +288,25 @@ class ActionNoise(gym.ActionWrapper):
         return action
 
 
+class ActionScale(gym.ActionWrapper):
+    """The env receives ``factor`` times the chosen action, clipped to its own bounds (Box actions only).
+
+    ``factor < 1`` is a weak actuator (a unit or gain mismatch: full stick gives a fraction of the force);
+    ``factor > 1`` saturates (most actions hit the bounds, control turns bang-bang). The agent's action
+    space is unchanged, so a saved policy still loads; the wrapper stays at evaluation (it is the plant).
+    """
+
+    def __init__(self, env: gym.Env, factor: float = 0.5):
+        super().__init__(env)
+        if not isinstance(env.action_space, gym.spaces.Box) or not factor > 0:
+            raise EnvError("action_scale needs a Box action space and a positive factor")
+        self.factor = float(factor)
+
+    def action(self, action):
+        space = self.action_space
+        return np.clip(np.asarray(action, dtype=float) * self.factor, space.low, space.high).astype(space.dtype)
+
+
 class StickyActions(gym.Wrapper):
     """With probability ``p`` the env repeats the previous action instead of the chosen one."""
 
@@ -327,6 +371,7 @@ def fault_hidden(env: gym.Env) -> bool:
 
 WRAPPERS: dict[str, WrapperEntry] = {
     "obs_scale": WrapperEntry(ObsScale, "observation"),
+    "obs_noise": WrapperEntry(ObsNoise, "observation"),
     "reward_scale": WrapperEntry(RewardScale, "reward"),
     "reward_noise": WrapperEntry(RewardNoise, "reward"),
     "survival_reward": WrapperEntry(SurvivalReward, "reward"),
@@ -335,6 +380,7 @@ WRAPPERS: dict[str, WrapperEntry] = {
     "time_limit": WrapperEntry(set_time_limit, "training"),
     "action_noise": WrapperEntry(ActionNoise, "dynamics"),
     "sticky_actions": WrapperEntry(StickyActions, "dynamics"),
+    "action_scale": WrapperEntry(ActionScale, "dynamics"),
 }
 
 

@@ -102,3 +102,41 @@ def test_declared_mirroring_examples_exist():
     }
     declared = {i for s in load_scenarios() for i in s.examples_excluded}
     assert declared and declared <= ids
+
+
+def test_obs_noise_and_action_scale_families_are_cheap_patients_with_a_budget_oracle():
+    """The yield-designed families (issue 27): several envs each, budget oracles, fine-tune arms of seconds."""
+    suite = {s.name: s for s in load_scenarios()}
+    for family, wrapper in (("obs_noise", "obs_noise"), ("action_scale", "action_scale")):
+        members = [s for s in suite.values() if s.family == family]
+        assert len(members) >= 4 and len({s.env_id for s in members}) >= 2, family
+        for s in members:
+            assert [w.kind for w in s.wrappers] == [wrapper], s.name
+            assert s.oracle is not None and s.oracle.budget_only, s.name
+            assert s.train_steps <= 8000 and sum(p.extra_steps for p in s.oracle.parts) <= 30000, s.name
+
+
+def test_obs_noise_and_action_scale_wrappers():
+    import gymnasium as gym
+    import numpy as np
+
+    from remedy.cases.errors import EnvError
+    from remedy.cases.evidence.wrappers import apply_wrappers
+
+    def noisy(seed: int):
+        env = apply_wrappers(gym.make("CartPole-v1"), [{"kind": "obs_noise", "params": {"std": 0.1, "seed": 3}}])
+        obs, _ = env.reset(seed=seed)
+        return obs, apply_wrappers(gym.make("CartPole-v1"), []).reset(seed=seed)[0]
+
+    (a, clean), (b, _), (c, _) = noisy(0), noisy(0), noisy(1)
+    assert np.array_equal(a, b) and not np.array_equal(a, c)  # seeded: same env seed, same noise
+    assert 0 < np.abs(a - clean).max() < 1.0  # noise of std 0.1 on top of the true state
+    # the noise is the agent's world: it stays at evaluation
+    kept = apply_wrappers(gym.make("CartPole-v1"), [{"kind": "obs_noise", "params": {"std": 0.1}}], for_evaluation=True)
+    assert type(kept).__name__ == "ObsNoise"
+    env = apply_wrappers(gym.make("Pendulum-v1"), [{"kind": "action_scale", "params": {"factor": 3.0}}])
+    assert env.action_space == gym.make("Pendulum-v1").action_space  # a saved policy still fits
+    assert env.action(np.array([0.5], dtype=np.float32))[0] == pytest.approx(1.5)
+    assert env.action(np.array([1.0], dtype=np.float32))[0] == pytest.approx(2.0)  # clipped to the bounds
+    with pytest.raises(EnvError, match="Box action space"):
+        apply_wrappers(gym.make("CartPole-v1"), [{"kind": "action_scale", "params": {"factor": 2.0}}])
