@@ -25,19 +25,15 @@ confirmation, whose seeds and episodes it never touched, so the bound above hold
 from __future__ import annotations
 
 import shutil
-import tempfile
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
 
 from remedy.cases.errors import RemedyError, VerificationError
-from remedy.cases.evidence.rollcache import RolloutCache, RolloutSavings
 from remedy.cases.evidence.rundir import RunDir
-from remedy.cases.model import Case, Effect, Provenance, RaceStage, Source, Stage, Status, Verification, new_case_id
+from remedy.cases.model import Case, Provenance, Source, Stage, Status, Verification, new_case_id
 from remedy.cases.patches.io import save_patch
-from remedy.cases.patches.spec import Patch
 from remedy.cases.verify import racing
 from remedy.cases.verify.budgets import BudgetChoice, choose_budget
 from remedy.cases.verify.executors import Executor, get_executor
@@ -50,17 +46,18 @@ from remedy.cases.verify.verification import (
     verify_patch,
     versions,
 )
-from remedy.retrieval.diagnosis import Attempt, CandidatePatch, Diagnoser, DiagnosisReport
+from remedy.retrieval.diagnosis import CandidatePatch, Diagnoser, DiagnosisReport
 
+from .attempts import AttemptRecord, AttemptStore, FixResult, stored_case
 from .diagnose import diagnose_run
+from .facade import KnowledgeBase
+from .fix_state import CONFIRMATIONS, FixProgress, LoopState, chosen_tags, fresh_candidates, how_chosen
 from .fixed_agent import write_fixed_agent
 
 #: shared control arms live in this folder of the KB (cases.verify.controls)
 CONTROLS_DIR = "controls"
 
-if TYPE_CHECKING:
-    from .facade import KnowledgeBase
-
+# the records live in .attempts; the loop's callers import them from here with fix()
 __all__ = [
     "AttemptRecord",
     "AttemptStore",
@@ -71,20 +68,6 @@ __all__ = [
     "one_torch_thread",
     "CONFIRMATIONS",
 ]
-
-#: confirmations a fix loop may run by default: 2 × 2.5% one-sided bounds its false-fix chance by 5% at 95%
-CONFIRMATIONS = 2
-
-#: ``progress(message, done, total)``: each stage and each verification job as it finishes.
-FixProgress = Callable[[str, int, int], None]
-
-
-class AttemptStore(Protocol):
-    """Where the fix loop stores its attempts: the KB facade, or a benchmark's in-memory collector."""
-
-    def add(self, case: Case) -> bool:
-        """Store ``case``; True when it was new."""
-        ...
 
 
 def one_torch_thread() -> None:
@@ -99,236 +82,7 @@ def one_torch_thread() -> None:
     torch.set_num_threads(1)
 
 
-@dataclass(frozen=True)
-class AttemptRecord:
-    """One verified (or refused) candidate: where it came from, what it did, where it is stored."""
-
-    round: int
-    case_id: str
-    patch: Patch
-    family: str
-    status: str
-    effect: Effect | None
-    env_steps: int
-    wall_time_s: float
-    reason: str = ""
-    parent_id: str | None = None
-    stage: str = Stage.screen.value
-    passed_screen: bool = False
-    confirms: str | None = None  # on a confirmation: the screen's case id
-    budget_steps: int = 0  # fine-tuning env steps per arm it was verified at
-    budget_source: str | None = None  # user | kb | scenario | prior | patch (Verification.budget_source)
-    budget_cases: tuple[str, ...] = ()  # the confirmed fixes a kb budget was learned from
-    race: RaceStage | None = None  # stage 1 of a race, when this candidate ran one
-    #: the agent now works (:mod:`remedy.cases.verify.fixed`); None: not judged
-    fixed: bool | None = None
-    gap_closed: float | None = None  # share of the patient's gap to its success threshold the treatment closed
-    #: how the candidate was chosen: its rank in the diagnosis (1 = top) and score, or "exploration"
-    chosen_by: str = "diagnosis"
-    rank: int | None = None
-    score: float | None = None
-
-    @property
-    def improved(self) -> bool:
-        """True when a confirmation on fresh seeds found the task metric clearly better than the control."""
-        return self.status == Status.improved.value and self.stage == Stage.confirm.value
-
-    @property
-    def works(self) -> bool:
-        """True when the confirmation is ``improved`` AND the agent now works (``fixed``; stops the loop)."""
-        return self.improved and bool(self.fixed)
-
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-ready summary (the patch as its parts)."""
-        e = self.effect
-        return {
-            "round": self.round,
-            "case_id": self.case_id,
-            "parent_id": self.parent_id,
-            "family": self.family,
-            "patch": self.patch.summary(),
-            "patch_parts": [p.model_dump(mode="json") for p in self.patch.parts],
-            "status": self.status,
-            "stage": self.stage,
-            "passed_screen": self.passed_screen,
-            "confirms": self.confirms,
-            "env_steps": self.env_steps,
-            "wall_time_s": round(self.wall_time_s, 2),
-            "budget_steps": self.budget_steps,
-            "budget_source": self.budget_source,
-            "budget_cases": list(self.budget_cases),
-            "effect": None
-            if e is None
-            else {
-                "metric": e.metric,
-                "diff": e.diff,
-                "ci_low": e.ci_low,
-                "ci_high": e.ci_high,
-                "treatment": e.treatment,
-                "control": e.control,
-            },
-            "reason": self.reason,
-            "race": None if self.race is None else self.race.model_dump(mode="json"),
-            "fixed": self.fixed,
-            "gap_closed": self.gap_closed,
-            "chosen_by": self.chosen_by,
-            "rank": self.rank,
-            "score": self.score,
-        }
-
-
-@dataclass(frozen=True)
-class FixResult:
-    """What a fix loop tried, what won, and what reaching the first verified fix cost."""
-
-    run_dir: Path
-    scenario: str | None
-    attempts: tuple[AttemptRecord, ...]
-    diagnoses: tuple[DiagnosisReport, ...]
-    rounds_used: int
-    winner: AttemptRecord | None = None
-    patch_path: Path | None = None
-    #: the winner's fine-tuned agent, written as a run directory (:mod:`remedy.kb.fixed_agent`)
-    fixed_dir: Path | None = None
-    env_steps_to_fix: int | None = None
-    wall_time_to_fix_s: float | None = None
-    attempts_to_fix: int | None = None
-    total_env_steps: int = 0
-    total_wall_time_s: float = 0.0
-    stop_reason: str = ""
-    warnings: tuple[str, ...] = field(default_factory=tuple)
-    #: rollouts of the unmodified checkpoint this loop reused instead of recomputing (evidence, checkpoint controls)
-    rollouts: RolloutSavings = field(default_factory=RolloutSavings)
-    race: RaceSettings = field(default_factory=RaceSettings)
-
-    @property
-    def stopped_early(self) -> int:
-        """Candidates dropped at stage 1 of a race (stored ``stopped_early``, no verdict)."""
-        return sum(a.status == Status.stopped_early.value for a in self.attempts)
-
-    @property
-    def improved(self) -> bool:
-        """True when some candidate was confirmed ``improved`` on fresh seeds (the agent may still fail)."""
-        return self.winner is not None
-
-    @property
-    def fixed(self) -> bool:
-        """True when the winner is ``fixed``: confirmed improved AND the agent now works (meets the success
-        definition or closes the declared share of its gap; :mod:`remedy.cases.verify.fixed`)."""
-        return self.winner is not None and self.winner.works
-
-    @property
-    def first_diagnosis(self) -> DiagnosisReport | None:
-        """The diagnosis of round 1 (what benchmarks score against the ground truth)."""
-        return self.diagnoses[0] if self.diagnoses else None
-
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-ready result (what ``remedy fix --json`` prints)."""
-        first = self.first_diagnosis
-        return {
-            "run_dir": str(self.run_dir),
-            "scenario": self.scenario,
-            "fixed": self.fixed,
-            "improved": self.improved,
-            "rounds_used": self.rounds_used,
-            "stop_reason": self.stop_reason,
-            "first_diagnosis": None
-            if first is None
-            else {
-                "causes": [{"cause": c.cause.value, "confidence": c.confidence} for c in first.diagnosis.causes],
-                "cited_cases": list(first.diagnosis.cited_cases),
-                "cited_rules": list(first.diagnosis.cited_rules),
-            },
-            "attempts": [a.as_dict() for a in self.attempts],
-            "winner": None if self.winner is None else self.winner.as_dict(),
-            "patch_path": None if self.patch_path is None else str(self.patch_path),
-            "fixed_dir": None if self.fixed_dir is None else str(self.fixed_dir),
-            "attempts_to_fix": self.attempts_to_fix,
-            "env_steps_to_fix": self.env_steps_to_fix,
-            "wall_time_to_fix_s": None if self.wall_time_to_fix_s is None else round(self.wall_time_to_fix_s, 2),
-            "total_env_steps": self.total_env_steps,
-            "total_wall_time_s": round(self.total_wall_time_s, 2),
-            "warnings": list(self.warnings),
-            "rollouts": self.rollouts.as_dict(),
-            "race": self.race.as_dict(),
-            "stopped_early": self.stopped_early,
-        }
-
-
-@dataclass
-class _Loop:
-    """State of one fix loop (internal)."""
-
-    kb: KnowledgeBase | None  # retrieval source, or None (cold: priors only)
-    store: AttemptStore | None  # where attempts are stored, or None
-    run: RunDir
-    config: VerifyConfig
-    executor: Executor
-    scenario: ScenarioLike | None
-    source: Source
-    progress: FixProgress | None
-    started: float = field(default_factory=time.perf_counter)
-    attempts: list[AttemptRecord] = field(default_factory=list)
-    cases: list[Case] = field(default_factory=list)
-    diagnoses: list[DiagnosisReport] = field(default_factory=list)
-    steps: int = 0
-    fix_at: tuple[int, float, int] | None = None  # (env steps, wall s, attempts) at the first improvement
-    max_confirmations: int = CONFIRMATIONS
-    confirmations: int = 0
-    rollouts: RolloutCache = field(default_factory=RolloutCache)  # one session: the checkpoint rolled out once
-    race: RaceSettings = field(default_factory=RaceSettings)
-    #: where stage-1 arms are kept for the survivors to go on from (made on first use, removed at the end)
-    arms_root: Path | None = None
-    #: an improved confirmation's case id -> the folder its trained arms are kept in (for the fixed agent)
-    kept: dict[str, Path] = field(default_factory=dict)
-    #: share of candidate slots given on purpose to a lower-ranked candidate (counterfactual data), and its seed
-    explore: float = 0.0
-    explore_seed: int = 0
-    explored: set[str] = field(default_factory=set)  # patches (JSON) chosen by exploration
-
-    def arms_dir(self, name: str) -> Path:
-        """A folder for one stage-1 candidate's trained arms, under this loop's temporary root."""
-        if self.arms_root is None:
-            self.arms_root = Path(tempfile.mkdtemp(prefix="remedy-race-"))
-        return self.arms_root / name
-
-    def say(self, message: str, done: int = 0, total: int = 0) -> None:
-        if self.progress is not None:
-            self.progress(message, done, total)
-
-    @property
-    def scenario_name(self) -> str | None:
-        return self.scenario.name if self.scenario is not None else None
-
-    def tried(self) -> tuple[Attempt, ...]:
-        return tuple(Attempt.from_case(c) for c in self.cases)
-
-
-def stored_case(
-    case: Case, report: DiagnosisReport | None, *, source: Source, parent_id: str | None, scenario: str | None
-) -> Case:
-    """The case as the fix loop stores it: the diagnosis that proposed it, the loop's source, its parent.
-
-    The id is the verifier's id, re-derived when the source or parent differ so that a
-    bench attempt never overwrites a user's verified case of the same patch.
-    """
-    case_id = case.case_id
-    if source != case.source or parent_id is not None:
-        case_id = new_case_id(case.case_id, source.value, parent_id)
-    update: dict[str, Any] = {
-        "case_id": case_id,
-        "source": source,
-        "parent_id": parent_id,
-        "scenario": scenario or case.scenario,
-    }
-    if report is not None:
-        update["diagnosis"] = report.diagnosis
-        # the program version that proposed the patch, where provenance readers look for it
-        update["provenance"] = case.provenance.model_copy(update={"program_version": report.diagnosis.program_version})
-    return case.model_copy(update=update)
-
-
-def _failed_case(loop: _Loop, cand: CandidatePatch, report: DiagnosisReport, err: Exception) -> Case:
+def _failed_case(loop: LoopState, cand: CandidatePatch, report: DiagnosisReport, err: Exception) -> Case:
     """A ``failed`` case for a candidate whose verification raised instead of returning a case."""
     v = versions()
     reason = f"verification raised {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
@@ -350,7 +104,7 @@ def _failed_case(loop: _Loop, cand: CandidatePatch, report: DiagnosisReport, err
 
 
 def _verify(
-    loop: _Loop,
+    loop: LoopState,
     cand: CandidatePatch,
     report: DiagnosisReport,
     label: str,
@@ -401,11 +155,11 @@ def _verify(
         return failed.model_copy(update={"case_id": new_case_id(failed.case_id, stage.value), "verification": v})
 
 
-def _record(loop: _Loop, rnd: int, cand: CandidatePatch, report: DiagnosisReport, case: Case) -> AttemptRecord:
+def _record(loop: LoopState, rnd: int, cand: CandidatePatch, report: DiagnosisReport, case: Case) -> AttemptRecord:
     parent = loop.cases[-1].case_id if loop.cases else None
     case = stored_case(case, report, source=loop.source, parent_id=parent, scenario=loop.scenario_name)
-    chosen = _how_chosen(loop, report, cand)
-    case = case.model_copy(update={"tags": [*case.tags, *_chosen_tags(chosen)]})
+    chosen = how_chosen(loop, report, cand)
+    case = case.model_copy(update={"tags": [*case.tags, *chosen_tags(chosen)]})
     if loop.store is not None:
         loop.store.add(case)
     loop.cases.append(case)
@@ -439,53 +193,8 @@ def _record(loop: _Loop, rnd: int, cand: CandidatePatch, report: DiagnosisReport
     return rec
 
 
-def _fresh(report: DiagnosisReport, loop: _Loop, k: int, rnd: int = 1) -> list[CandidatePatch]:
-    """The top ``k`` candidates whose patch this loop has not verified yet; with ``loop.explore`` a seeded share
-    of the slots goes to a random lower-ranked fresh candidate instead (recorded as chosen by exploration)."""
-    seen = {c.patch.model_dump_json() for c in loop.cases}
-    fresh = [c for c in report.candidates if c.patch.model_dump_json() not in seen]
-    chosen, rest = fresh[:k], fresh[k:]
-    if loop.explore <= 0 or not rest:
-        return chosen
-    import random
-
-    rng = random.Random(f"{loop.explore_seed}:{loop.run.path}:{rnd}")  # same run, same round: same choice
-    for slot in range(len(chosen)):
-        if rest and rng.random() < loop.explore:
-            pick = rest.pop(rng.randrange(len(rest)))
-            loop.explored.add(pick.patch.model_dump_json())
-            chosen[slot] = pick
-    return chosen
-
-
-def _chosen_tags(chosen: dict[str, Any]) -> list[str]:
-    """How the candidate was chosen, as case tags (``chosen:diagnosis``/``chosen:exploration``, ``rank:N``,
-    ``score:X``), so an export keeps it beside the outcome."""
-    tags = [f"chosen:{chosen['chosen_by']}"]
-    if chosen["rank"] is not None:
-        tags.append(f"rank:{chosen['rank']}")
-    if chosen["score"] is not None:
-        tags.append(f"score:{chosen['score']:.4g}")
-    return tags
-
-
-def _how_chosen(loop: _Loop, report: DiagnosisReport, cand: CandidatePatch) -> dict[str, Any]:
-    """The candidate's rank (1 = top) and score in the diagnosis that proposed it, and whether exploration chose it."""
-    key = cand.patch.model_dump_json()
-    ranks = [i for i, c in enumerate(report.candidates, start=1) if c.patch.model_dump_json() == key]
-    return {
-        "chosen_by": "exploration" if key in loop.explored else "diagnosis",
-        "rank": ranks[0] if ranks else None,
-        "score": cand.score,
-    }
-
-
 def with_control_cache(config: VerifyConfig, *bases: object) -> VerifyConfig:
     """``config`` sharing control arms under ``<KB>/controls`` of the first KB in ``bases`` (unless it names a cache)."""
-    from dataclasses import replace
-
-    from .facade import KnowledgeBase
-
     if config.control_cache is not None:
         return config
     root = next((b.root for b in bases if isinstance(b, KnowledgeBase)), None)
@@ -551,7 +260,7 @@ def fix(
         raise VerificationError(f"the exploration share must be between 0 and 1, not {explore}")
     config.budget_for(run.config.train_steps)  # no budget at all is the user's to fix, not every candidate's failure
     runner = executor or get_executor(config.executor)
-    loop = _Loop(
+    loop = LoopState(
         kb=kb,
         store=store,
         run=run,
@@ -578,7 +287,7 @@ def fix(
 
 
 def _rounds(
-    loop: _Loop,
+    loop: LoopState,
     rounds: int,
     k_cands: int,
     diagnoser: str | Diagnoser,
@@ -605,7 +314,7 @@ def _rounds(
             rollouts=loop.rollouts,
         )
         loop.diagnoses.append(report)
-        chosen = _fresh(report, loop, k_cands, rnd)
+        chosen = fresh_candidates(report, loop, k_cands, rnd)
         if not chosen:
             return f"round {rnd}: the diagnosis offered no candidate that was not tried already"
         staged = _race(loop, rnd, rounds, chosen, report)
@@ -630,20 +339,20 @@ def _rounds(
 _StageOne = tuple[Case, racing.Standing, Path]
 
 
-def _full_choice(loop: _Loop, cand: CandidatePatch) -> BudgetChoice:
+def _full_choice(loop: LoopState, cand: CandidatePatch) -> BudgetChoice:
     """The fine-tuning budget per arm of ``cand``'s full screen and its source: the user's budget, else the
     one its diagnosis learned from the KB, else the scenario's or the default (as its screen chooses it)."""
     declared = declared_budget(loop.run, loop.scenario)
     return choose_budget(loop.config, loop.run.config.train_steps, declared, cand.budget)
 
 
-def _full_budget(loop: _Loop, cand: CandidatePatch) -> int:
+def _full_budget(loop: LoopState, cand: CandidatePatch) -> int:
     """What a race's stage 1 takes a share of: the screen's budget per arm, or a budget-only patch's extra steps."""
     return racing.full_budget(cand.patch, _full_choice(loop, cand).steps)
 
 
 def _race(
-    loop: _Loop, rnd: int, rounds: int, chosen: list[CandidatePatch], report: DiagnosisReport
+    loop: LoopState, rnd: int, rounds: int, chosen: list[CandidatePatch], report: DiagnosisReport
 ) -> list[tuple[CandidatePatch, _StageOne | None]]:
     """Stage 1 of a race over ``chosen`` (when it applies); stores the dropped candidates as ``stopped_early``.
 
@@ -672,7 +381,7 @@ def _race(
 
 
 def _stage_one(
-    loop: _Loop, rnd: int, rounds: int, i: int, n: int, cand: CandidatePatch, report: DiagnosisReport, arms: Path
+    loop: LoopState, rnd: int, rounds: int, i: int, n: int, cand: CandidatePatch, report: DiagnosisReport, arms: Path
 ) -> Case:
     """Stage 1 of one candidate: its share of the full budget (a budget-only patch: of its extra steps) on the
     race seeds, its trained arms kept in ``arms``; the case keeps the candidate's own patch and the full
@@ -688,7 +397,7 @@ def _stage_one(
 
 
 def _unscreened(
-    loop: _Loop, rnd: int, report: DiagnosisReport, rest: list[tuple[CandidatePatch, _StageOne | None]]
+    loop: LoopState, rnd: int, report: DiagnosisReport, rest: list[tuple[CandidatePatch, _StageOne | None]]
 ) -> None:
     """Store the survivors of stage 1 the loop will not screen (it stopped at a fix): their stage-1 steps
     were spent, so they are cases too, ``stopped_early`` with the evidence they reached."""
@@ -701,7 +410,7 @@ def _unscreened(
 
 
 def _screen_then_confirm(
-    loop: _Loop,
+    loop: LoopState,
     rnd: int,
     cand: CandidatePatch,
     report: DiagnosisReport,
@@ -733,7 +442,7 @@ def _screen_then_confirm(
     return rec
 
 
-def _keep_agents(loop: _Loop, rec: AttemptRecord, arms: Path) -> None:
+def _keep_agents(loop: LoopState, rec: AttemptRecord, arms: Path) -> None:
     """Keep an improved confirmation's treatment agents (one may be handed back); drop everything else now."""
     if not rec.improved:
         shutil.rmtree(arms, ignore_errors=True)
@@ -743,14 +452,14 @@ def _keep_agents(loop: _Loop, rec: AttemptRecord, arms: Path) -> None:
     loop.kept[rec.case_id] = arms
 
 
-def _resume(loop: _Loop, stage_one: _StageOne | None) -> Resume | None:
+def _resume(loop: LoopState, stage_one: _StageOne | None) -> Resume | None:
     """Where a survivor's screen goes on from (its stage-1 runs), or None: not raced, resuming off, or nothing kept."""
     if stage_one is None or not loop.race.resume:
         return None
     return racing.resume_from(stage_one[0], stage_one[2], loop.config.control_cache)
 
 
-def _budget_text(loop: _Loop, cand: CandidatePatch) -> str:
+def _budget_text(loop: LoopState, cand: CandidatePatch) -> str:
     """Where this candidate's fine-tuning budget comes from, for the progress line."""
     if cand.patch.budget_only:
         return "its own extra steps (more training vs none)"
@@ -761,7 +470,7 @@ def _budget_text(loop: _Loop, cand: CandidatePatch) -> str:
     return "the default budget"
 
 
-def _patch_path(loop: _Loop, winner: AttemptRecord, out_dir: str | Path | None) -> Path:
+def _patch_path(loop: LoopState, winner: AttemptRecord, out_dir: str | Path | None) -> Path:
     base = Path(out_dir) if out_dir is not None else Path("remedy-fixes")
     name = loop.scenario_name or Path(loop.run.path).resolve().name
     path = base / f"{name}-{winner.family}-{winner.case_id}.yaml"
@@ -769,7 +478,7 @@ def _patch_path(loop: _Loop, winner: AttemptRecord, out_dir: str | Path | None) 
     return path
 
 
-def _fixed_agent(loop: _Loop, winner: AttemptRecord, out: Path) -> Path | None:
+def _fixed_agent(loop: LoopState, winner: AttemptRecord, out: Path) -> Path | None:
     """Write the winner's agent to ``out/fixed/`` (:mod:`remedy.kb.fixed_agent`); None, with a warning, if it cannot."""
     case = next((c for c in loop.cases if c.case_id == winner.case_id), None)
     arms = loop.kept.get(winner.case_id)
@@ -792,7 +501,7 @@ def _fixed_agent(loop: _Loop, winner: AttemptRecord, out: Path) -> Path | None:
     return agent.path
 
 
-def _result(loop: _Loop, stop: str, out_dir: str | Path | None) -> FixResult:
+def _result(loop: LoopState, stop: str, out_dir: str | Path | None) -> FixResult:
     improved = [a for a in loop.attempts if a.improved]  # confirmations only
     winner = None
     if improved:  # a fix that makes the agent work first, then the largest confirmed effect

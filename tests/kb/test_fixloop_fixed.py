@@ -15,7 +15,7 @@ from remedy.cases.model import Cause, Diagnosis, Effect, RemedyFamily, RootCause
 from remedy.cases.patches.spec import Patch
 from remedy.cases.verify.racing import RaceSettings
 from remedy.cases.verify.verification import VerifyConfig
-from remedy.kb import fixloop
+from remedy.kb import fix_state, fixloop
 from remedy.kb.fixloop import AttemptRecord, fix
 from remedy.retrieval.diagnosis import CandidatePatch, DiagnosisReport
 
@@ -110,11 +110,11 @@ def test_exploration_takes_lower_ranked_candidates_and_says_so(monkeypatch, tmp_
 def test_how_chosen_is_recorded(monkeypatch):
     report = _report([_lr(1e-3), _lr(3e-4)])
     loop = type("L", (), {"explored": {_lr(3e-4).model_dump_json()}})()
-    first = fixloop._how_chosen(loop, report, report.candidates[0])
-    second = fixloop._how_chosen(loop, report, report.candidates[1])
+    first = fix_state.how_chosen(loop, report, report.candidates[0])
+    second = fix_state.how_chosen(loop, report, report.candidates[1])
     assert first == {"chosen_by": "diagnosis", "rank": 1, "score": 1.0}
     assert second["chosen_by"] == "exploration" and second["rank"] == 2
-    assert fixloop._chosen_tags(second) == ["chosen:exploration", "rank:2", "score:0.5"]
+    assert fix_state.chosen_tags(second) == ["chosen:exploration", "rank:2", "score:0.5"]
 
 
 def test_a_bad_exploration_share_is_refused(tmp_path):

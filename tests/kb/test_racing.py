@@ -237,7 +237,8 @@ def test_survivors_left_unscreened_by_a_fix_are_still_accounted(patient, tmp_pat
     from remedy.cases.evidence.rundir import RunDir
     from remedy.cases.model import Case, Effect, Signature, Source, Verification
     from remedy.cases.verify.racing import rank_stage_one
-    from remedy.kb.fixloop import _Loop, _unscreened
+    from remedy.kb.fix_state import LoopState
+    from remedy.kb.fixloop import _unscreened
 
     run = RunDir.load(patient)
     effect = Effect(metric="return_iqm", treatment=50.0, control=40.0, diff=10.0, ci_low=-20.0, ci_high=40.0)
@@ -252,7 +253,7 @@ def test_survivors_left_unscreened_by_a_fix_are_still_accounted(patient, tmp_pat
         ),
     )
     (standing,) = rank_stage_one([effect])
-    loop = _Loop(
+    loop = LoopState(
         kb=None,
         store=None,
         run=run,
