@@ -5,7 +5,7 @@ resume). What follows describes the factory; the code lives in the package.
 
 Each *unit* is one patient (a bench scenario) on one *pass*: the fix loop (:func:`remedy.kb.bench.run_bench`,
 cold diagnoses, attempts stored as ``bench`` cases) with pass ``p`` screening on training seeds from
-``p * --pass-seed-stride`` and drawing its exploration from seed ``p``, so a later pass is another,
+``p * 1000`` and drawing its exploration from seed ``p``, so a later pass is another,
 independent measurement of the same patients. Patients whose oracle fixes them (``bench/data/oracle.jsonl``)
 go first, then unchecked ones, then the unsolvable ones; patients found not failing are skipped.
 
