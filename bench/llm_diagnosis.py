@@ -71,7 +71,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from describe import CachingEmbedder, load_reports  # noqa: E402
 
 from remedy.cases.errors import LMError  # noqa: E402
-from remedy.kb.diagnose import diagnose_description  # noqa: E402
+from remedy.kb.diagnose import diagnose_description, diagnose_signature  # noqa: E402
 from remedy.kb.facade import KnowledgeBase  # noqa: E402
 from remedy.optimizer.versions import DEFAULT_MARGIN, promotion_decision  # noqa: E402
 from remedy.retrieval.describe import SymptomReader  # noqa: E402
@@ -97,15 +97,27 @@ def diagnose_row(kb, reader, report: dict, diagnoser) -> dict:
     """One report through one diagnoser: ranked causes and families, and what went wrong."""
     row: dict = {"causes": [], "families": None, "status": "ok", "outside": [], "bad_patches": 0, "error": ""}
     try:
-        rep = diagnose_description(
-            kb,
-            report["symptom"],
-            env_id=report.get("env"),
-            algo=report.get("algo"),
-            action_space=report.get("action_space"),
-            diagnoser=diagnoser,
-            reader=reader,
-            rules=(),  # a fresh KB of examples has no accepted rules; priors still match
+        rep = (
+            diagnose_signature(
+                kb,
+                report["ctx"]["subject"],
+                report["ctx"]["signature"],
+                diagnoser=diagnoser,
+                exclude_scenario=report["id"],  # the patient's own bundled cases are not its neighbours
+                rules=(),
+                **{k: v for k, v in report["ctx"].items() if k not in ("subject", "signature")},
+            )
+            if "patient" in report
+            else diagnose_description(
+                kb,
+                report["symptom"],
+                env_id=report.get("env"),
+                algo=report.get("algo"),
+                action_space=report.get("action_space"),
+                diagnoser=diagnoser,
+                reader=reader,
+                rules=(),  # a fresh KB of examples has no accepted rules; priors still match
+            )
         )
     except LMError as ex:
         msg = str(ex)
@@ -329,6 +341,7 @@ def compile_bootstrap(args, kb, reader, dev: list[dict], lm, label: str) -> tupl
         "val": len(val),
         "demos": len(best.choose.demos),
         "candidate_val": {str(k): round(v, 4) for k, v in sorted(cands.items())},
+        "candidate_demos": {str(c["seed"]): len(c["program"].choose.demos) for c in best.candidate_programs},
         "active_val": round(active_val, 4),
         "new_val": round(new_val, 4),
         "promoted": promote,
@@ -342,11 +355,73 @@ def compile_bootstrap(args, kb, reader, dev: list[dict], lm, label: str) -> tupl
     return best, details
 
 
+# ---- holdout patients: the bench's fault scenarios, diagnosed from their measured signatures ---------------
+
+
+def load_patients() -> list[dict]:
+    """Every dev scenario (for the baselines) and every built holdout one, shaped like a report."""
+    from remedy.cases.verify.scenarios import find_built, load_scenarios
+
+    items = []
+    for s in load_scenarios():
+        if s.split != "dev" and find_built(s) is None:
+            continue  # never trained here: only patients already built are scored
+        items.append(
+            {"id": s.name, "split": s.split, "patient": s}
+            | {"causes": [g.value for g in s.ground_truth], "families": [f.value for f in s.expected_families]}
+        )
+    return items
+
+
+def patient_context(scenario, cache: Path, episodes: int) -> dict:
+    """The patient's subject, signature and evidence as ``diagnose_run`` computes them, cached in ``cache``.
+
+    The rollout (seed 0, ``episodes`` episodes) is the costly part and the same for every column.
+    """
+    from remedy.cases.evidence.rollouts import collect_evidence
+    from remedy.cases.evidence.signature import compute_signature
+    from remedy.cases.model import EpisodeSummary, Signature, Subject
+    from remedy.cases.verify.scenarios import find_built
+    from remedy.kb.diagnose import failure_episodes, reward_text
+
+    lines = cache.read_text().splitlines() if cache.exists() else []
+    rows = {x["id"]: x for x in map(json.loads, lines) if x["n_episodes"] == episodes}
+    row = rows.get(scenario.name)
+    if row is None:
+        run = find_built(scenario).run
+        subject = run.subject()
+        bundle = collect_evidence(run, n_episodes=episodes, seed=0)
+        row = {
+            "id": scenario.name,
+            "n_episodes": episodes,
+            "subject": subject.model_dump_json(),
+            "signature": compute_signature(bundle, subject).model_dump_json(),
+            "episodes": [e.model_dump_json() for e in failure_episodes(bundle)],
+            "reward_code": reward_text(run),
+            "notes": list(bundle.notes),
+            "constraints": [c.expr for c in run.config.constraints],
+        }
+        with cache.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+    return {
+        "subject": Subject.model_validate_json(row["subject"]),
+        "signature": Signature.model_validate_json(row["signature"]),
+        "episodes": tuple(EpisodeSummary.model_validate_json(e) for e in row["episodes"]),
+        "reward_code": row["reward_code"],
+        "notes": tuple(row["notes"]),
+        "constraints": tuple(row["constraints"]),
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=HERE / "data" / "describe_reports.jsonl")
-    ap.add_argument("--out", type=Path, default=HERE / "data" / "llm_diagnosis.jsonl")
-    ap.add_argument("--splits", default="holdout4,holdout5", help="comma-separated splits (dev: tuning only)")
+    ap.add_argument("--out", type=Path, help="rows file (default data/llm_diagnosis.jsonl, or _patients.jsonl)")
+    ap.add_argument("--splits", default="", help="comma-separated splits (default holdout4,holdout5; patients holdout)")
+    ap.add_argument(
+        "--patients", action="store_true", help="score the built holdout patients (signatures), not reports"
+    )
+    ap.add_argument("--episodes", type=int, default=10, help="rollout episodes per patient signature (default 10)")
     ap.add_argument("--label", default="", help="the model's name in the rows (required for LM columns)")
     ap.add_argument("--outputs", default="choose,choose-grammar", help=f"LM outputs to score, of {', '.join(OUTPUTS)}")
     ap.add_argument("--modes", default="zero-shot,grounded", help="zero-shot, grounded or both")
@@ -362,8 +437,12 @@ def main() -> None:
     ap.add_argument("--val-size", type=int, default=20, help="dev reports held out to choose and promote (default 20)")
     args = ap.parse_args()
 
-    all_reports = load_reports(args.data)
-    splits = args.splits.split(",")
+    name = "llm_diagnosis_patients.jsonl" if args.patients else "llm_diagnosis.jsonl"
+    args.out = args.out or HERE / "data" / name
+    if args.patients and args.optimize:
+        raise SystemExit("error: --optimize compiles the description program; run it without --patients")
+    all_reports = load_patients() if args.patients else load_reports(args.data)
+    splits = (args.splits or ("holdout" if args.patients else "holdout4,holdout5")).split(",")
     reports = [r for r in all_reports if r["split"] in splits]
     reports = reports[: args.limit] if args.limit else reports
     by_id = {r["id"]: r for r in all_reports}
@@ -382,7 +461,8 @@ def main() -> None:
     mine = [r for r in done if r["label"] in (label, "*") and r["id"] in {x["id"] for x in reports}]
     if not args.table_only:
         mine = run(args, reports, dev, lm_columns, label, mine)
-    print(f"splits: {', '.join(splits)}; data {args.data.name}; one call per report, {args.retries} retries")
+    data = f"built patients, {args.episodes} episodes each" if args.patients else f"data {args.data.name}"
+    print(f"splits: {', '.join(splits)}; {data}; one call per item, {args.retries} retries")
     lines = summarize(mine, by_id, columns)
     print_table(label, lines)
     pairs = [(f"lm {o} zero-shot", f"lm {o} grounded", f"grounded - zero-shot ({o})") for o in args.outputs.split(",")]
@@ -417,6 +497,13 @@ def run(args, reports: list[dict], dev: list[dict], lm_columns: list[str], label
     with tempfile.TemporaryDirectory(prefix="remedy-llm-bench-") as tmp, args.out.open("a") as out:
         base = KnowledgeBase.open(Path(tmp) / "kb", create=True, embedder=embedder)
         base.load_examples()
+        if args.patients:
+            from remedy.kb.fixloop import one_torch_thread
+
+            one_torch_thread()
+            cache = args.out.with_suffix(".signatures.jsonl")
+            for r in reports:
+                r["ctx"] = patient_context(r["patient"], cache, args.episodes)
 
         def put(row: dict) -> None:
             mine.append(row)
