@@ -148,8 +148,7 @@ def order_zoo(scenarios: Sequence[Scenario], oracle: Path) -> list[Scenario]:
 def units(zoo: Sequence[Scenario], passes: int, shard: tuple[int, int] | None) -> list[Unit]:
     """Every (patient, pass) in order (pass by pass), then this shard's share: every n-th unit from the i-th."""
     every = [Unit(s, p) for p in range(passes) for s in zoo]
-    picked = shard_of(every, shard)  # type: ignore[arg-type]  # positional: works on any sequence
-    return list(picked)
+    return shard_of(every, shard)
 
 
 def counts(cases: Sequence[Case]) -> dict[str, int]:

@@ -301,10 +301,11 @@ class ActionScale(gym.ActionWrapper):
         if not isinstance(env.action_space, gym.spaces.Box) or not factor > 0:
             raise EnvError("action_scale needs a Box action space and a positive factor")
         self.factor = float(factor)
+        self._bounds = (env.action_space.low, env.action_space.high, env.action_space.dtype)
 
     def action(self, action):
-        space = self.action_space
-        return np.clip(np.asarray(action, dtype=float) * self.factor, space.low, space.high).astype(space.dtype)
+        low, high, dtype = self._bounds
+        return np.clip(np.asarray(action, dtype=float) * self.factor, low, high).astype(dtype)
 
 
 class StickyActions(gym.Wrapper):

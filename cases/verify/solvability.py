@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ..errors import ScenarioError, VerificationError
 from .scenarios import Scenario, build_scenario, scenario_hash
@@ -144,8 +144,11 @@ def by_cost(scenarios: Sequence[Scenario], seeds: int = 2) -> list[Scenario]:
     return sorted(scenarios, key=lambda s: (estimated_steps(s, seeds), s.name))
 
 
-def shard_of(scenarios: Sequence[Scenario], shard: tuple[int, int] | None) -> list[Scenario]:
-    """The scenarios of shard ``(i, n)``: every n-th by position, starting at the i-th (all when None)."""
+_T = TypeVar("_T")
+
+
+def shard_of(scenarios: Sequence[_T], shard: tuple[int, int] | None) -> list[_T]:
+    """The scenarios (or any items) of shard ``(i, n)``: every n-th by position, starting at the i-th (all when None)."""
     if shard is None:
         return list(scenarios)
     i, n = shard
