@@ -65,6 +65,7 @@ __all__ = [
     "todo_units",
     "run_plan",
     "status",
+    "by_family",
 ]
 
 OUT = Path("bench") / "data" / "factory"
@@ -465,9 +466,21 @@ def _announce(out: Path, chunk: Path, commit: bool, say: Say) -> None:
 
 
 def status(out: Path) -> dict[str, Any]:
-    """The manifest's totals and the units finished but not yet in a chunk."""
+    """The manifest's totals, per fault family (the issue's target counts fixes per family), and the units
+    finished but not yet in a chunk."""
     m = read_manifest(out)
-    return {"totals": m["totals"], "pending": sorted(done_units(out) - _chunked(m))}
+    return {"totals": m["totals"], "by_family": by_family(m), "pending": sorted(done_units(out) - _chunked(m))}
+
+
+def by_family(manifest: dict[str, Any]) -> dict[str, dict[str, int]]:
+    """Units, attempts, improved and fixed per fault family over the manifest's chunks (skipped units: '-')."""
+    out: dict[str, dict[str, int]] = {}
+    for unit in (u for c in manifest["chunks"] for u in c["units"]):
+        row = out.setdefault(unit.get("family") or "-", dict.fromkeys(("units", "attempts", "improved", "fixed"), 0))
+        row["units"] += 1
+        for key in ("attempts", "improved", "fixed"):
+            row[key] += int(unit.get(key, 0))
+    return dict(sorted(out.items()))
 
 
 # --------------------------------------------------------------------------- one run, for both faces

@@ -327,8 +327,20 @@ def factory_cmd(
     _show_factory(run_plan(plan, settings, say=lambda line: say_to.print(shown(line), highlight=False)), as_json)
 
 
+def _family_table(state: dict) -> Table:
+    """Units, attempts, improved and fixed per fault family."""
+    t = Table(title="per fault family", title_justify="left")
+    keys = ("units", "attempts", "improved", "fixed")
+    add_columns(t, [("family", {"no_wrap": True}), *[(k, {"justify": "right"}) for k in keys]])
+    for family, row in state.get("by_family", {}).items():
+        t.add_row(shown(family), *[f"{row[k]:,}" for k in keys])
+    return t
+
+
 def _show_factory(state: dict, as_json: bool) -> None:
     if as_json:
         print_json(state)
-    else:
-        console.print(_factory_table(state))
+        return
+    console.print(_factory_table(state))
+    if state.get("by_family"):
+        console.print(_family_table(state))

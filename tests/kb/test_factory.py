@@ -45,7 +45,14 @@ def _fake_runner(calls: list[str]):
         )
         conf = conf.model_copy(update={"verification": v, "tags": ["chosen:exploration", "rank:3"]})
         cases = [screen, conf]
-        return cases, {"unit": unit.key, "scenario": unit.scenario.name, "wall_time_s": 2.0, **factory_counts(cases)}
+        s = unit.scenario
+        return cases, {
+            "unit": unit.key,
+            "scenario": s.name,
+            "family": s.family,
+            "wall_time_s": 2.0,
+            **factory_counts(cases),
+        }
 
     return run
 
@@ -173,12 +180,15 @@ def test_resumes_from_the_manifest_the_script_wrote(factory, tmp_path):
     for key in ("attempts", "improved", "fixed", "env_steps"):
         assert new["totals"][key] == old["totals"][key] + new["chunks"][-1][key]
     assert new["totals"]["chunks"] == len(old["chunks"]) + 1
+    families = factory.status(out)["by_family"]  # per family, the same totals
+    for key in ("attempts", "improved", "fixed"):
+        assert sum(row[key] for row in families.values()) == new["totals"][key]
 
 
 def test_cli_status_dry_run_and_a_run(factory, zoo, tmp_path, monkeypatch, capsys):
     out = tmp_path / "factory"
     code, stdout, _ = invoke(monkeypatch, capsys, "bench", "factory", "--status", "--json", "--out", out)
-    assert code == 0 and json.loads(stdout) == {"totals": {}, "pending": []}
+    assert code == 0 and json.loads(stdout) == {"totals": {}, "by_family": {}, "pending": []}
     code, stdout, _ = invoke(
         monkeypatch,
         capsys,
@@ -201,6 +211,7 @@ def test_cli_status_dry_run_and_a_run(factory, zoo, tmp_path, monkeypatch, capsy
     assert code == 0 and calls == [f"{zoo[0].name}@0"]
     state = json.loads(stdout)
     assert state["totals"]["n_units"] == 1 and state["totals"]["fixed"] == 1 and state["pending"] == []
+    assert state["by_family"] == {zoo[0].family: {"units": 1, "attempts": 1, "improved": 1, "fixed": 1}}
     assert f"unit 1/1: {zoo[0].name}@0" in stderr and f"done {zoo[0].name}@0" in stderr  # a line per unit
     settings = json.loads((out / "manifest.json").read_text())["chunks"][0]["settings"]
     assert (settings["seeds"], settings["rounds"], settings["explore"]) == (3, 2, 0.2)
