@@ -27,7 +27,7 @@ from urllib.parse import quote
 import httpx
 from pydantic import BaseModel, TypeAdapter
 
-from remedy.cases.errors import ImportFileError, RemedyError, ValidationError
+from remedy.cases.errors import ImportFileError, RemedyError, ServiceError, ValidationError
 from remedy.cases.io import ImportLimits, case_from_json, case_to_json, read_cases, write_cases
 from remedy.cases.model import Case, Signature
 from remedy.cases.store import StoreStats
@@ -118,14 +118,6 @@ class KBCalls(Protocol):
     def __enter__(self) -> KBCalls: ...
 
     def __exit__(self, *exc: object) -> None: ...
-
-
-class ServiceError(RemedyError):
-    """The service refused a request or could not be reached; ``status`` is the HTTP status (0: unreachable)."""
-
-    def __init__(self, message: str, status: int = 0) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 class RemedyClient:

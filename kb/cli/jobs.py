@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from remedy.cases.errors import ValidationError
+from remedy.cases.errors import ServiceError, ValidationError
 from remedy.kb.settings import FixSettings, VerifySettings, settings_from
 
-from .common import JsonOption, ServerOption, console, print_json, progress_bar
 from . import connect
+from .common import JsonOption, ServerOption, console, print_json, progress_bar
 from .render import render_fix_job, render_job, render_outcome
 
 if TYPE_CHECKING:
@@ -93,8 +93,6 @@ def _follow(remote: RemedyClient, job: JobOut, quiet: bool) -> JobOut:
 
 def _result(job: JobOut) -> dict:
     """The result of a finished job; a failed or cancelled one is one error line."""
-    from remedy.kb.client import ServiceError  # loaded with the client (httpx), never by `remedy --help`
-
     if job.state != "done":
         raise ServiceError(f"job {job.job_id} {job.state}: {job.error}")
     return job.result

@@ -9,6 +9,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from remedy.cases.errors import LMError
+
 from .common import JsonOption, console, print_json
 
 __all__ = ["lm_serve", "lm_models"]
@@ -41,7 +43,6 @@ def lm_serve(
 
 def lm_models(as_json: JsonOption = False) -> None:
     """The bundled local models: whether each is installed and where its file is."""
-    from remedy.cases.errors import LMError
     from remedy.kb.local_lm import BUNDLED, find_model
 
     rows: list[dict[str, str | bool]] = []

@@ -8,6 +8,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from remedy.cases.errors import KBNotFoundError
+
 from .common import DEFAULT_KB, JsonOption, KbOption, console, err_console, print_json
 
 __all__ = ["optimize", "programs_list", "programs_show", "programs_activate", "programs_rollback"]
@@ -18,7 +20,6 @@ BackendOption = Annotated[
 
 
 def _program_store(kb: Path):
-    from remedy.cases.errors import KBNotFoundError
     from remedy.cases.store import CaseStore
     from remedy.kb.facade import DB_FILE
     from remedy.optimizer.versions import ProgramStore

@@ -8,14 +8,15 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from .common import DEFAULT_KB, JsonOption, KbOption, ServerOption, console, print_json
+from remedy.cases.errors import KBNotFoundError
+
 from . import connect
+from .common import DEFAULT_KB, JsonOption, KbOption, ServerOption, console, print_json
 
 __all__ = ["tokens_create", "tokens_list", "tokens_revoke"]
 
 
 def _tokens(kb: Path):
-    from remedy.cases.errors import KBNotFoundError
     from remedy.cases.store import CaseStore
     from remedy.kb.facade import DB_FILE
     from remedy.kb.server.tokens import TokenStore

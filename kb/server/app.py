@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import fastapi_offline
 import pydantic
@@ -29,9 +29,14 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from remedy.cases import errors as E
+from remedy.cases.evidence.rundir import RunDir
 from remedy.cases.io import format_validation_error
 from remedy.cases.store import SERVE_MARKER
+from remedy.kb.facade import KnowledgeBase
+from remedy.retrieval.batching import BatchingEmbedder
+from remedy.retrieval.embedder import Embedder, default_embedder
 
+from .handlers import job_handlers
 from .jobs import JobNotFoundError, JobRunner, JobStore
 from .models import RequestBodyError
 from .routes import router
@@ -47,9 +52,6 @@ from .service import (
 )
 from .tokens import TokenStore
 from .uploads import UploadTooLargeError
-
-if TYPE_CHECKING:
-    from remedy.retrieval import Embedder
 
 __all__ = [
     "create_app",
@@ -100,8 +102,6 @@ def _preload() -> None:
     800 modules, seconds of module initialisation that hold the GIL in long stretches. Done by
     the first job while the service answers requests, it stalled /health for over a second.
     """
-    from remedy.cases.evidence.rundir import RunDir
-
     shipped = resources.files("remedy.cases") / "scenarios" / "checkpoints" / "cartpole_undertrained"
     try:
         RunDir.load(Path(str(shipped))).load_model()
@@ -117,12 +117,6 @@ def write_marker(kb_root: Path, url: str) -> Path:
 
 
 def _open_service(kb_path: Path | str | None, settings: ServiceSettings, embedder: Embedder | None) -> Service:
-    from remedy.kb.facade import KnowledgeBase
-    from remedy.retrieval.batching import BatchingEmbedder
-    from remedy.retrieval.embedder import default_embedder
-
-    from .handlers import job_handlers
-
     # Queries arrive on worker threads; concurrent ones share one encoder call.
     shared = BatchingEmbedder(embedder if embedder is not None else default_embedder())
     kb = KnowledgeBase.open(kb_path, create=True, embedder=shared)
@@ -173,6 +167,7 @@ def create_app(
         hold = service.kb.store.hold()
         marker = write_marker(service.kb.root, url) if url else None
         service.kb.embedder.encode(["warm up"])  # load the model now, not on the first query
+        service.kb.hold_in_memory()  # searches from memory (retrieval/resident.py), loaded now
         if run_jobs:
             _preload()
         service.interrupted = service.runner.start() if run_jobs else service.jobs.recover()[0]

@@ -13,9 +13,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pydantic_core
+from fastapi import HTTPException
 
 from remedy.cases.errors import ImportFileError, ValidationError
+from remedy.cases.evidence.rundir import RunDir
 from remedy.cases.io import case_to_json
+from remedy.cases.patches.spec import Patch
+from remedy.kb.diagnose import diagnose_description, diagnose_run, diagnose_signature
+from remedy.kb.fixloop import fix
+from remedy.kb.verify import verify
+from remedy.retrieval.describe import SymptomReader
+from remedy.retrieval.diagnosis import get_diagnoser, preflight
 
 from .jobs import Handler, JobProgress, JobRecord
 from .models import (
@@ -135,8 +143,6 @@ def import_body(service: Service, body: bytes, skip_invalid: bool, mark_imported
 
 
 def _backend(name: str) -> Any:
-    from remedy.retrieval.diagnosis import get_diagnoser, preflight
-
     backend = get_diagnoser(name)
     preflight(backend)  # an LM backend raises LMError now when the service has no REMEDY_LM
     return backend
@@ -172,8 +178,6 @@ def _check_source(req: DiagnoseIn) -> None:
 
 def _symptom_reader(service: Service) -> Any:
     """The service's one SymptomReader (its phrase table is embedded once, with the KB's embedder)."""
-    from remedy.retrieval.describe import SymptomReader
-
     if service.symptoms is None:
         service.symptoms = SymptomReader(service.kb.embedder)
     return service.symptoms
@@ -181,8 +185,6 @@ def _symptom_reader(service: Service) -> Any:
 
 def diagnose(service: Service, req: DiagnoseIn) -> bytes:
     """A DiagnosisReport as JSON, for an uploaded run, a subject and signature, or a description."""
-    from remedy.kb.diagnose import diagnose_description, diagnose_run, diagnose_signature
-
     _check_source(req)
     backend = _backend(req.diagnoser)
     if req.run_id is not None:
@@ -233,9 +235,6 @@ def mine(service: Service, req: MineIn) -> MineOut:
 
 def check_verify(service: Service, req: VerifyJobIn) -> dict[str, Any]:
     """Refuse a verify job that could never run (unknown run, bad patch, bad settings, no budget) before queueing it."""
-    from remedy.cases.evidence.rundir import RunDir
-    from remedy.cases.patches.spec import Patch
-
     run = RunDir.load(run_path(service.runs_dir, req.run_id))
     Patch.from_data(req.patch)
     req.config().budget_for(run.config.train_steps)
@@ -244,8 +243,6 @@ def check_verify(service: Service, req: VerifyJobIn) -> dict[str, Any]:
 
 def check_fix(service: Service, req: FixJobIn) -> dict[str, Any]:
     """Refuse a fix job that could never run before queueing it."""
-    from remedy.cases.evidence.rundir import RunDir
-
     run = RunDir.load(run_path(service.runs_dir, req.run_id))
     _backend(req.diagnoser)
     req.race_settings()
@@ -265,9 +262,6 @@ def _store(service: Service) -> Any:
 
 def _run_verify(service: Service, params: dict[str, Any], progress: JobProgress) -> dict[str, Any]:
     """`remedy verify`'s library call (screen, confirm, store) with the request's settings; its ``--json`` shape."""
-    from remedy.cases.patches.spec import Patch
-    from remedy.kb.verify import verify
-
     req = VerifyJobIn.model_validate(params)
     outcome = verify(
         run_path(service.runs_dir, req.run_id),
@@ -292,8 +286,6 @@ def fixes_dir(service: Service, out: str | None) -> Path:
 
 def _run_fix(service: Service, params: dict[str, Any], progress: JobProgress) -> dict[str, Any]:
     """The fix loop with the request's settings (every option of `remedy fix`); its ``--json`` shape."""
-    from remedy.kb.fixloop import fix
-
     req = FixJobIn.model_validate(params)
     result = fix(
         service.kb,
@@ -317,8 +309,6 @@ def job_handlers(service: Service) -> dict[str, Handler]:
 
 def cancel_job(service: Service, job_id: str, token: TokenRecord) -> JobRecord:
     """Cancel a job for ``token``: its owner or an admin may; anyone else gets 403 and nothing changes."""
-    from fastapi import HTTPException  # the one HTTP status decided here, not by the error tree
-
     job = service.jobs.get(job_id)
     if not (token.role is Role.admin or job.owned_by(token.token_id, token.name)):
         raise HTTPException(403, f"job {job_id} belongs to {job.owner!r}; only its owner or an admin may cancel it")

@@ -19,6 +19,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from remedy.cases.evidence.rundir import RunDir
 from remedy.cases.io import case_to_json
 from remedy.miners.model import Rule, RuleStatus
 from remedy.retrieval.diagnosis import DiagnosisReport
@@ -206,8 +207,6 @@ async def upload_run(request: Request, service: Svc, token: Writer) -> RunOut:
 
 
 def _unpack(service: Service, body: bytes, owner: str | None) -> RunOut:
-    from remedy.cases.evidence.rundir import RunDir
-
     # validated on acceptance through RunDir.load, as every later use loads it; an unusable run is not kept
     run_id, cfg = service.uploads.accept(body, owner, lambda path: RunDir.load(path).config)
     return RunOut(run_id=run_id, env_id=cfg.env_id, algo=cfg.algo)
