@@ -29,6 +29,7 @@ from remedy.cases.store import CaseStore
 from . import report_templates
 from .model import CaseRef, Rule, RuleStatus
 from .plots import before_after_plot, forest_plot
+from .store import RuleStore
 
 __all__ = ["ReportPaths", "HOW_TO_MINE", "write_report", "write_kb_report", "render_report", "RenderedReport"]
 
@@ -357,8 +358,6 @@ def write_kb_report(
     store: CaseStore, out_dir: Path, *, date: dt.date | None = None, seed: int = 0, kb_label: str = ""
 ) -> ReportPaths:
     """Write the report of a KB: its stored rules (``miners.store.RuleStore``) and the cases they cite."""
-    from .store import RuleStore  # the rule store's module loads only when a report is asked for
-
     _writable_dir(Path(out_dir))  # fail before reading the KB when the files could not be written
     rules = RuleStore(store).all()
     cited = store.get_many(ref.case_id for ref in _cited(rules))

@@ -34,6 +34,7 @@ from remedy.retrieval.offline import OfflineSettings
 from .dataset import Example, build_examples, dev_answer_keys, example_group, split_examples
 from .offline import K_MAX, Prepared, evaluate, prepare, tune_offline
 from .ranker import RANKER_OPTIMIZER, RankerSettings, active_ranker, attempt_rows, evaluate_ranked, fit_ranker
+from .report import render_report
 from .versions import DEFAULT_MARGIN, ProgramStore, ProgramVersion, promotion_decision
 
 __all__ = [
@@ -362,7 +363,6 @@ def _write_report(
 ) -> Path | None:
     if opts.reports is None or result.version is None:
         return None
-    from .report import render_report
 
     v = result.version
     path = Path(opts.reports) / f"optimize-{v.created_at.astimezone(UTC):%Y-%m-%d-%H%M%S}.md"

@@ -31,7 +31,7 @@ import gymnasium as gym
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..algos import AlgoName, get_algo
+from ..algos import ALGOS, AlgoName, get_algo
 from ..errors import CheckpointError, RunDirError
 from ..model import Subject
 from ..success import SuccessSpec
@@ -179,8 +179,6 @@ def checkpoint_algos(data: dict) -> set[str]:
     Empty when nothing fits (a custom algorithm or an SB3 version that saves other attributes):
     then nothing can be said, and callers must not refuse the checkpoint on that basis.
     """
-    from ..algos import ALGOS
-
     found = set(ALGOS)
     for key, algos in _SAVED_BY:
         found = found & algos if key in data else found - algos

@@ -31,6 +31,7 @@ from ..vocab import (
 from .envs import is_continuing
 from .features import FEATURE_FUNCS, PLATEAU_SLOPE, Features, compute_features, iqm, smooth_curve
 from .rollouts import EvidenceBundle, collect_evidence
+from .rundir import RunDir
 
 __all__ = [
     "compute_signature",
@@ -295,8 +296,6 @@ def signature_of_run(
 
     ``trust``: the user's own files (``--trust-checkpoint``), loaded as SB3 does; see :meth:`RunDir.load`.
     """
-    from .rundir import RunDir
-
     if n_episodes < 1:
         raise ValidationError(f"need at least 1 episode, got {n_episodes}")
     run = RunDir.load(path, trust=trust)

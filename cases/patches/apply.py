@@ -24,6 +24,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from ..evidence.envs import make_env
 from .kinds import check_fit, patch_kind
 from .spec import Curriculum, Normalization, Patch
 from .wrappers import CurriculumEnv, CurriculumSchedule, EnvStepCounter
@@ -138,8 +139,6 @@ def make_patched_env_fn(
     ``step_counter`` (a one-item list) every env step taken is counted into it
     (:class:`EnvStepCounter`, between the setup and the patch wrappers).
     """
-    from ..evidence.envs import make_env
-
     plan = patch_plan or PatchPlan()
     base_kwargs = dict(env_kwargs or {})
     wrappers = list(setup_wrappers)

@@ -14,7 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import PatchRejectedError
+from ..errors import EnvError, PatchRejectedError
+from ..evidence.envs import make_env, traits_of_spaces
 from ..model import EnvTraits
 from .fit import HYPERPARAMETER_RULES, algo_hyperparameters
 from .fuzz import DEFAULT_FUZZ_CALLS, FuzzReport
@@ -81,9 +82,6 @@ def check_patch(
 
 def _check_curriculum_stages(patch: Patch, env_id: str, env_kwargs: dict, obs_space: Any, act_space: Any) -> None:
     """Build each curriculum stage's env now, so bad kwargs fail here and not after a control arm trained."""
-    from ..errors import EnvError
-    from ..evidence.envs import make_env
-
     for part in patch.parts:
         if not isinstance(part, Curriculum):
             continue
@@ -124,8 +122,6 @@ def _merge(reports: list[FuzzReport]) -> FuzzReport | None:
 
 
 def _spaces(env_id: str, env_kwargs: dict | None) -> tuple[Any, Any, EnvTraits]:
-    from ..evidence.envs import make_env, traits_of_spaces
-
     env = make_env(env_id, env_kwargs or {})
     try:
         return (

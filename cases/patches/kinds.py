@@ -22,6 +22,8 @@ from pydantic import BaseModel
 from ..errors import PatchRejectedError
 from ..model import EnvTraits, RemedyFamily
 from . import fit, spec, wrappers
+from .fuzz import fuzz_predicate, fuzz_reward
+from .sandbox import compile_predicate, compile_reward
 from .spec import Patch
 
 __all__ = ["PatchKind", "PATCH_KINDS", "patch_kind", "reward_kinds", "check_fit"]
@@ -60,28 +62,18 @@ class PatchKind:
 
 
 def _shaped_reward_wrapper(part: spec.RewardShaping, env: gym.Env) -> gym.Env:
-    from .sandbox import compile_reward  # static checks happen here, before the env steps
-
     return wrappers.ShapedRewardWrapper(env, compile_reward(part.code))
 
 
 def _safety_wrapper(part: spec.SafetyConstraint, env: gym.Env) -> gym.Env:
-    from .sandbox import compile_predicate
-
     return wrappers.SafetyConstraintWrapper(env, compile_predicate(part.predicate), part.mode, part.penalty)
 
 
 def _fuzz_reward(part: spec.RewardShaping, obs: Any, act: Any, n: int, seed: int, timeout_s: float) -> Any:
-    from .fuzz import fuzz_reward
-    from .sandbox import compile_reward
-
     return fuzz_reward(compile_reward(part.code), obs, act, n_random=n, seed=seed, timeout_s=timeout_s)
 
 
 def _fuzz_predicate(part: spec.SafetyConstraint, obs: Any, act: Any, n: int, seed: int, timeout_s: float) -> Any:
-    from .fuzz import fuzz_predicate
-    from .sandbox import compile_predicate
-
     return fuzz_predicate(
         compile_predicate(part.predicate), obs, act, n_random=max(1, n // 2), seed=seed, timeout_s=timeout_s
     )

@@ -17,7 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..evidence.envs import env_traits, make_env
+from ..evidence.rollouts import rollout
+from ..evidence.rundir import RunDir
+from ..patches.apply import PatchPlan, make_patched_env_fn
 from ..patches.spec import ActionRepeat, Patch, PatchPart, RewardShaping
+from ..patches.wrappers import ActionRepeatWrapper
+from .training import finetune
 
 if TYPE_CHECKING:
     from ..evidence.rollouts import EpisodeRecord
@@ -126,8 +132,6 @@ def _obs_normalizer(run: Any) -> Any:
 
 
 def _evaluate(model: Any, factory: Callable[[], Any], run: Any, spec: ArmSpec, vecnormalize: Any) -> Scores:
-    from ..evidence.rollouts import rollout
-
     c = run.config
     records = rollout(
         model,
@@ -145,10 +149,6 @@ def _evaluate(model: Any, factory: Callable[[], Any], run: Any, spec: ArmSpec, v
 
 def _shaped_returns(model: Any, run: Any, spec: ArmSpec, vecnormalize: Any) -> tuple[float, ...]:
     """Returns under the treatment's training reward (patched env), for the reward-hacking test."""
-    from ..evidence.envs import env_traits
-    from ..evidence.rollouts import rollout
-    from ..patches.apply import PatchPlan, make_patched_env_fn
-
     c = run.config
     patch = Patch.model_validate_json(spec.score_patch_json or "")
     plan = PatchPlan.from_patch(patch, env_traits(c.env_id, c.env_kwargs), c.algo)
@@ -179,15 +179,11 @@ def _control_wrapper(patch_json: str | None) -> Callable[[Any], Any]:
             n *= part.n
     if n == 1:
         return lambda env: env
-    from ..patches.wrappers import ActionRepeatWrapper
-
     return lambda env: ActionRepeatWrapper(env, n)
 
 
 def run_arm(spec: ArmSpec) -> ArmResult:
     """Fine-tune one arm (see :func:`remedy.cases.verify.training.finetune`) and evaluate it; a worker job."""
-    from .training import finetune
-
     _absolute(spec.run_dir, "run_dir")
     _absolute(spec.out_dir, "out_dir")
     if spec.start_dir is not None:
@@ -229,9 +225,6 @@ def evaluate_trained(
 ) -> ArmResult:
     """Evaluate an arm already trained into ``trained_dir`` (also a worker job: a cached control
     re-evaluated under a candidate's shaped reward costs episodes, no training)."""
-    from ..evidence.envs import make_env
-    from ..evidence.rundir import RunDir
-
     run = RunDir.load(_absolute(trained_dir, "trained_dir"))
     c = run.config
     model = run.load_model()
@@ -396,8 +389,6 @@ def preference_check(run_dir: str, patch_json: str, n_episodes: int, seed: int) 
     task return, progress, the success definition's margin and violations.
     Undecidable only when the task orders no pair (all tied).
     """
-    from ..evidence.rundir import RunDir
-
     records = replay_under_reward(
         RunDir.load(_absolute(run_dir, "run_dir")), Patch.model_validate_json(patch_json), n_episodes, seed
     )
@@ -415,10 +406,6 @@ def _absolute(path: str, what: str) -> str:
 def replay_under_reward(run: RunDir, patch: Patch, n_episodes: int, seed: int) -> list[EpisodeRecord]:
     """The evidence episodes (deterministic and stochastic, same seeds) with only ``patch``'s reward-shaping
     parts applied, so only their training rewards change; episodes that diverged to NaN are dropped."""
-    from ..evidence.envs import env_traits
-    from ..evidence.rollouts import rollout
-    from ..patches.apply import PatchPlan, make_patched_env_fn
-
     c = run.config
     shaping: list[PatchPart] = [p for p in patch.parts if isinstance(p, RewardShaping)]
     plan = PatchPlan.from_patch(Patch(parts=shaping), env_traits(c.env_id, c.env_kwargs), c.algo)

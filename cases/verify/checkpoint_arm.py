@@ -15,7 +15,10 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from .arms import ArmResult, ArmSpec, _scores
+from ..evidence.envs import make_env
+from ..evidence.rollcache import rollout_key
+from ..evidence.rollouts import rollout
+from .arms import ArmResult, ArmSpec, _obs_normalizer, _scores
 
 if TYPE_CHECKING:
     from ..evidence.rollcache import RolloutCache
@@ -25,10 +28,6 @@ __all__ = ["checkpoint_control"]
 
 
 def _evaluation(run: RunDir, spec: ArmSpec, cache: RolloutCache, kwargs: dict | None, model: Any) -> Any:
-    from ..evidence.envs import make_env
-    from ..evidence.rollcache import rollout_key
-    from ..evidence.rollouts import rollout
-
     c = run.config
 
     def factory() -> Any:
@@ -76,7 +75,6 @@ class _Lazy:
     def _load(self) -> None:
         if self._loaded:
             return
-        from .arms import _obs_normalizer
 
         self._model, self._vn, self._loaded = self.run.load_model(), _obs_normalizer(self.run), True
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..errors import VerificationError
+from ..patches.worker import run_limited
 
 __all__ = [
     "Job",
@@ -101,8 +102,6 @@ def _describe(err: BaseException) -> str:
 
 def execute_job(job: Job) -> JobResult:
     """Run one job through ``run_limited`` in this process's child; never raises for job failures."""
-    from ..patches.worker import run_limited  # imported late so this module loads alone
-
     start = time.monotonic()
     try:
         fn = resolve(job.fn)

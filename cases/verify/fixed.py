@@ -26,7 +26,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..model import Stage, Status
 from ..success import ReturnThreshold, SuccessSpec
+from .stats import iqm
 
 if TYPE_CHECKING:
     from ..model import Verification
@@ -89,8 +91,6 @@ def judge_fixed(
 
 def patient_values(successes: Sequence[bool], returns: Sequence[float]) -> tuple[float | None, float | None]:
     """The patient's own success rate and return IQM from its evidence episodes (None: no episodes)."""
-    from .stats import iqm
-
     if not successes:
         return None, None
     finite = [r for r in returns if np.isfinite(r)]
@@ -107,8 +107,6 @@ def judge_verification(
 ) -> Any:
     """``verification`` with ``fixed`` and ``gap_closed`` set, from the patient's evidence ``episodes`` (records
     with ``success`` and ``ret``) and the run's success definition; unchanged when it measured no effect."""
-    from ..model import Stage, Status
-
     v = verification
     if v.effect is None:
         return v
