@@ -1,4 +1,5 @@
-"""`remedy bench build` (build the fault-scenario patients, check each fails and its oracle fixes it) and
+"""The bench verbs: `remedy bench build` (build the fault-scenario patients, check each fails and its oracle
+fixes it), `remedy bench run|curve` (the fix loop on each scenario, scored; cold then warm) and
 `remedy bench factory` (the case factory: the fix loop over the zoo, resumable and sharded, cases in chunks)."""
 
 from __future__ import annotations
@@ -10,8 +11,12 @@ import typer
 from rich.progress import TaskID
 from rich.table import Table
 
+from remedy.cases.errors import KBPathError
+
 from .common import (
+    DEFAULT_KB,
     JsonOption,
+    KbOption,
     ScreenConfidenceOption,
     add_columns,
     console,
@@ -20,8 +25,24 @@ from .common import (
     progress_bar,
     shown,
 )
+from .diagnose import (
+    BudgetOption,
+    CandidatesOption,
+    ConfirmSeedsOption,
+    DiagnoserOption,
+    ExecutorOption,
+    RaceFractionOption,
+    RaceOption,
+    RaceSeedsOption,
+    RoundsOption,
+    ScenariosOption,
+    SeedsOption,
+    _backend,
+    _Live,
+    _race,
+)
 
-__all__ = ["bench_build", "build_cmd", "factory_cmd"]
+__all__ = ["bench_build", "build_cmd", "bench_run", "bench_curve", "factory_cmd"]
 
 #: console width from which the table shows the fault text.
 _WIDE = 130
@@ -344,3 +365,272 @@ def _show_factory(state: dict, as_json: bool) -> None:
     console.print(_factory_table(state))
     if state.get("by_family"):
         console.print(_family_table(state))
+
+
+def _bench_settings(
+    diagnoser,
+    rounds,
+    candidates,
+    seeds,
+    budget,
+    executor,
+    baselines=False,
+    oracle_results=None,
+    race=None,
+    confirm_seeds=8,
+):
+    from remedy.kb.bench import BenchSettings
+
+    race = race or _race(True, 1 / 3, 2)
+    return BenchSettings(
+        race=race.enabled,
+        race_fraction=race.fraction,
+        race_seeds=race.seeds,
+        diagnoser=diagnoser,
+        rounds=rounds,
+        candidates=candidates,
+        seeds=seeds,
+        confirm_seeds=confirm_seeds,
+        budget=budget,
+        executor=executor,
+        baselines=baselines,
+        oracle_results=None if oracle_results is None else str(oracle_results),
+    )
+
+
+def _split_table(reports) -> Table:
+    """Per split: Remedy's accuracy and fix rate next to the baselines'."""
+    t = Table(title="Per split, with baselines", title_justify="left")
+    for col in (
+        "split",
+        "pass",
+        "n",
+        "top-1",
+        "top-3",
+        "improved rate (solvable)",
+        "fixed rate (agent works)",
+        "budget-only / other",
+        "baseline top-1 / top-3",
+        "baseline fix rates",
+        "unsolvable",
+    ):
+        t.add_column(col, overflow="fold")
+    for r in reports:
+        for x in r.splits:
+            arms = ", ".join(f"{a} {v:.0%}" for a, v in sorted(x.baseline_fix_rates.items())) or "not run"
+            t.add_row(
+                x.split,
+                r.label,
+                str(x.n),
+                f"{x.top1_accuracy:.0%}",
+                f"{x.top3_accuracy:.0%}",
+                f"{x.fix_rate:.0%} of {x.fix_denominator}",
+                f"{x.works_rate:.0%} of {x.fix_denominator}",
+                f"{x.budget_only_fix_rate:.0%} / {x.other_fix_rate:.0%}",
+                f"{x.baseline_top1:.0%} / {x.baseline_top3:.0%}",
+                arms,
+                ", ".join(x.unsolvable) or "-",
+            )
+    return t
+
+
+def _bench_table(reports) -> Table:
+    """Overall figures, one column per pass."""
+    t = Table(title="Overall", title_justify="left")
+    t.add_column("figure")
+    for r in reports:
+        t.add_column(r.label, justify="right")
+
+    def pct(x):
+        return f"{x:.0%}"
+
+    def num(spec):
+        return lambda x: "-" if x is None else format(x, spec)
+
+    for name, attr, fmt in (
+        ("scenarios", "n", str),
+        ("top-1 accuracy", "top1_accuracy", pct),
+        ("top-3 accuracy", "top3_accuracy", pct),
+        ("confirmed-improved rate", "fix_rate", pct),
+        ("fixed rate (the agent now works)", "works_rate", pct),
+        ("attempts to fix (mean)", "mean_attempts_to_fix", num(".2f")),
+        ("env steps to fix (mean)", "mean_env_steps_to_fix", num(",.0f")),
+        ("wall s to fix (mean)", "mean_wall_time_to_fix_s", num(".0f")),
+        ("candidates stopped early (race)", "stopped_early", str),
+        ("total env steps", "total_env_steps", num(",")),
+        ("total wall s", "total_wall_time_s", num(".0f")),
+    ):
+        t.add_row(name, *[fmt(getattr(r.summary, attr)) for r in reports])
+    return t
+
+
+def _scenario_table(report) -> Table:
+    t = Table(title=f"Scenarios ({report.label})", title_justify="left")
+    for col in (
+        "scenario",
+        "ground truth",
+        "first diagnosis",
+        "top-1",
+        "top-3",
+        "improved",
+        "fixed (works)",
+        "attempts",
+        "env steps to fix",
+        "wall s to fix",
+        "winning patch",
+    ):
+        t.add_column(col, overflow="fold")
+
+    def yes(b):
+        return "[green]yes[/]" if b else "[red]no[/]"
+
+    for r in report.scenarios:
+        diag = ", ".join(r.first_causes[:3]) or (f"[red]{r.error}[/]" if r.error else "-")
+        t.add_row(
+            r.scenario,
+            ", ".join(r.ground_truth),
+            diag,
+            yes(r.top1),
+            yes(r.top3),
+            yes(r.fixed),
+            "-" if r.works is None else yes(r.works),
+            f"{r.attempts_to_fix or '-'}/{r.attempts}",
+            "-" if r.env_steps_to_fix is None else f"{r.env_steps_to_fix:,}",
+            "-" if r.wall_time_to_fix_s is None else f"{r.wall_time_to_fix_s:.0f}",
+            r.winning_patch or "-",
+        )
+    return t
+
+
+QuickOption = Annotated[bool, typer.Option("--quick", help="Only the quick default subset (shipped checkpoints).")]
+ReportsOption = Annotated[Path, typer.Option("--reports", help="Where the JSON and Markdown reports go.")]
+CacheOption = Annotated[
+    Path | None, typer.Option("--cache", help="Scenario build cache (default ~/.cache/remedy/scenarios).")
+]
+SplitOption = Annotated[
+    str,
+    typer.Option(
+        "--split",
+        help="dev, holdout or all (each reported separately); lofo:<family> (one fault family) or "
+        "lofo-train:<family> (all the others).",
+    ),
+]
+BaselinesOption = Annotated[
+    bool,
+    typer.Option(
+        "--baselines/--no-baselines", help="Also run the no-diagnosis fixing arms (RL Zoo defaults, random search)."
+    ),
+]
+OracleOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--oracle-results", help="Oracle solvability records (default bench/data/oracle.jsonl, from `bench build`)."
+    ),
+]
+
+
+def bench_run(
+    scenarios: ScenariosOption = None,
+    diagnoser: DiagnoserOption = "offline",
+    rounds: RoundsOption = 3,
+    candidates: CandidatesOption = 2,
+    seeds: SeedsOption = 3,
+    confirm_seeds: ConfirmSeedsOption = 8,
+    budget: BudgetOption = None,
+    executor: ExecutorOption = "local",
+    cold: Annotated[bool, typer.Option("--cold", help="Diagnose against an empty KB (built-in priors only).")] = False,
+    quick: QuickOption = False,
+    split: SplitOption = "all",
+    baselines: BaselinesOption = True,
+    oracle_results: OracleOption = None,
+    reports: ReportsOption = Path("reports/bench"),
+    cache: CacheOption = None,
+    race: RaceOption = True,
+    race_fraction: RaceFractionOption = 1 / 3,
+    race_seeds: RaceSeedsOption = 2,
+    kb: KbOption = Path(DEFAULT_KB),
+    as_json: JsonOption = False,
+) -> None:
+    """Run the fix loop on each fault scenario; score accuracy and fix rate per split, next to baselines."""
+    from remedy.kb.bench import run_bench, select_scenarios
+    from remedy.kb.bench_report import write_report
+    from remedy.kb.facade import KnowledgeBase
+
+    racing = _race(race, race_fraction, race_seeds)
+    chosen = select_scenarios(scenarios, quick, split)
+    settings = _bench_settings(
+        diagnoser, rounds, candidates, seeds, budget, executor, baselines, oracle_results, racing, confirm_seeds
+    )
+    _backend(diagnoser)
+    with KnowledgeBase.open(kb, create=True) as base, _Live(disable=as_json) as live:
+        report = run_bench(
+            None if cold else base,
+            chosen,
+            settings,
+            store=base,
+            label="cold" if cold else "kb",
+            cache_dir=cache,
+            progress=live.scenario,
+        )
+    paths = write_report(report, reports)
+    if as_json:
+        print_json({**report.as_dict(), "written": [str(p) for p in paths]})
+        return
+    console.print(_scenario_table(report))
+    console.print(_split_table([report]))
+    console.print(_bench_table([report]))
+    console.print("wrote " + ", ".join(str(p) for p in paths), highlight=False, soft_wrap=True)
+
+
+def bench_curve(
+    scenarios: ScenariosOption = None,
+    diagnoser: DiagnoserOption = "offline",
+    rounds: RoundsOption = 3,
+    candidates: CandidatesOption = 2,
+    seeds: SeedsOption = 3,
+    confirm_seeds: ConfirmSeedsOption = 8,
+    budget: BudgetOption = None,
+    executor: ExecutorOption = "local",
+    quick: QuickOption = False,
+    split: SplitOption = "all",
+    baselines: BaselinesOption = True,
+    oracle_results: OracleOption = None,
+    reports: ReportsOption = Path("reports/bench"),
+    cache: CacheOption = None,
+    keep: Annotated[
+        Path | None,
+        typer.Option("--keep-kb", help="Keep the curve's KB (cold and warm cases) here instead of a temporary folder."),
+    ] = None,
+    race: RaceOption = True,
+    race_fraction: RaceFractionOption = 1 / 3,
+    race_seeds: RaceSeedsOption = 2,
+    as_json: JsonOption = False,
+) -> None:
+    """The meta-learning curve: the suite cold (empty KB), then warm (KB of the other scenarios' cold cases)."""
+    import tempfile
+
+    from remedy.kb.bench import run_curve, select_scenarios
+    from remedy.kb.bench_report import write_report
+    from remedy.kb.facade import KnowledgeBase
+
+    racing = _race(race, race_fraction, race_seeds)
+    chosen = select_scenarios(scenarios, quick, split)
+    settings = _bench_settings(
+        diagnoser, rounds, candidates, seeds, budget, executor, baselines, oracle_results, racing, confirm_seeds
+    )
+    _backend(diagnoser)
+    with tempfile.TemporaryDirectory(prefix="remedy-curve-") as tmp:
+        where = keep if keep is not None else Path(tmp) / "kb"
+        with KnowledgeBase.open(where, create=True) as work, _Live(disable=as_json) as live:
+            if work.count():
+                raise KBPathError(f"--keep-kb {where} already holds cases; the cold pass needs an empty KB")
+            curve = run_curve(chosen, settings, work_kb=work, cache_dir=cache, progress=live.scenario)
+    paths = write_report(curve, reports)
+    if as_json:
+        print_json({**curve.as_dict(), "written": [str(p) for p in paths]})
+        return
+    console.print(_scenario_table(curve.cold))
+    console.print(_scenario_table(curve.warm))
+    console.print(_split_table([curve.cold, curve.warm]))
+    console.print(_bench_table([curve.cold, curve.warm]))
+    console.print("wrote " + ", ".join(str(p) for p in paths), highlight=False, soft_wrap=True)

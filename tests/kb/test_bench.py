@@ -239,7 +239,7 @@ def test_bench_run_tables_show_improved_and_fixed_apart():
     from rich.console import Console
 
     from remedy.kb.bench import BenchReport, BenchSettings, ScenarioResult, split_summaries, summarize
-    from remedy.kb.cli.diagnose import _bench_table, _scenario_table, _split_table
+    from remedy.kb.cli.bench import _bench_table, _scenario_table, _split_table
 
     def row(name: str, works: bool) -> ScenarioResult:
         return ScenarioResult(
