@@ -192,8 +192,9 @@ class RemedyClient:
         mode: str = "hybrid",
     ) -> list[SimilarCase]:
         """Stored cases most similar to a text (``POST /v1/query``) or a signature (``POST /v1/similar``)."""
-        filters = {"k": k, "env": env_id, "action_space": action_space, "algo": algo, "mode": mode, "full": True}
-        filters |= {"only_improved": only_improved, "min_effect": min_effect}
+        filters: dict[str, object] = {"k": k, "env": env_id, "action_space": action_space, "algo": algo}
+        filters |= {"mode": mode, "only_improved": only_improved, "min_effect": min_effect, "full": True}
+        body: dict[str, object]
         if isinstance(query, str):
             path, body = "/v1/query", {"text": query}
         else:  # the signature's own JSON keeps NaN features as strings, which the service reads back

@@ -545,8 +545,8 @@ class KnowledgeBase:
 
     def mine(self, *, min_support: int = 3, fdr: float = 0.1, max_conditions: int = 2, seed: int = 0) -> MineReport:
         """Mine rules from the measured cases and store them as proposed (re-mining updates their evidence)."""
-        params = {"min_support": min_support, "fdr": fdr, "max_conditions": max_conditions, "seed": seed}
-        result, report = mine_into(RuleStore(self.store), **params)
+        rules = RuleStore(self.store)
+        result, report = mine_into(rules, min_support=min_support, fdr=fdr, max_conditions=max_conditions, seed=seed)
         return MineReport(
             attempts=result.n_attempts,
             tested=result.n_tested,

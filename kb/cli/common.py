@@ -8,13 +8,16 @@ import re
 import unicodedata
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from remedy.cases.model import Effect
 
 __all__ = [
     "KbOption",
@@ -109,7 +112,7 @@ def status_markup(status: str, bold: bool = False) -> str:
     return f"[{'bold ' if bold else ''}{colour}]{status}[/]"
 
 
-def effect_text(effect: Any) -> str:
+def effect_text(effect: Effect | None) -> str:
     """``+0.45 [+0.2, +0.7] success_rate`` for an Effect, ``-`` for none."""
     return "-" if effect is None else effect.text()
 

@@ -13,11 +13,10 @@ import json
 import logging
 import os
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
 import fastapi_offline
 import pydantic
@@ -27,6 +26,7 @@ from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from remedy.cases import errors as E
 from remedy.cases.evidence.rundir import RunDir
@@ -38,7 +38,7 @@ from remedy.retrieval.embedder import Embedder, default_embedder
 
 from .handlers import job_handlers
 from .jobs import JobNotFoundError, JobRunner, JobStore
-from .models import RequestBodyError
+from .models import ErrorOut, ImportProblem, RequestBodyError
 from .routes import router
 from .service import (
     MAX_BODY_BYTES,
@@ -271,10 +271,10 @@ def _cut(text: str, limit: int = MAX_DETAIL_CHARS) -> str:
     return text if len(text) <= limit else text[:limit] + f"… ({len(text) - limit:,} more characters)"
 
 
-def _error(status: int, detail: str, err: str, problems: list[dict[str, Any]] | None = None) -> JSONResponse:
+def _error(status: int, detail: str, err: str, problems: Sequence[tuple[int, str]] = ()) -> JSONResponse:
     """An error body: the message and problems cut to size (a message may quote a hostile input)."""
-    shown = [{**p, "message": _cut(str(p.get("message", "")), 500)} for p in (problems or [])[:MAX_PROBLEMS]]
-    return JSONResponse({"detail": _cut(detail), "error": err, "problems": shown}, status_code=status)
+    shown = [ImportProblem(line=n, message=_cut(str(m), 500)) for n, m in problems[:MAX_PROBLEMS]]
+    return JSONResponse(ErrorOut(detail=_cut(detail), error=err, problems=shown).model_dump(), status_code=status)
 
 
 #: why FastAPI could not parse a JSON body, by the exception it chained (it says only "error parsing the body")
@@ -287,8 +287,7 @@ _PARSE_ERRORS: list[tuple[type[BaseException], str]] = [
 def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(E.RemedyError)
     async def remedy_error(request: Request, err: E.RemedyError) -> JSONResponse:
-        problems = [{"line": n, "message": m} for n, m in getattr(err, "problems", [])]
-        return _error(status_of(err), str(err), type(err).__name__, problems)
+        return _error(status_of(err), str(err), type(err).__name__, list(getattr(err, "problems", [])))
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, err: StarletteHTTPException) -> JSONResponse:
@@ -336,7 +335,7 @@ class BodyLimit:
     (chunked) body are counted, so nothing past the limit is ever buffered.
     """
 
-    def __init__(self, app: Any, max_body: int, max_upload: int, max_request: int = MAX_REQUEST_BYTES) -> None:
+    def __init__(self, app: ASGIApp, max_body: int, max_upload: int, max_request: int = MAX_REQUEST_BYTES) -> None:
         self.app, self.max_body, self.max_upload, self.max_request = app, max_body, max_upload, max_request
 
     def limit_for(self, path: str) -> int:
@@ -344,7 +343,7 @@ class BodyLimit:
         path = path.rstrip("/")
         return {UPLOAD_PATH: self.max_upload, IMPORT_PATH: self.max_body}.get(path, self.max_request)
 
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -355,7 +354,7 @@ class BodyLimit:
             return
         seen, started = 0, False
 
-        async def limited_receive() -> dict:
+        async def limited_receive() -> Message:
             nonlocal seen
             message = await receive()
             seen += len(message.get("body", b""))
@@ -363,7 +362,7 @@ class BodyLimit:
                 raise _TooLarge(limit)
             return message
 
-        async def tracking_send(message: dict) -> None:
+        async def tracking_send(message: Message) -> None:
             nonlocal started
             started = started or message["type"] == "http.response.start"
             await send(message)
@@ -375,16 +374,15 @@ class BodyLimit:
                 await _send_413(send, limit)
 
 
-def _too_large(limit: int) -> dict[str, Any]:
-    return {
-        "detail": f"request body over the limit of {limit:,} bytes; send less (split an import, "
-        "leave large logs out of a run archive)",
-        "error": "PayloadTooLarge",
-        "problems": [],
-    }
+def _too_large(limit: int) -> dict[str, object]:
+    detail = (
+        f"request body over the limit of {limit:,} bytes; send less (split an import, leave large logs out of a run "
+        "archive)"
+    )
+    return ErrorOut(detail=detail, error="PayloadTooLarge").model_dump()
 
 
-async def _send_413(send: Any, limit: int) -> None:
+async def _send_413(send: Send, limit: int) -> None:
     body = json.dumps(_too_large(limit)).encode()
     await send(
         {

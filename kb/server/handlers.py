@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,12 +19,13 @@ from fastapi import HTTPException
 from remedy.cases.errors import ImportFileError, ValidationError
 from remedy.cases.evidence.rundir import RunDir
 from remedy.cases.io import case_to_json
+from remedy.cases.model import Case
 from remedy.cases.patches.spec import Patch
 from remedy.kb.diagnose import diagnose_description, diagnose_run, diagnose_signature
 from remedy.kb.fixloop import fix
 from remedy.kb.verify import verify
 from remedy.retrieval.describe import SymptomReader
-from remedy.retrieval.diagnosis import get_diagnoser, preflight
+from remedy.retrieval.diagnosis import Diagnoser, get_diagnoser, preflight
 
 from .jobs import Handler, JobProgress, JobRecord
 from .models import (
@@ -142,7 +144,7 @@ def import_body(service: Service, body: bytes, skip_invalid: bool, mark_imported
     )
 
 
-def _backend(name: str) -> Any:
+def _backend(name: str) -> Diagnoser:
     backend = get_diagnoser(name)
     preflight(backend)  # an LM backend raises LMError now when the service has no REMEDY_LM
     return backend
@@ -176,7 +178,7 @@ def _check_source(req: DiagnoseIn) -> None:
         )
 
 
-def _symptom_reader(service: Service) -> Any:
+def _symptom_reader(service: Service) -> SymptomReader:
     """The service's one SymptomReader (its phrase table is embedded once, with the KB's embedder)."""
     if service.symptoms is None:
         service.symptoms = SymptomReader(service.kb.embedder)
@@ -250,10 +252,10 @@ def check_fix(service: Service, req: FixJobIn) -> dict[str, Any]:
     return req.model_dump()
 
 
-def _store(service: Service) -> Any:
+def _store(service: Service) -> Callable[[Case], bool]:
     """Stores one case in the service's KB, taking turns with imports and reviews."""
 
-    def add(case: Any) -> bool:
+    def add(case: Case) -> bool:
         with service.write_lock:
             return service.kb.add(case)
 

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 from remedy.cases.errors import ValidationError
-from remedy.cases.model import Signature, Subject
+from remedy.cases.model import LiteratureEffect, Signature, Subject
 from remedy.kb.facade import KBStats, MineReport
 from remedy.kb.settings import DiagnoserName, FixSettings, VerifySettings
 
@@ -24,6 +24,8 @@ __all__ = [
     "QueryIn",
     "SimilarIn",
     "Hit",
+    "HitPatch",
+    "HitEffect",
     "ImportOut",
     "ImportProblem",
     "StatsOut",
@@ -113,14 +115,6 @@ class Health(BaseModel):
     version: str
 
 
-class ErrorOut(BaseModel):
-    """Every error response: the one-line message, the error class, and per-record problems for imports."""
-
-    detail: str
-    error: str
-    problems: list[dict[str, Any]] = Field(default_factory=list)
-
-
 class _Filters(_In):
     k: int = Field(10, ge=1, le=200, description="How many cases.")
     env: str | None = Field(None, max_length=200, description="Only cases on this env id.")
@@ -163,6 +157,22 @@ class SimilarIn(_Filters):
     signature: SignatureIn
 
 
+class HitPatch(BaseModel):
+    """A hit's patch: its one-line summary and each part as a patch file holds it."""
+
+    summary: str
+    parts: list[dict[str, Any]]  # kind-specific fields: the patch kinds' own models validate them
+
+
+class HitEffect(BaseModel):
+    """A hit's measured effect: treatment minus control on ``metric``, with its 95% interval."""
+
+    diff: float
+    ci_low: float
+    ci_high: float
+    metric: str
+
+
 class Hit(BaseModel):
     """One similar case: the shape of ``remedy query --json``, plus the full case when asked for."""
 
@@ -177,10 +187,10 @@ class Hit(BaseModel):
     symptoms: list[str]
     summary: str
     root_causes: list[str]
-    patch: dict[str, Any]
-    effect: dict[str, Any] | None
-    literature: dict[str, Any] | None
-    case: dict[str, Any] | None = None
+    patch: HitPatch
+    effect: HitEffect | None
+    literature: LiteratureEffect | None
+    case: dict[str, Any] | None = None  # the case's own JSON (NaN features as strings), parsed by the client
 
 
 class ImportProblem(BaseModel):
@@ -188,6 +198,14 @@ class ImportProblem(BaseModel):
 
     line: int
     message: str
+
+
+class ErrorOut(BaseModel):
+    """Every error response: the one-line message, the error class, and per-record problems for imports."""
+
+    detail: str
+    error: str
+    problems: list[ImportProblem] = Field(default_factory=list)
 
 
 class ImportOut(BaseModel):

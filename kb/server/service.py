@@ -11,7 +11,7 @@ import threading
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .jobs import JobRunner, JobState, JobStore
 from .tokens import TokenStore
@@ -19,6 +19,7 @@ from .uploads import UploadShelf
 
 if TYPE_CHECKING:
     from remedy.kb.facade import KnowledgeBase
+    from remedy.retrieval.describe import SymptomReader
 
 __all__ = [
     "Service",
@@ -77,7 +78,7 @@ class Service:
     runner: JobRunner
     settings: ServiceSettings
     interrupted: list[str] = field(default_factory=list)
-    symptoms: Any = None  # the SymptomReader of described failures, built on the first one
+    symptoms: SymptomReader | None = None  # reads described failures; built on the first one
     # DuckDB refuses concurrent transactions that touch the same rows: imports take turns.
     write_lock: threading.Lock = field(default_factory=threading.Lock)
 
