@@ -4,11 +4,13 @@
 table consistency check, a query plan and two scans (vector and BM25), about 15 ms at 10k cases
 on 2 cores, most of it fixed cost. A :class:`ResidentIndex` keeps the unit vectors and the
 filter columns in numpy arrays (15 MB per 10k cases) and answers the vector half with one
-exact matrix product; the BM25 half is still asked of Lance's full-text index, so keyword
-scoring is Lance's own. Hybrid results are fused exactly as LanceDB's hybrid query fuses them
-(reciprocal rank fusion, K = 60, vector hits first on ties), so a resident search returns what
-:meth:`VectorIndex.search` returns, except that the vector half is exact where Lance's would go
-through its approximate (HNSW) index.
+exact matrix product, and the keyword half with a BM25 matrix that analyses and scores text as
+Lance's full-text index does (:mod:`remedy.retrieval.keywords`). Hybrid results are fused as
+LanceDB's hybrid query fuses them (reciprocal rank fusion, K = 60, vector hits first on ties).
+So a resident search returns what :meth:`VectorIndex.search` returns, except where Lance's
+answer is itself approximate: its vector half goes through an HNSW index above 5k rows, its
+BM25 statistics drift slightly as rows are appended between index refreshes, and documents with
+equal keyword scores may come in another order.
 
 Freshness: every search compares the Lance table's version with the one loaded (a cheap call:
 the table is opened with a zero consistency interval) and reloads when they differ, so a write
@@ -25,6 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from .index import Hit, SearchFilters, VectorIndex
+from .keywords import KeywordIndex
 
 __all__ = ["ResidentIndex", "RRF_K", "MAX_RESIDENT_ROWS"]
 
@@ -32,7 +35,7 @@ __all__ = ["ResidentIndex", "RRF_K", "MAX_RESIDENT_ROWS"]
 RRF_K = 60
 #: Above this many rows the vectors are not copied into memory (384 floats each: 1.5 GB at 1M).
 MAX_RESIDENT_ROWS = 500_000
-_COLUMNS = ["id", "vector", "env_id", "action_space", "algo", "status", "effect", "scenario"]
+_COLUMNS = ["id", "vector", "text", "env_id", "action_space", "algo", "status", "effect", "scenario"]
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,7 @@ class _Snapshot:
     vectors: np.ndarray  # (n, dim) float32, unit rows
     codes: dict[str, tuple[dict[str | None, int], np.ndarray]]  # column -> (value -> code, code per row)
     effect: np.ndarray  # float64, NaN where the case has no measured effect
+    keywords: KeywordIndex
 
     def mask(self, filters: SearchFilters) -> np.ndarray | None:
         """Rows the filters keep (None: all of them), with the SQL meaning of ``SearchFilters.where``."""
@@ -105,22 +109,12 @@ class ResidentIndex:
             return _hits(snap, q, _top(snap, q, keep, k))
         if mode != "hybrid":
             return self.index.search(vector, k=k, filters=filters, text=text, mode=mode)  # raises on a bad mode
-        if not self.index._ensure_fts():
-            return _hits(snap, q, _top(snap, q, keep, k))  # read-only without FTS: vectors alone, as VectorIndex
         limit = max(2 * k, k + 10)  # VectorIndex's hybrid pool
         vec_rows = _top(snap, q, keep, limit)
-        fts_ids = self._fts_ids(text, filters, limit)  # type: ignore[arg-type]
-        fts_rows = [snap.row_of[i] for i in fts_ids if i in snap.row_of]
+        fts_rows = snap.keywords.top(text, limit, keep)  # type: ignore[arg-type]
         pool = _rrf(vec_rows, fts_rows)[:limit]
         hits = _hits(snap, q, pool)
         return sorted(hits, key=lambda h: -h.similarity)[:k]
-
-    def _fts_ids(self, text: str, filters: SearchFilters, limit: int) -> list[str]:
-        query = self.index._table.search(text, query_type="fts").select(["id"]).limit(limit)
-        where = filters.where()
-        if where is not None:
-            query = query.where(where, prefilter=True)
-        return query.to_arrow().column("id").to_pylist()
 
     def _current(self) -> _Snapshot:
         """The loaded snapshot, reloaded first when the table has a newer version."""
@@ -141,13 +135,15 @@ def _load(index: VectorIndex) -> _Snapshot:
     n = table.count_rows()
     tbl: pa.Table = table.search().select(_COLUMNS).limit(max(n, 1)).to_arrow() if n else pa.table({})
     if n == 0:
-        return _Snapshot(version, [], {}, np.zeros((0, index.embedder.dim), np.float32), {}, np.zeros(0))
+        empty = np.zeros((0, index.embedder.dim), np.float32)
+        return _Snapshot(version, [], {}, empty, {}, np.zeros(0), KeywordIndex([]))
     ids = tbl.column("id").to_pylist()
     vectors = tbl.column("vector").combine_chunks().flatten().to_numpy().reshape(len(ids), -1).astype(np.float32)
     codes = {col: _codes(tbl.column(col).to_pylist()) for col in ("env_id", "action_space", "status", "scenario")}
     codes["algo_lower"] = _codes([_lower(a) for a in tbl.column("algo").to_pylist()])
     effect = np.array([np.nan if e is None else e for e in tbl.column("effect").to_pylist()], dtype=np.float64)
-    return _Snapshot(version, ids, {i: r for r, i in enumerate(ids)}, vectors, codes, effect)
+    keywords = KeywordIndex(tbl.column("text").to_pylist())
+    return _Snapshot(version, ids, {i: r for r, i in enumerate(ids)}, vectors, codes, effect, keywords)
 
 
 def _codes(values: list[str | None]) -> tuple[dict[str | None, int], np.ndarray]:
