@@ -28,14 +28,14 @@ from filelock import FileLock, Timeout
 from remedy.cases.errors import OptimizeError
 from remedy.cases.model import Case, Source
 from remedy.cases.store import CaseStore
-from remedy.retrieval.diagnosis import CaseRetriever
+from remedy.retrieval.diagnosis import CaseRetriever, diagnoser_names, get_diagnoser, program_kind
 from remedy.retrieval.offline import OfflineSettings
 
 from .dataset import Example, build_examples, dev_answer_keys, example_group, split_examples
 from .offline import K_MAX, Prepared, evaluate, prepare, tune_offline
 from .ranker import RANKER_OPTIMIZER, RankerSettings, active_ranker, attempt_rows, evaluate_ranked, fit_ranker
 from .report import render_report
-from .versions import DEFAULT_MARGIN, ProgramStore, ProgramVersion, promotion_decision
+from .versions import BACKENDS, DEFAULT_MARGIN, ProgramStore, ProgramVersion, promotion_decision
 
 __all__ = [
     "OptimizeOptions",
@@ -46,6 +46,7 @@ __all__ = [
     "MIN_EXAMPLES",
     "MIN_GROUPS",
     "LLM_OPTIMIZERS",
+    "program_kind_for",
 ]
 
 #: the job's lock, in the KB directory
@@ -58,6 +59,19 @@ LLM_OPTIMIZERS = ("gepa", "mipro", "bootstrap")
 #: neighbours the llm backend's prompts show per example: what `remedy diagnose` retrieves by default
 LLM_K = 10
 _OFFLINE_OPTIMIZER = "optuna-tpe"
+#: each kind of stored program (``versions.BACKENDS``): the ``--optimizer`` values it takes (None: the
+#: kind's own single optimizer) and the error when another is given ({backend}: the name the user gave)
+_OPTIMIZERS: dict[str, tuple[tuple[str | None, ...], str]] = {
+    "offline": (
+        (None, _OFFLINE_OPTIMIZER),
+        "--optimizer applies to --backend llm only (the offline backend uses Optuna TPE)",
+    ),
+    "ranker": (
+        (None, RANKER_OPTIMIZER),
+        "--optimizer applies to --backend llm only (the ranker is an L2 logistic model)",
+    ),
+    "llm": (LLM_OPTIMIZERS, "--backend {backend} needs --optimizer " + "|".join(LLM_OPTIMIZERS)),
+}
 
 Progress = Callable[[str], None]
 
@@ -77,14 +91,9 @@ class OptimizeOptions:
 
     def check(self) -> None:
         """Refuse option values that cannot run, naming the flag."""
-        if self.backend not in ("offline", "llm", "ranker"):
-            raise OptimizeError(f"unknown --backend {self.backend!r}; choose offline, llm or ranker")
-        if self.backend == "offline" and self.optimizer not in (None, _OFFLINE_OPTIMIZER):
-            raise OptimizeError("--optimizer applies to --backend llm only (the offline backend uses Optuna TPE)")
-        if self.backend == "ranker" and self.optimizer not in (None, RANKER_OPTIMIZER):
-            raise OptimizeError("--optimizer applies to --backend llm only (the ranker is an L2 logistic model)")
-        if self.backend == "llm" and self.optimizer not in LLM_OPTIMIZERS:
-            raise OptimizeError(f"--backend llm needs --optimizer {'|'.join(LLM_OPTIMIZERS)}")
+        allowed, refusal = _OPTIMIZERS[program_kind_for(self.backend)]
+        if self.optimizer not in allowed:
+            raise OptimizeError(refusal.format(backend=self.backend))
         if self.trials < 1:
             raise OptimizeError(f"--trials must be at least 1, got {self.trials}")
         if self.min_new < 0:
@@ -93,6 +102,26 @@ class OptimizeOptions:
             raise OptimizeError(f"--val-fraction must be between 0 and 1 (exclusive), got {self.val_fraction}")
         if not 0.0 <= self.margin < 1.0:
             raise OptimizeError(f"--margin must be in [0, 1), got {self.margin}")
+
+
+def program_kind_for(backend: str) -> str:
+    """The kind of stored program ``--backend`` optimizes (one of ``versions.BACKENDS``).
+
+    A kind is taken as it is; any other name must be a registered diagnoser, which is asked for its
+    ``program_kind`` (:func:`remedy.retrieval.diagnosis.program_kind`): a backend registered under a new
+    name that runs ``llm`` programs is optimized as the ``llm`` kind, and its versions are the ones it runs.
+    """
+    if backend in BACKENDS:
+        return backend
+    if backend not in diagnoser_names():
+        raise OptimizeError(f"unknown --backend {backend!r}; choose offline, llm or ranker")
+    kind = program_kind(get_diagnoser(backend))
+    if kind not in BACKENDS:
+        raise OptimizeError(
+            f"the diagnoser {backend!r} runs no stored program versions, so there is nothing to optimize; "
+            "choose offline, llm or ranker"
+        )
+    return kind
 
 
 @dataclass(frozen=True)
@@ -184,17 +213,33 @@ def _run(store: CaseStore, retriever: CaseRetriever | None, opts: OptimizeOption
     _check_enough(examples)
     train, val = split_examples(examples, val_fraction=opts.val_fraction, seed=opts.seed)
     say(f"{len(examples)} examples: {len(train)} train, {len(val)} validation")
-    active = programs.active(opts.backend)
-    if opts.backend == "llm":
-        llm = _llm_module()
-        llm.check_request(train, val, optimizer=opts.optimizer, seed=opts.seed, trials=opts.trials)  # before retrieval
-        say(f"retrieving neighbours for {len(examples)} examples (leave-group-out)")
-        prepared = prepare(examples, retriever, _group_ids(cases), k_max=LLM_K, mirrors=_mirrors(examples))
-        say(f"compiling the diagnosis program with {opts.optimizer}")
-        contexts = {p.example.key: p.context for p in prepared}
-        return _run_llm(programs, train, val, active, opts, new, since, contexts)
-    if opts.backend == "ranker":
-        return _run_ranker(store, retriever, programs, cases, examples, (train, val), opts, new, since, say)
+    kind = program_kind_for(opts.backend)
+    job = _Job(store, retriever, programs, cases, examples, train, val, programs.active(kind), opts, new, since, say)
+    return _RUNNERS[kind](job)
+
+
+@dataclass(frozen=True)
+class _Job:
+    """What every kind's run works from: the KB, its examples and split, the active version, the options."""
+
+    store: CaseStore
+    retriever: CaseRetriever | None
+    programs: ProgramStore
+    cases: list[Case]
+    examples: list[Example]
+    train: list[Example]
+    val: list[Example]
+    active: ProgramVersion | None  # the active version of the kind being optimized
+    opts: OptimizeOptions
+    new: int
+    since: datetime | None
+    say: Progress
+
+
+def _run_offline(job: _Job) -> OptimizeResult:
+    """The offline kind: tune the vote's settings with Optuna on train, starting from the active version."""
+    retriever, programs, cases, examples = job.retriever, job.programs, job.cases, job.examples
+    train, val, active, opts, new, since, say = job.train, job.val, job.active, job.opts, job.new, job.since, job.say
     start = active.offline_settings() if active is not None else OfflineSettings()
     say(f"retrieving neighbours for {len(examples)} examples (leave-group-out)")
     prepared = prepare(examples, retriever, _group_ids(cases), k_max=max(K_MAX, start.k), mirrors=_mirrors(examples))
@@ -232,24 +277,14 @@ def _run(store: CaseStore, retriever: CaseRetriever | None, opts: OptimizeOption
     return result if path is None else _with_report(result, path)
 
 
-def _run_ranker(
-    store: CaseStore,
-    retriever: CaseRetriever | None,
-    programs: ProgramStore,
-    cases: list[Case],
-    examples: list[Example],
-    split: tuple[list[Example], list[Example]],
-    opts: OptimizeOptions,
-    new: int,
-    since: datetime | None,
-    say: Progress,
-) -> OptimizeResult:
+def _run_ranker(job: _Job) -> OptimizeResult:
     """The ranker backend: fit on the train groups' attempts, then score the diagnosis it orders on validation.
 
     The bar is the active ranker, or with none the deterministic vote alone; both run under the
     active offline program's settings, and the margin rule decides as for programs.
     """
-    train, val = split
+    store, retriever, programs, cases, opts, say = job.store, job.retriever, job.programs, job.cases, job.opts, job.say
+    train, val, new, since = job.train, job.val, job.new, job.since
     train_groups = {e.group for e in train}
     rows = [r for r in attempt_rows(cases) if r.group in train_groups]
     say(f"fitting the ranker on {len(rows)} attempts of {len(train_groups)} train groups")
@@ -301,7 +336,7 @@ def _mirrors(examples: list[Example]) -> dict[str, list[str]]:
     names = {e.group.removeprefix("scenario:") for e in examples if e.group.startswith("scenario:")}
     if not names:
         return {}
-    from remedy.cases.verify.scenarios import bundled_scenarios
+    from remedy.cases.verify.scenarios import bundled_scenarios  # YAML, templates and gymnasium: only when asked
 
     return {f"scenario:{s.name}": list(s.examples_excluded) for s in bundled_scenarios() if s.name in names}
 
@@ -311,21 +346,22 @@ def _changed(before: OfflineSettings, after: OfflineSettings) -> dict[str, tuple
     return {k: (a[k], b[k]) for k in a if a[k] != b[k]}
 
 
-def _run_llm(
-    programs: ProgramStore,
-    train: list[Example],
-    val: list[Example],
-    active: ProgramVersion | None,
-    opts: OptimizeOptions,
-    new: int,
-    since: datetime | None,
-    contexts: dict[str, Any] | None = None,
-) -> OptimizeResult:
-    """The llm backend: ``remedy.optimizer.llm.compile_llm`` compiles and scores; this stores and decides.
+def _run_llm(job: _Job) -> OptimizeResult:
+    """The llm kind: ``remedy.optimizer.llm.compile_llm`` compiles and scores; this stores and decides.
 
-    ``contexts``: each example's diagnosis context (retrieval done, leave-group-out), by example key.
+    Each example's diagnosis context (retrieval done, leave-group-out) is prepared here, after the request
+    is checked, so a request that cannot run costs no retrieval.
     """
-    compiled = _llm_module().compile_llm(
+    programs, train, val, active, opts, new, since = (
+        job.programs, job.train, job.val, job.active, job.opts, job.new, job.since
+    )  # fmt: skip
+    llm = _llm_module()
+    llm.check_request(train, val, optimizer=opts.optimizer, seed=opts.seed, trials=opts.trials)  # before retrieval
+    job.say(f"retrieving neighbours for {len(job.examples)} examples (leave-group-out)")
+    prepared = prepare(job.examples, job.retriever, _group_ids(job.cases), k_max=LLM_K, mirrors=_mirrors(job.examples))
+    job.say(f"compiling the diagnosis program with {opts.optimizer}")
+    contexts = {p.example.key: p.context for p in prepared}
+    compiled = llm.compile_llm(
         train, val, optimizer=opts.optimizer, seed=opts.seed, trials=opts.trials, active=active, contexts=contexts
     )
     promote, reason = promotion_decision(compiled.active_val, compiled.new_val, opts.margin)
@@ -340,6 +376,14 @@ def _run_llm(
     )  # fmt: skip
     path = _write_report(opts, result, active, [], None, None)
     return result if path is None else _with_report(result, path)
+
+
+#: how each kind of stored program is optimized (keys: ``versions.BACKENDS``)
+_RUNNERS: dict[str, Callable[[_Job], OptimizeResult]] = {
+    "offline": _run_offline,
+    "ranker": _run_ranker,
+    "llm": _run_llm,
+}
 
 
 def _llm_module() -> Any:
@@ -363,7 +407,6 @@ def _write_report(
 ) -> Path | None:
     if opts.reports is None or result.version is None:
         return None
-
     v = result.version
     path = Path(opts.reports) / f"optimize-{v.created_at.astimezone(UTC):%Y-%m-%d-%H%M%S}.md"
     path.parent.mkdir(parents=True, exist_ok=True)

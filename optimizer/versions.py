@@ -23,7 +23,9 @@ from remedy.retrieval.offline import OfflineSettings
 
 __all__ = ["ProgramVersion", "ProgramStore", "promotion_decision", "active_offline", "BACKENDS", "DEFAULT_MARGIN"]
 
-#: backends a version can belong to (``ranker``: the remedy ranker, ``remedy.optimizer.ranker``)
+#: kinds of stored program a version can belong to: a diagnoser's ``program_kind`` (``offline``, ``llm``;
+#: asked through :func:`remedy.retrieval.diagnosis.program_kind`, never read off its name) or ``ranker`` (the
+#: remedy ranker, ``remedy.optimizer.ranker``)
 BACKENDS = ("offline", "llm", "ranker")
 #: how much a new version must beat the active one on validation to be promoted
 DEFAULT_MARGIN = 0.02
