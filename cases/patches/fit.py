@@ -22,6 +22,7 @@ from .spec import Curriculum, ExplorationBonus, FrameStack, Hyperparameters, Nor
 
 __all__ = [
     "FitContext",
+    "ARCHITECTURE_HYPERPARAMETERS",
     "HYPERPARAMETER_RULES",
     "algo_hyperparameters",
     "needs_continuous_actions",
@@ -37,6 +38,16 @@ __all__ = [
 _NOT_HYPERPARAMETERS = frozenset(
     {"self", "policy", "env", "policy_kwargs", "device", "seed", "_init_setup_model", "verbose"}
 )
+
+
+#: settings that build the policy's parameters: a checkpoint saved without them does not load into a model built with
+#: them (nor the reverse), so a fine-tune of that checkpoint cannot take them. Refused at fit time, with the reason,
+#: instead of found out when every treatment seed fails to load the checkpoint.
+ARCHITECTURE_HYPERPARAMETERS: dict[str, str] = {
+    "use_sde": "gSDE replaces the policy's action noise with a state-dependent noise layer, so its parameters differ",
+    "sde_net_arch": "it adds a network for gSDE's noise features",
+    "net_arch": "it sets the policy network's layers (a policy_kwargs entry)",
+}
 
 
 def _number(x: Any) -> bool:
@@ -201,6 +212,12 @@ def _check_hyperparameter(name: str, value: Any, algo: str | None, accepted: fro
         raise PatchRejectedError(
             f"'{name}' cannot change in a fine-tune (the saved policy or the run depends on it); retrain instead",
             rule="frozen_hyperparameter",
+        )
+    if name in ARCHITECTURE_HYPERPARAMETERS:
+        raise PatchRejectedError(
+            f"'{name}' changes the policy's architecture ({ARCHITECTURE_HYPERPARAMETERS[name]}): the checkpoint "
+            f"cannot load into a model built with it; drop '{name}' from the patch, or retrain from scratch",
+            rule="architecture_hyperparameter",
         )
     if name == "ent_coef":
         _check_ent_coef(algo, accepted)

@@ -138,6 +138,12 @@ def test_hyperparameters_are_checked_against_the_constructor():
         rule_of(Patch(parts=[Hyperparameters(changes={"policy_kwargs": {}})]), DISCRETE, "PPO")
         == "frozen_hyperparameter"
     )
+    for algo, name in (("PPO", "use_sde"), ("SAC", "use_sde"), ("PPO", "net_arch")):
+        # a change of architecture is refused before any training, with the reason, not found out at load time
+        with pytest.raises(PatchRejectedError, match=f"'{name}' changes the policy's architecture") as info:
+            check_fit(Patch(parts=[Hyperparameters(changes={name: True, "gamma": 0.9})]), CONTINUOUS, algo)
+        assert info.value.rule == "architecture_hyperparameter"
+    check_fit(Patch(parts=[Hyperparameters(changes={"sde_sample_freq": 4})]), CONTINUOUS, "PPO")  # no new parameters
     check_fit(
         Patch(parts=[Hyperparameters(changes={"learning_rate": 1e-4, "n_steps": 64, "gamma": 0.99})]), DISCRETE, "PPO"
     )
