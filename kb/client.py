@@ -68,7 +68,7 @@ class KBCalls(Protocol):
 
     def similar(
         self,
-        query: str | Signature,
+        query: str | Signature | Case,
         k: int = 10,
         *,
         env_id: str | None = None,
@@ -181,7 +181,7 @@ class RemedyClient:
 
     def similar(
         self,
-        query: str | Signature,
+        query: str | Signature | Case,
         k: int = 10,
         *,
         env_id: str | None = None,
@@ -191,12 +191,15 @@ class RemedyClient:
         min_effect: float | None = None,
         mode: str = "hybrid",
     ) -> list[SimilarCase]:
-        """Stored cases most similar to a text (``POST /v1/query``) or a signature (``POST /v1/similar``)."""
+        """Stored cases most similar to a text (``POST /v1/query``), a signature (``POST /v1/similar``) or a
+        stored case, itself excluded (``POST /v1/cases/{id}/similar``)."""
         filters: dict[str, object] = {"k": k, "env": env_id, "action_space": action_space, "algo": algo}
         filters |= {"mode": mode, "only_improved": only_improved, "min_effect": min_effect, "full": True}
         body: dict[str, object]
         if isinstance(query, str):
             path, body = "/v1/query", {"text": query}
+        elif isinstance(query, Case):
+            path, body = f"/v1/cases/{_quote(query.case_id)}/similar", {}
         else:  # the signature's own JSON keeps NaN features as strings, which the service reads back
             path, body = "/v1/similar", {"signature": json.loads(query.model_dump_json())}
         hits = _HITS.validate_json(self._request("POST", path, json=_given(body | filters)).content)

@@ -91,6 +91,7 @@ _COMMANDS: list[tuple[typer.Typer, str, Callable[..., Any]]] = [
     (app, "query", kb.query),
     (app, "similar", kb.similar),
     (case_app, "show", kb.case_show),
+    (case_app, "similar", kb.case_similar),
     (app, "signature", signature.signature_command),
     (app, "adopt", adopt.adopt_cmd),
     (patch_app, "check", patch.check),

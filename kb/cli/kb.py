@@ -11,7 +11,7 @@ import json
 from dataclasses import asdict
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -32,6 +32,9 @@ from .common import (
 from .connect import bar, open_kb, open_local
 from .render import print_similar, render_case, stats_table
 
+if TYPE_CHECKING:
+    from remedy.kb.facade import SimilarCase
+
 __all__ = [
     "kb_init",
     "kb_stats",
@@ -42,6 +45,7 @@ __all__ = [
     "query",
     "similar",
     "case_show",
+    "case_similar",
 ]
 
 
@@ -231,13 +235,18 @@ def query(
             min_effect=min_effect,
             mode=mode.value,
         )
+    _print_hits(hits, as_json, f"cases similar to {shown(repr(text))}", server)
+
+
+def _print_hits(hits: list[SimilarCase], as_json: bool, title: str, server: str | None) -> None:
+    """Similar cases as JSON, a table (or tab-separated lines in a pipe), or why there are none."""
     if as_json:
         print_json([h.as_dict() for h in hits])
     elif not hits:
         fill = "import cases into the served KB" if server else "`remedy kb init` to load the examples"
         console.print(f"No similar cases (try fewer filters, or {fill}).", soft_wrap=True)
     else:
-        print_similar(hits, title=f"cases similar to {shown(repr(text))}")
+        print_similar(hits, title=title)
 
 
 def similar(
@@ -293,3 +302,18 @@ def case_show(
         print_json(json.loads(case.model_dump_json()))
         return
     console.print(render_case(case))
+
+
+def case_similar(
+    case_id: Annotated[str, typer.Argument(help="The case id, or a unique prefix (the short id the tables show).")],
+    kb: KbOption = Path(DEFAULT_KB),
+    k: Annotated[int, typer.Option("--k", "-k", min=1, help="How many cases.")] = 10,
+    only_improved: Annotated[bool, typer.Option("--only-improved", help="Only verified improvements.")] = False,
+    as_json: JsonOption = False,
+    server: ServerOption = None,
+) -> None:
+    """What fixed failures like a stored case's: the nearest other cases, with patch and measured effect."""
+    with open_kb(kb, server) as base:
+        case = base.get(case_id)
+        hits = base.similar(case, k=k, only_improved=only_improved)
+    _print_hits(hits, as_json, f"cases similar to {shown(case.case_id)}", server)

@@ -23,6 +23,7 @@ __all__ = [
     "Health",
     "QueryIn",
     "SimilarIn",
+    "CaseSimilarIn",
     "Hit",
     "HitPatch",
     "HitEffect",
@@ -149,6 +150,10 @@ class QueryIn(_Filters):
     """``POST /v1/query``: what fixed failures described by ``text`` (the filters of `remedy query`)."""
 
     text: str = Field(..., min_length=1, max_length=4000, description="The failure, in words.")
+
+
+class CaseSimilarIn(_Filters):
+    """``POST /v1/cases/{id}/similar``: the cases nearest to a stored case (itself excluded)."""
 
 
 class SimilarIn(_Filters):

@@ -27,6 +27,7 @@ from remedy.retrieval.diagnosis import DiagnosisReport
 from . import handlers
 from .jobs import JobState
 from .models import (
+    CaseSimilarIn,
     DiagnoseIn,
     ErrorOut,
     FixJobIn,
@@ -141,6 +142,15 @@ def similar(req: SimilarIn, service: Svc, _: Reader) -> list[Hit]:
 def get_case(case_id: Id, service: Svc, _: Reader) -> Response:
     """One stored case in full (404 with close ids when unknown)."""
     return Response(case_to_json(service.kb.get(case_id)), media_type="application/json")
+
+
+@router.post("/v1/cases/{case_id}/similar", response_model=list[Hit], tags=["cases"])
+def similar_to_case(
+    case_id: Id, service: Svc, _: Reader, req: Annotated[CaseSimilarIn | None, Body()] = None
+) -> list[Hit]:
+    """The stored cases nearest to a stored case, itself excluded (`remedy case similar`)."""
+    req = req or CaseSimilarIn()
+    return handlers.hits_out(service.kb.similar(service.kb.get(case_id), **req.search_kwargs()), req.full)
 
 
 _IMPORT_BODY = {

@@ -35,6 +35,7 @@ HEAVY_BY_DESIGN = {
     "kb reindex",
     "kb import",
     "query",
+    "case similar",
     "similar",
     "signature",
     "verify",

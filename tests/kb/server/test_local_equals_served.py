@@ -86,6 +86,14 @@ def test_similar_to_a_text_agrees(twins, filters):
     assert [h.case for h in theirs] == [h.case for h in mine]
 
 
+def test_similar_to_a_stored_case_agrees_and_leaves_the_case_out(twins):
+    local, remote, _ = twins
+    case = local.get("c-lander-hover")
+    mine, theirs = local.similar(case, k=3), remote.similar(case, k=3)
+    assert [h.as_dict() for h in theirs] == [h.as_dict() for h in mine] and len(mine) == 3
+    assert case.case_id not in {h.case.case_id for h in theirs}
+
+
 def test_similar_to_a_signature_and_get_agree(twins):
     local, remote, _ = twins
     case = local.get("c-walker-scale")
@@ -138,6 +146,8 @@ def test_mine_review_and_import_agree(twins, tmp_path):
         ["query", "torque chatters between its bounds", "--env", "Pendulum-v1", "-k", "2"],
         ["case", "show", "c-walker-scale", "--json"],
         ["case", "show", "c-walker-scale"],
+        ["case", "similar", "c-walker-scale", "--json"],
+        ["case", "similar", "c-pendulum-jitter", "-k", "2", "--only-improved"],
     ],
 )
 def test_each_command_prints_the_same_locally_and_served(cli_both, args):
