@@ -26,7 +26,7 @@ from .fuzz import fuzz_predicate, fuzz_reward
 from .sandbox import compile_predicate, compile_reward
 from .spec import Patch
 
-__all__ = ["PatchKind", "PATCH_KINDS", "patch_kind", "reward_kinds", "check_fit"]
+__all__ = ["PatchKind", "PATCH_KINDS", "patch_kind", "reward_kinds", "control_wrapper", "check_fit"]
 
 #: (part, observation space, action space, n_random, seed, timeout_s) -> FuzzReport
 CodeCheck = Callable[[Any, Any, Any, int, int, float], Any]
@@ -39,7 +39,9 @@ class PatchKind:
     ``overrides(part)`` gives algorithm constructor overrides; ``settings(part)`` gives
     :class:`PatchPlan` fields to set (``extra_steps`` adds up); ``wrapper(part, env)`` wraps
     one training env and ``wraps(part)`` says whether this part needs it; ``code_check``
-    compiles and fuzzes sandboxed code before anything trains on it.
+    compiles and fuzzes sandboxed code before anything trains on it. ``controls``: the wrapper is part
+    of how the agent acts (an action repeat), so an evaluation on the original task keeps it, as it keeps
+    observation wrappers (:func:`control_wrapper`); every other wrapper shapes training only.
     """
 
     model: type[BaseModel]
@@ -51,6 +53,7 @@ class PatchKind:
     wraps: Callable[[Any], bool] = lambda part: True
     code_check: CodeCheck | None = None
     changes_reward: bool = False
+    controls: bool = False
 
     @property
     def name(self) -> str:
@@ -129,7 +132,10 @@ _KINDS = [
         spec.FrameStack, RemedyFamily.frame_stack, fit=fit.fit_frame_stack, settings=lambda p: {"frame_stack": p.n}
     ),
     PatchKind(
-        spec.ActionRepeat, RemedyFamily.action_repeat, wrapper=lambda p, env: wrappers.ActionRepeatWrapper(env, p.n)
+        spec.ActionRepeat,
+        RemedyFamily.action_repeat,
+        wrapper=lambda p, env: wrappers.ActionRepeatWrapper(env, p.n),
+        controls=True,
     ),
     PatchKind(
         spec.ExplorationBonus,
@@ -167,6 +173,21 @@ def patch_kind(name: str) -> PatchKind:
 def reward_kinds() -> frozenset[str]:
     """Kinds whose env wrapper changes the training reward."""
     return frozenset(name for name, k in PATCH_KINDS.items() if k.changes_reward)
+
+
+def control_wrapper(patch: Patch | None) -> Callable[[gym.Env], gym.Env]:
+    """How the agent acts on an evaluation env: the wrappers of the parts whose kind is part of the agent's
+    control interface (``controls``), in patch order; the env unchanged when there are none."""
+    parts = [p for p in (patch.parts if patch is not None else ()) if patch_kind(p.kind).controls]
+
+    def wrap(env: gym.Env) -> gym.Env:
+        for part in parts:
+            build = patch_kind(part.kind).wrapper
+            if build is not None and patch_kind(part.kind).wraps(part):
+                env = build(part, env)
+        return env
+
+    return wrap
 
 
 def check_fit(

@@ -21,8 +21,8 @@ from ..evidence.envs import env_traits, make_env
 from ..evidence.rollouts import rollout
 from ..evidence.rundir import RunDir
 from ..patches.apply import PatchPlan, make_patched_env_fn
-from ..patches.spec import ActionRepeat, Patch, PatchPart, RewardShaping
-from ..patches.wrappers import ActionRepeatWrapper
+from ..patches.kinds import control_wrapper
+from ..patches.spec import Patch, PatchPart, RewardShaping
 from .training import finetune
 
 if TYPE_CHECKING:
@@ -168,18 +168,10 @@ def _shaped_returns(model: Any, run: Any, spec: ArmSpec, vecnormalize: Any) -> t
 
 
 def _control_wrapper(patch_json: str | None) -> Callable[[Any], Any]:
-    """How the agent acts on the evaluation env: with the patch's action repeat, if any (it is part
-    of the agent's control interface, like an observation wrapper), else unchanged. Original
-    rewards are summed over repeated steps, so returns stay on the original task's scale."""
-    if patch_json is None:
-        return lambda env: env
-    n = 1
-    for part in Patch.model_validate_json(patch_json).parts:
-        if isinstance(part, ActionRepeat):
-            n *= part.n
-    if n == 1:
-        return lambda env: env
-    return lambda env: ActionRepeatWrapper(env, n)
+    """How the agent acts on the evaluation env: through the parts of the patch that the patch-kind registry
+    marks as part of its control interface (an action repeat, like an observation wrapper), else unchanged.
+    Original rewards are summed over repeated steps, so returns stay on the original task's scale."""
+    return control_wrapper(Patch.model_validate_json(patch_json) if patch_json is not None else None)
 
 
 def run_arm(spec: ArmSpec) -> ArmResult:

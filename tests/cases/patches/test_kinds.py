@@ -71,3 +71,25 @@ def test_budget_parts_add_up_and_settings_land_on_the_plan():
     )
     plan = PatchPlan.from_patch(patch, CONTINUOUS, None)
     assert plan.extra_steps == 150 and plan.max_episode_steps == 77 and plan.is_budget_only is False
+
+
+def test_control_kinds_wrap_the_evaluation_env_and_nothing_else():
+    import gymnasium as gym
+
+    from remedy.cases.patches.kinds import control_wrapper
+    from remedy.cases.patches.wrappers import ActionRepeatWrapper
+
+    controls = {name for name, k in PATCH_KINDS.items() if k.controls}
+    assert controls == {"action_repeat"}  # the agent acts through it; every other wrapper shapes training only
+    assert all(PATCH_KINDS[k].wrapper is not None and not PATCH_KINDS[k].changes_reward for k in controls)
+    env = gym.make("CartPole-v1")
+    try:
+        patch = Patch.from_data(
+            {"parts": [{"kind": "time_limit", "max_episode_steps": 50}, {"kind": "action_repeat", "n": 3}]}
+        )
+        wrapped = control_wrapper(patch)(env)
+        assert isinstance(wrapped, ActionRepeatWrapper) and wrapped.env is env and wrapped.n == 3
+        assert control_wrapper(Patch.from_data({"kind": "time_limit", "max_episode_steps": 50}))(env) is env
+        assert control_wrapper(None)(env) is env
+    finally:
+        env.close()
