@@ -109,6 +109,7 @@ __all__ = [
     "ScenarioLike",
     "ScenarioRef",
     "declared_budget",
+    "BUILD_BUDGET_KEY",
     "decide_status",
     "versions",
 ]
@@ -461,26 +462,45 @@ def verify_and_confirm(
     return screen, confirmation
 
 
-def declared_budget(run: RunDir, scenario: ScenarioLike | None = None) -> int | None:
-    """The fine-tuning budget a scenario declares for this patient, if any.
+#: the key of a patient's build record (``build.json`` beside ``run.yaml``) that declares its fine-tuning budget
+BUILD_BUDGET_KEY = "finetune_budget"
 
-    From ``scenario`` (its ``finetune_budget``) when given; else, for a patient built
-    from a fault scenario (``build.json`` beside ``run.yaml`` names it), that scenario's.
+
+def declared_budget(run: RunDir, scenario: ScenarioLike | None = None) -> int | None:
+    """The fine-tuning budget declared for this patient, if any.
+
+    From ``scenario`` (its ``finetune_budget``) when given; else from the run's own build record
+    (``build.json`` beside ``run.yaml``, key :data:`BUILD_BUDGET_KEY`: null or absent budget, none declared).
+    A record written before builds recorded the budget names only its fault scenario; that scenario's
+    declared budget is then looked up by name (:func:`_legacy_budget`).
     """
     declared = scenario.finetune_budget if scenario is not None else None
     if declared is not None:
         return int(declared)
-    build = Path(run.path) / "build.json"
-    if not build.is_file():
-        return None
+    record = _build_record(run)
+    if BUILD_BUDGET_KEY in record:
+        value = record[BUILD_BUDGET_KEY]
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+    return _legacy_budget(record.get("scenario"))
+
+
+def _build_record(run: RunDir) -> dict[str, Any]:
+    """The run's build record ({} when there is none or it cannot be read: only the declared budget is lost)."""
     try:
-        name = json.loads(build.read_text()).get("scenario")
-    except (OSError, ValueError, AttributeError):
-        return None  # an unreadable build record only loses the declared budget
-    from .scenarios import load_scenarios
+        data = json.loads((Path(run.path) / "build.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _legacy_budget(name: object) -> int | None:
+    """The declared budget of the fault scenario ``name``, for a build record that does not carry its own."""
+    if not isinstance(name, str) or not name:
+        return None
+    from .scenarios import load_scenarios  # the scenario suite's YAML: only for a build record without a budget
 
     try:
-        found = [s for s in load_scenarios(name) if s.name == name] if isinstance(name, str) and name else []
+        found = [s for s in load_scenarios(name) if s.name == name]
     except RemedyError:  # a scenario renamed or removed since the build: fall back to the default
         return None
     return found[0].finetune_budget if found else None

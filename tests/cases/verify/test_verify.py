@@ -133,6 +133,11 @@ def test_declared_budget_of_a_scenario_patient(tmp_path):
     assert VerifyConfig(budget_steps=700).budget_for(8000, 4000) == 700  # --budget still wins
     assert declared_budget(shipped, ScenarioRef(name="x", finetune_budget=123)) == 123
     assert declared_budget(SimpleNamespace(path=tmp_path)) is None  # no build record: the 20% default
+    # a build record that carries its own budget is read as it is: no scenario is looked up by name
+    (tmp_path / "build.json").write_text(json.dumps({"scenario": "no-such-scenario", "finetune_budget": 1234}))
+    assert declared_budget(SimpleNamespace(path=tmp_path)) == 1234
+    (tmp_path / "build.json").write_text(json.dumps({"scenario": "cartpole_undertrained", "finetune_budget": None}))
+    assert declared_budget(SimpleNamespace(path=tmp_path)) is None  # declared: none (the default applies)
 
 
 def test_preference_ranks_successes_above_failures():
