@@ -17,7 +17,31 @@ import numpy as np
 
 from .embedder import Embedder
 
-__all__ = ["BatchingEmbedder"]
+__all__ = ["BatchingEmbedder", "keep_freed_memory"]
+
+#: glibc's mallopt parameters (malloc.h): M_TRIM_THRESHOLD, M_MMAP_THRESHOLD
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+_KEEP_BYTES = 32 * 1024 * 1024
+
+
+def keep_freed_memory() -> bool:
+    """Let a long-running process keep freed heap memory (glibc) instead of returning it at once.
+
+    A batch of queries through the numpy encoder allocates and frees arrays of several MB per
+    layer. By default glibc maps each of those afresh and unmaps it when freed, so every batch
+    pays its page faults again: a 16-query batch took 155-161 ms instead of 126-135 ms on 2 cores
+    (measured on the quiet machine). Raising the mmap and trim thresholds to 32 MB (glibc's ceiling) keeps that memory in
+    the process for reuse. Returns False (and changes nothing) where glibc is not the allocator.
+    """
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    return bool(mallopt(_M_MMAP_THRESHOLD, _KEEP_BYTES)) and bool(mallopt(_M_TRIM_THRESHOLD, _KEEP_BYTES))
 
 
 class _Slot:

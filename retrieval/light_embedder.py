@@ -12,6 +12,7 @@ sentence-transformers encoder: cosine >= 0.999 on every bundled example and the 
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,6 +25,8 @@ __all__ = ["LightMiniLMEmbedder", "minilm_path"]
 
 _NAME = "all-MiniLM-L6-v2"  # the same model as MiniLMEmbedder: vectors are interchangeable
 _SQRT_HALF = np.float32(1.0 / np.sqrt(2.0))
+#: a batch of at least this many tokens (about five queries) is encoded with ``batch_threads`` BLAS threads
+BATCH_TOKENS_FOR_THREADS = 256
 
 
 def minilm_path() -> Path:
@@ -50,7 +53,21 @@ def _erf(x: np.ndarray) -> np.ndarray:
     return sign * (1.0 - poly * np.exp(-a * a))
 
 
+#: from this many values on, erf comes from scipy (one C loop; the polynomial's dozen numpy passes took as
+#: long as the matrix products for a 16-query batch); below it the import would cost more than it saves
+_SCIPY_ERF_FROM = 65_536
+
+
 def _gelu(x: np.ndarray) -> np.ndarray:
+    if x.size >= _SCIPY_ERF_FROM:
+        from scipy.special import erf  # the service's batches, never one cold query
+
+        y = x * _SQRT_HALF  # in place from here: each fresh 4 MB temporary costs its page faults
+        erf(y, out=y)
+        y += 1.0
+        y *= x
+        y *= 0.5
+        return y
     return 0.5 * x * (1.0 + _erf(x * _SQRT_HALF))
 
 
@@ -81,7 +98,12 @@ def _mapped_safetensors(path: Path) -> dict[str, np.ndarray]:
 
 
 class _Bert:
-    """BERT encoder weights and forward pass (inference only, float32)."""
+    """BERT encoder weights and forward pass (inference only, float32), on packed sequences.
+
+    The sentences of a batch are not padded to a common length: their tokens are stacked into one
+    ``(tokens, hidden)`` matrix, so every dense layer is one matrix product over all of them and
+    no work is spent on padding; only attention runs per sentence.
+    """
 
     def __init__(self, folder: Path) -> None:
         config = json.loads((folder / "config.json").read_text())
@@ -89,37 +111,43 @@ class _Bert:
         self.layers = int(config["num_hidden_layers"])
         self.eps = float(config["layer_norm_eps"])
         self.w = {k.removeprefix("bert."): v for k, v in _mapped_safetensors(folder / "model.safetensors").items()}
+        # query, key and value in one product: (3 * hidden, hidden) per layer, built once (1.8 MB each)
+        for i in range(self.layers):
+            p = f"encoder.layer.{i}.attention.self"
+            self.w[f"{p}.qkv.weight"] = np.concatenate([self.w[f"{p}.{n}.weight"] for n in ("query", "key", "value")])
+            self.w[f"{p}.qkv.bias"] = np.concatenate([self.w[f"{p}.{n}.bias"] for n in ("query", "key", "value")])
 
     def _linear(self, x: np.ndarray, name: str) -> np.ndarray:
         # Linear layers store (out, in); x @ W.T is one BLAS call on the transposed view, no copy
         return x @ self.w[f"{name}.weight"].T + self.w[f"{name}.bias"]
 
-    def __call__(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        """Token states ``(batch, seq, hidden)`` for token ``ids`` with attention ``mask`` (1 = real)."""
+    def pooled(self, seqs: Sequence[Sequence[int]]) -> np.ndarray:
+        """Mean of the final token states of each token-id sequence: ``(len(seqs), hidden)``."""
         w = self.w
-        seq = ids.shape[1]
-        x = w["embeddings.word_embeddings.weight"][ids] + w["embeddings.position_embeddings.weight"][:seq]
+        lengths = [len(s) for s in seqs]
+        bounds = np.cumsum([0, *lengths])
+        ids = np.concatenate([np.asarray(s, dtype=np.int64) for s in seqs])
+        positions = np.concatenate([np.arange(n) for n in lengths])
+        x = w["embeddings.word_embeddings.weight"][ids] + w["embeddings.position_embeddings.weight"][positions]
         x = x + w["embeddings.token_type_embeddings.weight"][0]
         x = _layer_norm(x, w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"], self.eps)
-        bias = ((1.0 - mask[:, None, None, :]) * np.float32(-1e9)).astype(np.float32)
+        spans = list(zip(bounds[:-1].tolist(), bounds[1:].tolist()))
         for i in range(self.layers):
-            x = self._block(x, bias, f"encoder.layer.{i}")
-        return x
+            x = self._block(x, spans, f"encoder.layer.{i}")
+        return np.stack([x[a:b].mean(0) for a, b in spans])
 
-    def _block(self, x: np.ndarray, bias: np.ndarray, p: str) -> np.ndarray:
-        b, s, h = x.shape
+    def _block(self, x: np.ndarray, spans: list[tuple[int, int]], p: str) -> np.ndarray:
+        t, h = x.shape
         d = h // self.heads
-
-        def split(t: np.ndarray) -> np.ndarray:
-            return t.reshape(b, s, self.heads, d).transpose(0, 2, 1, 3)
-
-        q = split(self._linear(x, f"{p}.attention.self.query"))
-        k = split(self._linear(x, f"{p}.attention.self.key"))
-        v = split(self._linear(x, f"{p}.attention.self.value"))
-        scores = q @ k.transpose(0, 1, 3, 2) / np.float32(np.sqrt(d)) + bias
-        scores = np.exp(scores - scores.max(-1, keepdims=True))
-        attn = scores / scores.sum(-1, keepdims=True)
-        ctx = (attn @ v).transpose(0, 2, 1, 3).reshape(b, s, h)
+        qkv = self._linear(x, f"{p}.attention.self.qkv").reshape(t, 3, self.heads, d)
+        ctx = np.empty_like(x)
+        scale = np.float32(1.0 / np.sqrt(d))
+        for a, b in spans:  # attention within each sentence: (heads, s, d) blocks
+            q, k, v = (qkv[a:b, j].transpose(1, 0, 2) for j in range(3))
+            scores = (q @ k.transpose(0, 2, 1)) * scale
+            scores = np.exp(scores - scores.max(-1, keepdims=True))
+            attn = scores / scores.sum(-1, keepdims=True)
+            ctx[a:b] = (attn @ v).transpose(1, 0, 2).reshape(b - a, h)
         w = self.w
         x = _layer_norm(
             x + self._linear(ctx, f"{p}.attention.output.dense"),
@@ -154,6 +182,7 @@ class LightMiniLMEmbedder:
         # numpy releases the GIL inside matmuls; the lock only keeps batches whole per caller.
         self._lock = threading.Lock()
         self._blas = _blas_controller()
+        self.batch_threads = max(1, min(2, os.cpu_count() or 1))
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """Embed ``texts``; float32 ``(len(texts), 384)``, rows unit-norm; empty input gives ``(0, 384)``."""
@@ -169,17 +198,13 @@ class LightMiniLMEmbedder:
         return out
 
     def _encode_batch(self, texts: list[str]) -> np.ndarray:
-        encs = self._tokenizer.encode_batch(texts)
-        seq = max(len(e.ids) for e in encs)
-        ids = np.zeros((len(encs), seq), dtype=np.int64)
-        mask = np.zeros((len(encs), seq), dtype=np.float32)
-        for row, e in enumerate(encs):
-            ids[row, : len(e.ids)] = e.ids
-            mask[row, : len(e.ids)] = 1.0
-        # One BLAS thread: these matmuls are small, and OpenBLAS's spinning threads on a busy
-        # 2-core machine made one sentence take 90 ms instead of 10 (measured).
-        with self._lock, self._blas.limit(limits=1, user_api="blas"):
-            states = self._bert(ids, mask)
-        pooled = (states * mask[:, :, None]).sum(1) / np.maximum(mask.sum(1, keepdims=True), 1e-9)
+        seqs = [e.ids for e in self._tokenizer.encode_batch(texts)]
+        tokens = sum(len(s) for s in seqs)
+        # One BLAS thread for a sentence or two: these matmuls are small, and OpenBLAS's spinning
+        # threads on a busy 2-core machine made one sentence take 90 ms instead of 10 (measured).
+        # A batch of many sentences (the service under load) is worth every core.
+        threads = self.batch_threads if tokens >= BATCH_TOKENS_FOR_THREADS else 1
+        with self._lock, self._blas.limit(limits=threads, user_api="blas"):
+            pooled = self._bert.pooled(seqs)
         norms = np.linalg.norm(pooled, axis=1, keepdims=True)
         return (pooled / np.maximum(norms, 1e-12)).astype(np.float32)

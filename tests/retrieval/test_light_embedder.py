@@ -120,3 +120,13 @@ def test_batching_gives_the_error_to_every_caller_of_the_batch() -> None:
     got = _concurrently(batching, ["boom", *QUERIES[:3]])
     assert isinstance(got[0], RuntimeError)
     assert batching.encode(["still works"]).shape == (1, 384)  # the embedder is not left busy
+
+
+def test_a_batch_encodes_each_sentence_as_alone() -> None:
+    """Sentences of a batch share the dense layers (packed, no padding) but never attend to each other."""
+    light = LightMiniLMEmbedder()
+    texts = [*QUERIES, *QUERIES[:3]] * 3  # 30 sentences: enough tokens for the threaded batch path
+    together = light.encode(texts)
+    alone = np.stack([light.encode([t])[0] for t in texts])
+    assert np.allclose(together, alone, atol=1e-5)
+    assert float(together[0] @ together[1]) < 0.95  # different sentences stay apart
