@@ -98,6 +98,35 @@ def test_cli_goes_through_the_running_service(server):
 
 
 @pytest.mark.slow
+def test_the_cli_prints_the_same_from_a_copy_and_through_the_service(server, embedder):
+    url, token, _kb, tmp, _ = server
+    exported = tmp / "served.jsonl"
+    assert _cli("kb", "export", exported, "--server", url, token=token).returncode == 0
+    with KnowledgeBase.open(tmp / "copy", embedder=embedder) as base:  # the same cases, created_at included
+        base.import_file(exported)
+    for args in (
+        ["query", "the pendulum chatters between its torque bounds", "--json"],
+        ["case", "similar", "c-lander-hover", "-k", "3", "--json"],
+        ["case", "show", "c-walker-scale", "--json"],
+        ["kb", "stats", "--json"],
+    ):
+        local = _cli(*args, "--kb", tmp / "copy")
+        served = _cli(*args, "--server", url, token=token)
+        assert local.returncode == served.returncode == 0, (args, local.stderr, served.stderr)
+        assert _comparable(json.loads(served.stdout)) == _comparable(json.loads(local.stdout)), args
+
+
+def _comparable(data: object) -> object:
+    """JSON output without what differs by place (the KB's path) or by float noise between two
+    processes' encoders (similarities to 3 decimals)."""
+    if isinstance(data, list):
+        return [_comparable(v) for v in data]
+    if isinstance(data, dict):
+        return {k: round(v, 3) if k == "similarity" else _comparable(v) for k, v in data.items() if k != "path"}
+    return data
+
+
+@pytest.mark.slow
 def test_direct_access_to_a_served_kb_names_the_service_and_bad_tokens_fail(server):
     url, token, kb, _tmp, _ = server
     direct = _cli("kb", "stats", "--kb", kb)
