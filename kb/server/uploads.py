@@ -31,7 +31,7 @@ import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TypeVar
 
 from remedy.cases.errors import RunDirError, ValidationError
 
@@ -46,6 +46,8 @@ __all__ = [
     "MAX_NAME_BYTES",
     "MAX_PAX_BYTES",
 ]
+
+T = TypeVar("T")  # what an upload's validation returns (the run's config)
 
 #: most members an uploaded archive may hold
 MAX_MEMBERS = 2_000
@@ -85,7 +87,7 @@ class _BoundedTarInfo(tarfile.TarInfo):
     one place that sees every header, those that follow an extended header included.
     """
 
-    def _proc_member(self, tarfile_: tarfile.TarFile) -> Any:
+    def _proc_member(self, tarfile_: tarfile.TarFile) -> tarfile.TarInfo:
         if self.type in (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK) and self.size > MAX_NAME_BYTES:
             raise UploadError(
                 f"archive has a long-name header of {self.size:,} bytes (limit {MAX_NAME_BYTES:,}); "
@@ -222,7 +224,7 @@ class UploadShelf:
         self.quota_bytes, self.ttl_seconds = quota_bytes, ttl_seconds
         self._lock = threading.Lock()
 
-    def accept(self, data: bytes, owner: str | None, validate: Callable[[Path], Any]) -> tuple[str, Any]:
+    def accept(self, data: bytes, owner: str | None, validate: Callable[[Path], T]) -> tuple[str, T]:
         """Unpack ``data``, check it with ``validate(run_dir)`` and keep it; returns (run id, what validate returned).
 
         An archive that fails any check, or would put ``owner`` over the quota, leaves nothing behind.
