@@ -10,6 +10,11 @@ diagnoses, jobs, tokens) return those models.
 
 Every failure becomes a :class:`ServiceError` carrying the service's one-line message, so the CLI
 prints it as it prints any other RemedyError. The token is ``$REMEDY_TOKEN`` unless given.
+
+A new call with a route (``remedy case similar`` is one): the ``KnowledgeBase`` method, a route in
+``kb/server/routes.py`` answering it (a body model in ``models.py`` if it takes one), the method here
+(and in :class:`KBCalls`), one command over ``open_kb`` in ``kb/cli`` registered in
+``kb/cli/__init__.py``, and its case in ``tests/kb/server/test_local_equals_served.py``.
 """
 
 from __future__ import annotations
