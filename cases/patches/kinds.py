@@ -22,14 +22,14 @@ from pydantic import BaseModel
 from ..errors import PatchRejectedError
 from ..model import EnvTraits, RemedyFamily
 from . import fit, spec, wrappers
-from .fuzz import fuzz_predicate, fuzz_reward
+from .fuzz import FuzzReport, fuzz_predicate, fuzz_reward
 from .sandbox import compile_predicate, compile_reward
 from .spec import Patch
 
 __all__ = ["PatchKind", "PATCH_KINDS", "patch_kind", "reward_kinds", "control_wrapper", "check_fit"]
 
 #: (part, observation space, action space, n_random, seed, timeout_s) -> FuzzReport
-CodeCheck = Callable[[Any, Any, Any, int, int, float], Any]
+CodeCheck = Callable[[Any, gym.Space, gym.Space, int, int, float], FuzzReport]
 
 
 @dataclass(frozen=True)
@@ -72,11 +72,15 @@ def _safety_wrapper(part: spec.SafetyConstraint, env: gym.Env) -> gym.Env:
     return wrappers.SafetyConstraintWrapper(env, compile_predicate(part.predicate), part.mode, part.penalty)
 
 
-def _fuzz_reward(part: spec.RewardShaping, obs: Any, act: Any, n: int, seed: int, timeout_s: float) -> Any:
+def _fuzz_reward(
+    part: spec.RewardShaping, obs: gym.Space, act: gym.Space, n: int, seed: int, timeout_s: float
+) -> FuzzReport:
     return fuzz_reward(compile_reward(part.code), obs, act, n_random=n, seed=seed, timeout_s=timeout_s)
 
 
-def _fuzz_predicate(part: spec.SafetyConstraint, obs: Any, act: Any, n: int, seed: int, timeout_s: float) -> Any:
+def _fuzz_predicate(
+    part: spec.SafetyConstraint, obs: gym.Space, act: gym.Space, n: int, seed: int, timeout_s: float
+) -> FuzzReport:
     return fuzz_predicate(
         compile_predicate(part.predicate), obs, act, n_random=max(1, n // 2), seed=seed, timeout_s=timeout_s
     )
@@ -195,7 +199,7 @@ def check_fit(
     traits: EnvTraits,
     algo: str | None = None,
     *,
-    observation_space: Any = None,
+    observation_space: gym.Space | None = None,
 ) -> None:
     """Raise :class:`PatchRejectedError` (with ``rule``) for the first part that does not fit the env/algorithm.
 

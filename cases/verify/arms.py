@@ -26,8 +26,11 @@ from ..patches.spec import Patch, PatchPart, RewardShaping
 from .training import finetune
 
 if TYPE_CHECKING:
+    import gymnasium as gym
+    from stable_baselines3.common.base_class import BaseAlgorithm
+    from stable_baselines3.common.vec_env import VecNormalize
+
     from ..evidence.rollouts import EpisodeRecord
-    from ..evidence.rundir import RunDir
 
 __all__ = [
     "ARM_JOB",
@@ -113,7 +116,7 @@ class ArmResult:
     shaped_return_train: float | None = None
 
 
-def _scores(records: Sequence[Any]) -> Scores:
+def _scores(records: Sequence[EpisodeRecord]) -> Scores:
     return Scores(
         returns=tuple(float(r.ret) for r in records),
         successes=tuple(float(bool(r.success)) for r in records),
@@ -122,7 +125,7 @@ def _scores(records: Sequence[Any]) -> Scores:
     )
 
 
-def _obs_normalizer(run: Any) -> Any:
+def _obs_normalizer(run: RunDir) -> VecNormalize | None:
     """The run's saved VecNormalize (frozen) for normalizing observations in rollouts, or None."""
     if run.vecnormalize_path is None:
         return None
@@ -131,7 +134,9 @@ def _obs_normalizer(run: Any) -> Any:
     return run.load_vecnormalize(DummyVecEnv([run.make_env]))
 
 
-def _evaluate(model: Any, factory: Callable[[], Any], run: Any, spec: ArmSpec, vecnormalize: Any) -> Scores:
+def _evaluate(
+    model: BaseAlgorithm, factory: Callable[[], gym.Env], run: RunDir, spec: ArmSpec, vecnormalize: VecNormalize | None
+) -> Scores:
     c = run.config
     records = rollout(
         model,
@@ -147,7 +152,9 @@ def _evaluate(model: Any, factory: Callable[[], Any], run: Any, spec: ArmSpec, v
     return _scores(records)
 
 
-def _shaped_returns(model: Any, run: Any, spec: ArmSpec, vecnormalize: Any) -> tuple[float, ...]:
+def _shaped_returns(
+    model: BaseAlgorithm, run: RunDir, spec: ArmSpec, vecnormalize: VecNormalize | None
+) -> tuple[float, ...]:
     """Returns under the treatment's training reward (patched env), for the reward-hacking test."""
     c = run.config
     patch = Patch.model_validate_json(spec.score_patch_json or "")
@@ -167,7 +174,7 @@ def _shaped_returns(model: Any, run: Any, spec: ArmSpec, vecnormalize: Any) -> t
     return tuple(float(r.train_ret) for r in records)
 
 
-def _control_wrapper(patch_json: str | None) -> Callable[[Any], Any]:
+def _control_wrapper(patch_json: str | None) -> Callable[[gym.Env], gym.Env]:
     """How the agent acts on the evaluation env: through the parts of the patch that the patch-kind registry
     marks as part of its control interface (an action repeat, like an observation wrapper), else unchanged.
     Original rewards are summed over repeated steps, so returns stay on the original task's scale."""
@@ -278,7 +285,7 @@ class PreferenceResult:
         return "undecidable" if self.prob is None and self.ok else "passed" if self.ok else "refused"
 
 
-def task_measures(record: Any) -> tuple[float, ...]:
+def task_measures(record: EpisodeRecord) -> tuple[float, ...]:
     """One evidence episode as :data:`TASK_MEASURES`: success, original return, best progress on the env's
     own measure, the success definition's own margin, minus constraint violations (NaN = not defined)."""
     stats = getattr(record, "stats", {}) or {}

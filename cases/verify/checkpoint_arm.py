@@ -13,24 +13,28 @@ them once. The control runs no patch code, so it needs no sandbox.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..evidence.envs import make_env
 from ..evidence.rollcache import rollout_key
 from ..evidence.rollouts import rollout
-from .arms import ArmResult, ArmSpec, _obs_normalizer, _scores
+from .arms import ArmResult, ArmSpec, Scores, _obs_normalizer, _scores
 
 if TYPE_CHECKING:
+    import gymnasium as gym
+    from stable_baselines3.common.base_class import BaseAlgorithm
+    from stable_baselines3.common.vec_env import VecNormalize
+
     from ..evidence.rollcache import RolloutCache
     from ..evidence.rundir import RunDir
 
 __all__ = ["checkpoint_control"]
 
 
-def _evaluation(run: RunDir, spec: ArmSpec, cache: RolloutCache, kwargs: dict | None, model: Any) -> Any:
+def _evaluation(run: RunDir, spec: ArmSpec, cache: RolloutCache, kwargs: dict | None, model: _Lazy) -> Scores:
     c = run.config
 
-    def factory() -> Any:
+    def factory() -> gym.Env:
         kw = c.env_kwargs if kwargs is None else kwargs
         return make_env(c.env_id, kw, wrappers=c.wrappers, for_evaluation=True, max_episode_steps=c.max_episode_steps)
 
@@ -62,21 +66,19 @@ class _Lazy:
     """The checkpoint and its VecNormalize, loaded on the first cache miss only."""
 
     def __init__(self, run: RunDir) -> None:
-        self.run, self._model, self._vn, self._loaded = run, None, None, False
+        self.run = run
+        self._loaded: tuple[BaseAlgorithm, VecNormalize | None] | None = None
 
-    def __call__(self) -> Any:
-        self._load()
-        return self._model
+    def __call__(self) -> BaseAlgorithm:
+        return self._load()[0]
 
-    def vecnormalize(self) -> Any:
-        self._load()
-        return self._vn
+    def vecnormalize(self) -> VecNormalize | None:
+        return self._load()[1]
 
-    def _load(self) -> None:
-        if self._loaded:
-            return
-
-        self._model, self._vn, self._loaded = self.run.load_model(), _obs_normalizer(self.run), True
+    def _load(self) -> tuple[BaseAlgorithm, VecNormalize | None]:
+        if self._loaded is None:
+            self._loaded = (self.run.load_model(), _obs_normalizer(self.run))
+        return self._loaded
 
 
 def checkpoint_control(run: RunDir, spec: ArmSpec, cache: RolloutCache) -> ArmResult:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -89,6 +89,16 @@ def judge_fixed(
     return FixedVerdict(fixed=bool(improved and (works or (gap is not None and gap >= share))), gap_closed=gap)
 
 
+class PatientEpisode(Protocol):
+    """What the judgement reads of one evidence episode of the patient (an ``EpisodeRecord`` is one)."""
+
+    @property
+    def success(self) -> bool: ...
+
+    @property
+    def ret(self) -> float: ...
+
+
 def patient_values(successes: Sequence[bool], returns: Sequence[float]) -> tuple[float | None, float | None]:
     """The patient's own success rate and return IQM from its evidence episodes (None: no episodes)."""
     if not successes:
@@ -103,8 +113,8 @@ def return_threshold(spec: SuccessSpec) -> float | None:
 
 
 def judge_verification(
-    verification: Verification, episodes: Sequence[Any], spec: SuccessSpec, share: float = FIX_SHARE
-) -> Any:
+    verification: Verification, episodes: Sequence[PatientEpisode], spec: SuccessSpec, share: float = FIX_SHARE
+) -> Verification:
     """``verification`` with ``fixed`` and ``gap_closed`` set, from the patient's evidence ``episodes`` (records
     with ``success`` and ``ret``) and the run's success definition; unchanged when it measured no effect."""
     v = verification

@@ -12,7 +12,7 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol, TypedDict
 
 from ..errors import VerificationError
 from ..model import Signature, Stage, Subject
@@ -191,7 +191,14 @@ def plan_jobs(
     return plan
 
 
-def _start(resume: Resume | None, seed: int, arm: str) -> dict[str, Any]:
+class _Start(TypedDict, total=False):
+    """ArmSpec fields of an arm that goes on from an earlier run (none: it starts from the checkpoint)."""
+
+    start_dir: str
+    done_steps: int
+
+
+def _start(resume: Resume | None, seed: int, arm: str) -> _Start:
     """Where the ``arm`` of training seed ``seed`` goes on from, as ArmSpec fields ({}: the checkpoint)."""
     if resume is None or seed not in resume.starts:
         return {}

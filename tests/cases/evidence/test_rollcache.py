@@ -14,13 +14,14 @@ import remedy.cases.evidence.rollouts as ev
 from remedy.cases.evidence.rollcache import RolloutCache, rollout_key
 from remedy.cases.evidence.rollouts import EpisodeRecord, collect_evidence
 from remedy.cases.evidence.rundir import RunDir
+from remedy.cases.verify import arms, checkpoint_arm
 from remedy.cases.verify.arms import ArmSpec, run_arm
 from remedy.cases.verify.checkpoint_arm import checkpoint_control
 
 
 @pytest.fixture
 def calls(monkeypatch):
-    """Counts real rollouts: every call of ``rollouts.rollout``."""
+    """Counts real rollouts: every call of ``rollouts.rollout`` (also where the arms imported it by name)."""
     counter = [0]
     real = ev.rollout
 
@@ -28,7 +29,8 @@ def calls(monkeypatch):
         counter[0] += 1
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(ev, "rollout", counted)
+    for module in (ev, arms, checkpoint_arm):
+        monkeypatch.setattr(module, "rollout", counted)
     return counter
 
 
