@@ -59,7 +59,7 @@ def algo_fixes_action_space(algo: str | None) -> bool:
 
 def _env_traits(env_id: str, notes: list[str]) -> EnvTraits | None:
     """The registered env's traits, or None (a custom env Remedy cannot make) with a note."""
-    from remedy.cases.evidence.envs import env_traits, suggest_env_id
+    from remedy.cases.evidence.envs import env_traits, suggest_env_id  # gymnasium: only when an env id is read
 
     try:
         return env_traits(env_id)

@@ -12,6 +12,7 @@ drops reward-only and training-only wrappers (a setup time limit) altogether.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, NamedTuple
 
@@ -392,8 +393,6 @@ def wrapper_kinds() -> list[str]:
 
 def _entry(kind: str) -> WrapperEntry:
     if kind not in WRAPPERS:
-        import difflib
-
         close = difflib.get_close_matches(kind, list(WRAPPERS), n=1)
         hint = f"; did you mean '{close[0]}'?" if close else f"; known kinds: {', '.join(WRAPPERS)}"
         raise EnvError(f"unknown wrapper kind '{kind}'{hint}")

@@ -10,11 +10,14 @@ algorithm does not take, a learning rate of 5).
 
 from __future__ import annotations
 
+import difflib
 import inspect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+import gymnasium.spaces as S
 
 from ..errors import PatchRejectedError
 from ..model import ActionSpaceType, EnvTraits
@@ -159,8 +162,6 @@ def fit_time_limit(part: TimeLimit, ctx: FitContext) -> None:
 
 def fit_frame_stack(part: FrameStack, ctx: FitContext) -> None:
     """Frame stacking needs a Box observation space."""
-    import gymnasium.spaces as S
-
     if ctx.observation_space is not None and not isinstance(ctx.observation_space, S.Box):
         raise PatchRejectedError(
             f"frame stacking needs a Box observation space, this env has {type(ctx.observation_space).__name__}",
@@ -170,8 +171,6 @@ def fit_frame_stack(part: FrameStack, ctx: FitContext) -> None:
 
 def fit_normalization(part: Normalization, ctx: FitContext) -> None:
     """Observation normalization needs a Box (or Dict) observation space."""
-    import gymnasium.spaces as S
-
     space = ctx.observation_space
     if space is not None and part.obs and not isinstance(space, (S.Box, S.Dict)):
         raise PatchRejectedError(
@@ -222,8 +221,6 @@ def _check_hyperparameter(name: str, value: Any, algo: str | None, accepted: fro
     if name == "ent_coef":
         _check_ent_coef(algo, accepted)
     if accepted is not None and name not in accepted:
-        import difflib
-
         close = difflib.get_close_matches(name, sorted(accepted), n=2, cutoff=0.6)
         hint = f"; did you mean {' or '.join(close)}?" if close else ""
         raise PatchRejectedError(f"{algo} has no hyperparameter '{name}'{hint}", rule="unknown_hyperparameter")

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import gymnasium.spaces as S
 import numpy as np
 
 from ..errors import PatchRejectedError, SandboxError
@@ -392,8 +393,6 @@ def fuzz_infos(next_obs: Any, rng: np.random.Generator | None = None) -> list[tu
 
 def _fill(space: Any, v: float, finite_only: bool = True) -> Any:
     """A value of ``space`` with every entry at (or clipped towards) ``v``; None where the space cannot hold it."""
-    import gymnasium.spaces as S
-
     finite = math.isfinite(v)
     if isinstance(space, S.Box):
         if np.issubdtype(space.dtype, np.floating):

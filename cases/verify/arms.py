@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from ..evidence.envs import env_traits, make_env
 from ..evidence.rollouts import rollout
 from ..evidence.rundir import RunDir
@@ -300,8 +302,6 @@ def task_measures(record: EpisodeRecord) -> tuple[float, ...]:
 
 def _tolerances(values: Any) -> Any:
     """Per column: the tie tolerance, a fraction of the column's range over its finite values (0 if none)."""
-    import numpy as np
-
     v = np.asarray(values, dtype=float)
     spans = []
     for col in v.T:
@@ -318,8 +318,6 @@ def task_ordered_pairs(measures: Sequence[Sequence[float]]) -> list[tuple[int, i
     dominance), so measures that disagree, e.g. a crash with a higher return
     than a timeout with a better final state, order nothing.
     """
-    import numpy as np
-
     m = np.asarray(measures, dtype=float)
     if m.ndim != 2 or len(m) < 2:
         return []
@@ -334,8 +332,6 @@ def task_ordered_pairs(measures: Sequence[Sequence[float]]) -> list[tuple[int, i
 
 def trajectory_verdict(measures: Sequence[Sequence[float]], shaped: Sequence[float]) -> PreferenceResult:
     """Verdict of the trajectory check from each episode's task measures and its shaped (patched) return."""
-    import numpy as np
-
     n_success = sum(1 for m in measures if m[0] >= 1.0)
     n_failed = len(measures) - n_success
     if not all(math.isfinite(x) for x in shaped):

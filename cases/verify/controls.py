@@ -33,6 +33,7 @@ import shutil
 import tempfile
 from dataclasses import asdict, replace
 from functools import cache
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -47,8 +48,6 @@ CODE_MODULES = ("training.py", "arms.py")
 @cache
 def code_version() -> str:
     """Remedy's version and a hash of the modules that train and evaluate arms."""
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         remedy = version("remedy")
     except PackageNotFoundError:  # pragma: no cover - running from a source tree without metadata
