@@ -19,6 +19,7 @@ from typing import Any
 
 import gymnasium.spaces as S
 
+from ..algos import get_algo
 from ..errors import PatchRejectedError
 from ..model import ActionSpaceType, EnvTraits
 from .spec import Curriculum, ExplorationBonus, FrameStack, Hyperparameters, Normalization, TimeLimit
@@ -182,8 +183,6 @@ def fit_normalization(part: Normalization, ctx: FitContext) -> None:
 
 def algo_hyperparameters(algo: str) -> frozenset[str]:
     """Constructor arguments of ``algo`` (SB3/sb3-contrib) that a patch may set."""
-    from ..algos import get_algo  # imports SB3 (and torch): only when an algorithm is named
-
     cls = get_algo(algo)
     names: set[str] = set()
     for klass in cls.__mro__:
