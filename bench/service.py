@@ -11,11 +11,14 @@ through the cold CLI (``remedy query TEXT --kb``) for contrast. Targets: p50 <= 
 
 Two arms, one after the other on the same KB, printed side by side: ``before`` is the
 service as it shipped until the light query path (sentence-transformers encoder,
-``REMEDY_EMBEDDER=torch``, one encoder call per request: the bench's launcher swaps the
-:class:`BatchingEmbedder` out), ``after`` is `remedy serve` as it is (numpy encoder, concurrent
-queries batched).
+``REMEDY_EMBEDDER=torch``, one encoder call per request, every search asked of Lance: the bench's
+launcher swaps the :class:`BatchingEmbedder` and the resident index out), ``after`` is `remedy serve`
+as it is (numpy encoder, concurrent queries batched, searches answered from the resident index).
 
     nice .venv/bin/python bench/service.py --sizes 1000,10000 --queries 200 [--arms before,after]
+
+``--keep DIR`` keeps the built KBs in DIR and reuses them on the next run (building 10k cases embeds
+every summary: minutes on a loaded machine).
 """
 
 from __future__ import annotations
@@ -53,10 +56,12 @@ def _port() -> int:
 
 
 def build_kb(root: Path, size: int) -> tuple[str, float]:
-    """A KB of ``size`` synthetic cases and a reader token; returns (token, seconds to build)."""
+    """A KB of ``size`` synthetic cases (reused when ``root`` holds it already) and a reader token;
+    returns (token, seconds to build)."""
     start = time.perf_counter()
     with KnowledgeBase.open(root) as kb:
-        kb.add_many(synth_cases(size, seed=size, prefix="svc-"))
+        if kb.count() != size:
+            kb.add_many(synth_cases(size, seed=size, prefix="svc-"))
     _, token = TokenStore(CaseStore(root / "remedy.duckdb")).create("reader", "bench")
     return token, time.perf_counter() - start
 
@@ -65,7 +70,9 @@ def build_kb(root: Path, size: int) -> tuple[str, float]:
 _BEFORE = """
 import sys
 import remedy.retrieval.batching as batching
+from remedy.kb.facade import KnowledgeBase
 batching.BatchingEmbedder = lambda inner, **kw: inner
+KnowledgeBase.hold_in_memory = lambda self: None  # every search asks Lance, as before the resident index
 from remedy.kb.cli import main
 sys.argv = ["remedy", *sys.argv[1:]]
 main()
@@ -178,13 +185,15 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--cli-runs", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--arms", default="before,after", help="before (torch, unbatched) and/or after (shipped)")
+    p.add_argument("--keep", type=Path, default=None, help="keep the built KBs here and reuse them")
     args = p.parse_args(argv)
     args.clients = [int(c) for c in args.clients.split(",")]
     args.arms = [a for a in args.arms.split(",") if a]
     results = []
     with tempfile.TemporaryDirectory(prefix="remedy-bench-service-") as tmp:
+        work = args.keep or Path(tmp)
         for size in (int(s) for s in args.sizes.split(",")):
-            results.append(run_size(size, args, Path(tmp)))
+            results.append(run_size(size, args, work))
             _print(results[-1], args.arms)
     print(f"load average at the end: {os.getloadavg()[0]:.1f}")
     OUT.parent.mkdir(parents=True, exist_ok=True)

@@ -55,6 +55,8 @@ __all__ = [
 ]
 
 _PID = re.compile(r"PID (\d+)")
+#: writes to each store file by this process (see :meth:`CaseStore.writes`)
+_WRITES: dict[str, int] = {}
 #: ``meta`` row that says "this DuckDB file is a Remedy KB"; a file with tables but without it is foreign
 MARKER = ("application", "remedy")
 _SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -363,6 +365,8 @@ class CaseStore:
                 except BaseException:
                     con.execute("ROLLBACK")
                     raise
+                finally:
+                    self._wrote()
         return [r["case_id"] for r in changed], len(rows) - len(changed)
 
     def delete(self, case_ids: Iterable[str]) -> int:
@@ -372,8 +376,24 @@ class CaseStore:
             return 0
         with self._connect() as con:
             n = _first(con.execute("SELECT count(*) FROM cases WHERE case_id IN (SELECT id FROM wanted)").fetchone())
-            con.execute("DELETE FROM cases WHERE case_id IN (SELECT id FROM wanted)")
+            try:
+                con.execute("DELETE FROM cases WHERE case_id IN (SELECT id FROM wanted)")
+            finally:
+                self._wrote()
         return int(n)
+
+    def writes(self) -> int:
+        """How many times this process has written cases to this file (any :class:`CaseStore` on it).
+
+        A cache of stored cases compares it to know when to drop what it holds. Writes by other
+        processes are not counted: they cannot happen while this process holds the file
+        (:meth:`hold`, as ``remedy serve`` does), which is when such a cache is kept.
+        """
+        return _WRITES.get(os.path.abspath(self.path), 0)
+
+    def _wrote(self) -> None:
+        key = os.path.abspath(self.path)
+        _WRITES[key] = _WRITES.get(key, 0) + 1
 
     # -- reads ---------------------------------------------------------------------
 

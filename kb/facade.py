@@ -18,7 +18,9 @@ import json
 import logging
 import math
 import os
+import threading
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -66,6 +68,8 @@ INDEX_DIR = "index"
 PENDING_DIR = "index-pending"
 SEARCH_MODES = ("hybrid", "vector", "text")
 _BATCH = 256
+#: stored cases a service keeps in memory for its search hits (see KnowledgeBase.hold_in_memory)
+HELD_CASES = 4_096
 #: cases embedded per reconcile step: each step is committed to the index on its own, so an
 #: interrupted reconcile keeps what it did and progress can be shown between steps
 RECONCILE_BATCH = 64
@@ -199,6 +203,9 @@ class KnowledgeBase:
         self._index: VectorIndex | None = None
         self._resident: ResidentIndex | None = None
         self._hold_resident = False
+        self._held_cases: OrderedDict[str, Case] = OrderedDict()  # hits' cases, when held in memory
+        self._held_writes = -1
+        self._held_lock = threading.Lock()
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -248,6 +255,29 @@ class KnowledgeBase:
         if self._resident is None or self._resident.index is not index:  # a reindex replaces the handle
             self._resident = ResidentIndex(index)
         return self._resident
+
+    def _hit_cases(self, ids: list[str]) -> dict[str, Case]:
+        """The stored cases of search hits; held in memory too (the most recent ``HELD_CASES``)
+        when the index is, and dropped whenever this process writes cases."""
+        if not self._hold_resident:
+            return {c.case_id: c for c in self.store.get_many(ids)}
+        with self._held_lock:
+            if self._held_writes != self.store.writes():
+                self._held_cases.clear()
+                self._held_writes = self.store.writes()
+            held = {i: self._held_cases[i] for i in ids if i in self._held_cases}
+            writes = self._held_writes
+        missing = [i for i in ids if i not in held]
+        fetched = self.store.get_many(missing) if missing else []
+        with self._held_lock:
+            if writes == self.store.writes():  # nothing written while we read: safe to keep
+                for c in fetched:
+                    self._held_cases[c.case_id] = c
+                for i in held:
+                    self._held_cases.move_to_end(i)
+                while len(self._held_cases) > HELD_CASES:
+                    self._held_cases.popitem(last=False)
+        return held | {c.case_id: c for c in fetched}
 
     def __enter__(self) -> KnowledgeBase:
         return self
@@ -474,7 +504,7 @@ class KnowledgeBase:
         hits = _guard_index(
             lambda: self._searcher().search(vector, k=k, filters=filters, text=text, mode=mode), self.root
         )
-        found = {c.case_id: c for c in self.store.get_many(h.case_id for h in hits)}
+        found = self._hit_cases([h.case_id for h in hits])
         # A hit without a stored case is an index row a crash left behind: skip it.
         kept = [h for h in hits if h.case_id in found]
         return [SimilarCase(found[h.case_id], h.similarity, rank) for rank, h in enumerate(kept, start=1)]

@@ -33,8 +33,9 @@ from remedy.cases.evidence.rundir import RunDir
 from remedy.cases.io import format_validation_error
 from remedy.cases.store import SERVE_MARKER
 from remedy.kb.facade import KnowledgeBase
-from remedy.retrieval.batching import BatchingEmbedder
+from remedy.retrieval.batching import BatchingEmbedder, keep_freed_memory
 from remedy.retrieval.embedder import Embedder, default_embedder
+from remedy.retrieval.light_embedder import LightMiniLMEmbedder
 
 from .handlers import job_handlers
 from .jobs import JobNotFoundError, JobRunner, JobStore
@@ -119,6 +120,8 @@ def write_marker(kb_root: Path, url: str) -> Path:
 def _open_service(kb_path: Path | str | None, settings: ServiceSettings, embedder: Embedder | None) -> Service:
     # Queries arrive on worker threads; concurrent ones share one encoder call.
     shared = BatchingEmbedder(embedder if embedder is not None else default_embedder())
+    if isinstance(shared.inner, LightMiniLMEmbedder):
+        shared.inner.use_all_cores()  # the service owns its cores: every query encodes on all of them
     kb = KnowledgeBase.open(kb_path, create=True, embedder=shared)
     runner = JobRunner(JobStore(kb.store), {})
     service = Service(kb, TokenStore(kb.store), runner.jobs, runner, settings)
@@ -168,6 +171,7 @@ def create_app(
         marker = write_marker(service.kb.root, url) if url else None
         service.kb.embedder.encode(["warm up"])  # load the model now, not on the first query
         service.kb.hold_in_memory()  # searches from memory (retrieval/resident.py), loaded now
+        keep_freed_memory()  # batches of queries reuse their buffers instead of faulting pages in again
         if run_jobs:
             _preload()
         service.interrupted = service.runner.start() if run_jobs else service.jobs.recover()[0]

@@ -125,3 +125,15 @@ def test_knowledge_base_held_in_memory_answers_the_same(tmp_path: Path) -> None:
         after = [(s.case.case_id, s.similarity) for s in kb.similar("lander hovers and never lands", k=8)]
         assert [c for c, _ in after] == [c for c, _ in before]
         assert np.allclose([s for _, s in after], [s for _, s in before], atol=1e-5)
+
+
+def test_held_cases_follow_writes(tmp_path: Path, make_case: MakeCase) -> None:
+    with KnowledgeBase.open(tmp_path / "kb") as kb:
+        kb.add_many([make_case("c1", "LunarLander hovers above the pad", effect=1.0), make_case("c2", "walker falls")])
+        kb.hold_in_memory()
+        first = kb.similar("lander hovers", k=1)[0]
+        assert (first.case.case_id, first.case.effect_value) == ("c1", 1.0)
+        kb.add_many([make_case("c1", "LunarLander hovers above the pad", effect=7.0)], replace=True)
+        assert kb.similar("lander hovers", k=1)[0].case.effect_value == 7.0  # the held copy was dropped
+        kb.delete(["c1"])
+        assert [s.case.case_id for s in kb.similar("lander hovers", k=5)] == ["c2"]
