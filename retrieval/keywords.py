@@ -211,7 +211,9 @@ class KeywordIndex:
 
     def __init__(self, texts: Sequence[str]) -> None:
         self.vocab: dict[str, int] = {}
-        rows, cols, counts = [], [], []
+        rows: list[int] = []
+        cols: list[int] = []
+        counts: list[int] = []
         lengths = np.zeros(len(texts), dtype=np.float64)
         for r, text in enumerate(texts):
             terms = analyze(text or "")

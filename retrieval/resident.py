@@ -111,7 +111,7 @@ class ResidentIndex:
             return self.index.search(vector, k=k, filters=filters, text=text, mode=mode)  # raises on a bad mode
         limit = max(2 * k, k + 10)  # VectorIndex's hybrid pool
         vec_rows = _top(snap, q, keep, limit)
-        fts_rows = snap.keywords.top(text, limit, keep)  # type: ignore[arg-type]
+        fts_rows = snap.keywords.top(text, limit, keep)
         pool = _rrf(vec_rows, fts_rows)[:limit]
         hits = _hits(snap, q, pool)
         return sorted(hits, key=lambda h: -h.similarity)[:k]
