@@ -119,9 +119,10 @@ def write_marker(kb_root: Path, url: str) -> Path:
 
 def _open_service(kb_path: Path | str | None, settings: ServiceSettings, embedder: Embedder | None) -> Service:
     # Queries arrive on worker threads; concurrent ones share one encoder call.
-    shared = BatchingEmbedder(embedder if embedder is not None else default_embedder())
-    if isinstance(shared.inner, LightMiniLMEmbedder):
-        shared.inner.use_all_cores()  # the service owns its cores: every query encodes on all of them
+    inner = embedder if embedder is not None else default_embedder()
+    if isinstance(inner, LightMiniLMEmbedder):
+        inner.use_all_cores()  # the service owns its cores: every query encodes on all of them
+    shared = BatchingEmbedder(inner)
     kb = KnowledgeBase.open(kb_path, create=True, embedder=shared)
     runner = JobRunner(JobStore(kb.store), {})
     service = Service(kb, TokenStore(kb.store), runner.jobs, runner, settings)
