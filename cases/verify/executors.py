@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..errors import VerificationError
-from ..patches.worker import run_limited
+from ..patches.worker import Limits, run_limited
 
 __all__ = [
     "Job",
@@ -49,7 +49,7 @@ class Job:
     id: str
     fn: str | Callable[..., Any]
     kwargs: Mapping[str, Any] = field(default_factory=dict, hash=False)
-    limits: Any = None  # remedy.cases.patches.worker.Limits
+    limits: Limits | None = None
     args: tuple = ()
 
 
