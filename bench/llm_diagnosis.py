@@ -231,14 +231,14 @@ def print_table(label: str, lines: list[dict]) -> None:
     """The table docs/benchmarks.md carries."""
     print(f"model: {label}")
     head = (
-        f"{'column':<30} {'n':>3} {'top-1 [95% CI]':>17} {'top-3 [95% CI]':>17} {'fam-3 [95% CI]':>17} "
+        f"{'column':<40} {'n':>3} {'top-1 [95% CI]':>17} {'top-3 [95% CI]':>17} {'fam-3 [95% CI]':>17} "
         f"{'parse':>5} {'outside':>7} {'badpatch':>8} {'lmerr':>5} {'calls':>5} {'tokens':>7} {'wall s':>7}"
     )
     print(head)
     print("-" * len(head))
     for x in lines:
         print(
-            f"{x['column']:<30} {x['n']:>3} {_ci(x, 'top1')} {_ci(x, 'top3')} {_ci(x, 'family_top3')} "
+            f"{x['column']:<40} {x['n']:>3} {_ci(x, 'top1')} {_ci(x, 'top3')} {_ci(x, 'family_top3')} "
             f"{x['parse']:>5} {x['outside_any']:>7} {x['bad_patches']:>8} {x['lm_errors']:>5} {x['calls']:>5} "
             f"{x['tokens']:>7} {x['seconds']:>7.0f}"
         )
@@ -292,7 +292,9 @@ def dev_split(dev: list[dict], val_size: int, seed: int) -> tuple[list[dict], li
     return ordered[val_size:], ordered[:val_size]
 
 
-def compile_bootstrap(args, kb, reader, dev: list[dict], lm, label: str) -> tuple[LLMChooseProgram, dict]:
+def compile_bootstrap(
+    args, kb, reader, dev: list[dict], lm, label: str, pick: str = "best"
+) -> tuple[LLMChooseProgram, dict]:
     """The grounded choose program after ``dspy.BootstrapFewShotWithRandomSearch`` on dev, and how it went.
 
     The same optimizer and settings as ``remedy optimize --backend llm --optimizer bootstrap`` (bootstrapped
@@ -300,7 +302,8 @@ def compile_bootstrap(args, kb, reader, dev: list[dict], lm, label: str) -> tupl
     dev's reports: demos come from dev-train, candidates are chosen on dev-val, and the margin rule
     (``promotion_decision``) compares the best candidate with the demo-less program there. The state is
     saved next to ``--out`` and reloaded on a rerun with the same settings (DSPy's cache makes a recompile
-    free too).
+    free too). ``pick``: ``best`` (the optimizer's choice) or ``demos`` (the best-scoring candidate that
+    carries demos, to score on the holdout what the optimizer turned down).
     """
     import dspy
 
@@ -309,7 +312,7 @@ def compile_bootstrap(args, kb, reader, dev: list[dict], lm, label: str) -> tupl
     if path.exists():
         saved = json.loads(path.read_text())
         program = LLMChooseProgram(ChooseCauseFromDescription)
-        program.load_state(saved["state"])
+        program.load_state(saved["state"] if pick == "best" else saved["candidates"][saved["details"]["demo_pick"]])
         return program, saved["details"]
     train, val = dev_split(dev, args.val_size, SEED)
 
@@ -335,6 +338,7 @@ def compile_bootstrap(args, kb, reader, dev: list[dict], lm, label: str) -> tupl
     cands = {c["seed"]: float(np.mean(c["subscores"])) for c in best.candidate_programs}
     active_val, new_val = cands[-3], float(np.mean(best.candidate_programs[0]["subscores"]))
     promote, why = promotion_decision(active_val, new_val, DEFAULT_MARGIN)
+    with_demos = [c for c in best.candidate_programs if c["program"].choose.demos]  # sorted best first
     details = {
         "optimizer": "dspy.BootstrapFewShotWithRandomSearch",
         "train": len(train),
@@ -345,13 +349,18 @@ def compile_bootstrap(args, kb, reader, dev: list[dict], lm, label: str) -> tupl
         "active_val": round(active_val, 4),
         "new_val": round(new_val, 4),
         "promoted": promote,
+        "demo_pick": str(with_demos[0]["seed"]) if with_demos else None,
         "decision": why,
         "calls": calls,
         "tokens": ptok + ctok,
         "seconds": round(time.perf_counter() - t0, 1),
     }
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"details": details, "state": best.dump_state()}, indent=1, default=str) + "\n")
+    states = {str(c["seed"]): c["program"].dump_state() for c in best.candidate_programs}
+    saved = {"details": details, "state": best.dump_state(), "candidates": states}
+    path.write_text(json.dumps(saved, indent=1, default=str) + "\n")
+    if pick == "demos" and with_demos:
+        return with_demos[0]["program"], details
     return best, details
 
 
@@ -434,6 +443,9 @@ def main() -> None:
     )
     ap.add_argument("--demos", type=int, default=2, help="bootstrapped demos at most (default 2)")
     ap.add_argument("--candidates", type=int, default=1, help="random-search demo sets beyond the first (default 1)")
+    ap.add_argument(
+        "--demo-candidate", action="store_true", help="also score the best compiled candidate carrying demos"
+    )
     ap.add_argument("--val-size", type=int, default=20, help="dev reports held out to choose and promote (default 20)")
     args = ap.parse_args()
 
@@ -452,6 +464,8 @@ def main() -> None:
         raise SystemExit(f"error: --optimize {args.optimize!r}: only bootstrap is wired here (mipro, gepa: not run)")
     if args.optimize:
         lm_columns.append(f"lm choose-grammar grounded+{args.optimize}")
+    if args.optimize and args.demo_candidate:
+        lm_columns.append(f"lm choose-grammar grounded+{args.optimize}-demos")
     columns = ["most frequent on dev", "offline (shipped)", *lm_columns]
     label = args.label or ("-" if args.table_only else "")
     if lm_columns and not label:
@@ -469,6 +483,7 @@ def main() -> None:
     if args.optimize:
         g = "lm choose-grammar grounded"
         pairs.append((g, f"{g}+{args.optimize}", f"{args.optimize} - grounded (choose-grammar)"))
+        pairs.append((g, f"{g}+{args.optimize}-demos", f"{args.optimize} demo candidate - grounded (choose-grammar)"))
     for a, b, name in pairs:
         for m in ("top1", "top3"):
             d, lo, hi, n = paired(mine, by_id, a, b, m)
@@ -528,10 +543,11 @@ def run(args, reports: list[dict], dev: list[dict], lm_columns: list[str], label
             # a choose answer is at most ~40 tokens: a cap spares the minutes a small model spends rambling
             col_lm = lm if output == "full" else lm.copy(max_tokens=args.choose_tokens)
             program = None
-            if mode.endswith("+bootstrap") and any((col, r["id"]) not in have for r in reports):
+            if "+bootstrap" in mode and any((col, r["id"]) not in have for r in reports):
                 # the compile's LM sends the grammar in every request, as the diagnoser's config does
                 compile_lm = col_lm.copy(extra_body={"grammar": choose_grammar()})
-                program, _ = compile_bootstrap(args, base, reader, dev, compile_lm, label)
+                pick = "demos" if mode.endswith("-demos") else "best"
+                program, _ = compile_bootstrap(args, base, reader, dev, compile_lm, label, pick)
             diag = LLMDiagnoser(
                 lm=col_lm,
                 output=output,
