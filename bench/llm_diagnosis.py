@@ -40,7 +40,13 @@ Usage (a local model, on 2 cores):
         REMEDY_LM_ENGINE=litellm REMEDY_LM_MAX_TOKENS=400
     .venv/bin/python bench/llm_diagnosis.py --label smollm2 [--outputs choose,choose-grammar,full]
     .venv/bin/python bench/llm_diagnosis.py --label smollm2 --outputs choose-grammar --modes grounded \
-        --optimize bootstrap --val-size 12        # the optimized column (serve with --ctx 8192: demos)
+        --optimize bootstrap --candidates 0 --val-size 12 [--demo-candidate]  # serve with --ctx 8192 (demos)
+    .venv/bin/python bench/llm_diagnosis.py --label smollm2 --outputs choose-grammar --patients
+
+``--patients`` scores the built holdout fault scenarios instead (``data/llm_diagnosis_patients.jsonl``): each
+patient rolled out once (``--episodes``, seed 0; subject, signature and failure episodes cached in
+``llm_diagnosis_patients.signatures.jsonl``) and diagnosed from its signature as ``remedy diagnose`` does,
+the KB of bundled examples minus the patient's own scenario.
 """
 
 from __future__ import annotations
