@@ -13,28 +13,25 @@ a reconcile also removes duplicate index rows.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
 import math
 import os
 import threading
-import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from importlib import resources
 from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
 
-from remedy.cases.errors import DiskFullError, KBError, KBNotFoundError, KBPathError, ValidationError, is_disk_full
-from remedy.cases.io import ImportLimits, Problem, read_cases, write_cases
+from remedy.cases.errors import KBError, KBNotFoundError, KBPathError, ValidationError
+from remedy.cases.io import ImportLimits, read_cases, write_cases
 from remedy.cases.model import ActionSpaceType, Case, Signature, Source
-from remedy.cases.store import AddCounts, CaseStore, StoreStats
+from remedy.cases.store import AddCounts, CaseStore
+from remedy.kb.pending import PENDING_DIR, PendingWrite, drop, finished_writes
+from remedy.kb.results import ImportReport, IndexCheck, KBStats, MineReport, ReconcileReport, SimilarCase
 from remedy.miners.model import Rule, RuleStatus
 from remedy.miners.store import RuleStore, mine_into
 from remedy.retrieval.embedder import MINILM_NAME, Embedder, MiniLMEmbedder, default_embedder
@@ -56,6 +53,7 @@ __all__ = [
     "MineReport",
     "DB_FILE",
     "INDEX_DIR",
+    "PENDING_DIR",
     "SEARCH_MODES",
     "resolve_kb_path",
     "example_files",
@@ -64,8 +62,6 @@ __all__ = [
 
 DB_FILE = "remedy.duckdb"
 INDEX_DIR = "index"
-#: one file per write in progress, naming the ids written (see the module docstring)
-PENDING_DIR = "index-pending"
 SEARCH_MODES = ("hybrid", "vector", "text")
 _BATCH = 256
 #: stored cases a service keeps in memory for its search hits (see KnowledgeBase.hold_in_memory)
@@ -78,103 +74,6 @@ RECONCILE_BATCH = 64
 Progress = Callable[[int, int], None]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class SimilarCase:
-    """A stored case found by :meth:`KnowledgeBase.similar`, its cosine similarity and 1-based rank."""
-
-    case: Case
-    similarity: float
-    rank: int
-
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-ready summary: what ``remedy query --json`` and the HTTP API return."""
-        c = self.case
-        eff = c.verification.effect if c.verification is not None else None
-        return {
-            "rank": self.rank,
-            "case_id": c.case_id,
-            "similarity": round(self.similarity, 4),
-            "env_id": c.subject.env_id,
-            "algo": c.subject.algo,
-            "action_space": c.subject.traits.action_space.value,
-            "source": c.source.value,
-            "status": c.status,
-            "symptoms": list(c.signature.symptoms),
-            "summary": c.signature.summary,
-            "root_causes": [r.value for r in c.root_causes],
-            "patch": {
-                "summary": c.patch.summary(),
-                "parts": [p.model_dump(mode="json") for p in c.patch.parts],
-            },
-            "effect": None
-            if eff is None
-            else {"diff": eff.diff, "ci_low": eff.ci_low, "ci_high": eff.ci_high, "metric": eff.metric},
-            "literature": None if c.literature is None else c.literature.model_dump(mode="json"),
-        }
-
-
-@dataclass(frozen=True)
-class ImportReport:
-    """What :meth:`KnowledgeBase.import_file` did."""
-
-    path: Path
-    read: int  # valid records in the file
-    added: int  # new cases written
-    unchanged: int  # identical cases already stored
-    problems: tuple[Problem, ...] = ()  # skipped records (only with skip_invalid)
-    replaced: int = 0  # stored cases overwritten with different content (only with replace)
-
-    @property
-    def skipped(self) -> int:
-        """Invalid records that were skipped."""
-        return len(self.problems)
-
-
-@dataclass(frozen=True)
-class ReconcileReport:
-    """Index rows added for cases missing from it, and rows removed that had no case."""
-
-    added: int = 0
-    removed: int = 0
-    rebuilt: str = ""  # why the index was damaged and rebuilt from the store, if it was
-    refreshed: int = 0  # indexed cases re-indexed because a write that changed them stopped before the index
-    deduplicated: int = 0  # ids that had several index rows (concurrent writers), left with one
-
-    @property
-    def in_sync(self) -> bool:
-        """True when nothing had to be done."""
-        return not (self.added or self.removed or self.rebuilt or self.refreshed or self.deduplicated)
-
-
-@dataclass(frozen=True)
-class KBStats:
-    """Store counts plus the state of the index."""
-
-    path: Path
-    store: StoreStats
-    schema_version: int
-    index_rows: int | None  # None when the index cannot be opened (see index_problem)
-    embedder: str
-    index_problem: str = ""
-    #: with the index opened: stored ids without a row, rows without a stored case, ids with several rows
-    index_missing: int = 0
-    index_extra: int = 0
-    index_duplicates: int = 0
-
-
-class MineReport(BaseModel):
-    """What :meth:`KnowledgeBase.mine` found and stored (the shape of `remedy mine --json`)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    attempts: int = Field(description="Measured attempts at their final verdict (what support counts).")
-    tested: int = Field(description="Candidate rules tested (the Benjamini–Hochberg family).")
-    rules: list[Rule]
-    new: list[str] = Field(description="Ids stored as new proposed rules.")
-    updated: list[str] = Field(description="Ids whose evidence was updated (status and reviews kept).")
-    flagged: dict[str, str] = Field(description="Ids flagged by this run, with how the evidence turned.")
 
 
 class _DefaultEmbedder:
@@ -313,7 +212,7 @@ class KnowledgeBase:
         latest = {c.case_id: c for c in cases}  # last duplicate wins, as in the store
         if self.store.read_only and latest:  # before the pending file: nothing may be written
             raise KBPathError(f"KB at {self.root} is read-only: reads work, writes do not; copy it somewhere writable")
-        with _Pending(self.root, latest) as pending:
+        with PendingWrite(self.root, latest) as pending:
             written, unchanged = self.store.upsert(latest.values(), replace=replace)
             pending.stored()
             done, total = unchanged, len(latest)
@@ -395,11 +294,11 @@ class KnowledgeBase:
         index_dir = self.root / INDEX_DIR
         with holding(write_lock(index_dir), index_dir):  # no other write between the reset and the rebuild
             total = self.store.count()
-            markers = _finished_writes(self.root)  # a rebuild from the store covers what they left
+            markers = finished_writes(self.root)  # a rebuild from the store covers what they left
             self._index = VectorIndex(index_dir, self.embedder, reset=True)
             tick = None if progress is None else (lambda done: progress(done, total))
             rows = self._index.rebuild(self.store.iter_cases(), batch_size=_BATCH, progress=tick)
-            _drop(markers)
+            drop(markers)
         return rows
 
     def reconcile(self, progress: Progress | None = None) -> ReconcileReport:
@@ -427,7 +326,7 @@ class KnowledgeBase:
         if not self._out_of_step():
             return ReconcileReport()  # checked without the lock: a KB in sync is never written to
         with self.index.writing():  # the census and the repair, with no other writer in between
-            markers = _finished_writes(self.root)
+            markers = finished_writes(self.root)
             stale = set().union(*markers.values()) if markers else set()
             stored, (indexed, dups) = self.store.ids(), self.index.id_census()
             absent, extra = stored - indexed, indexed - stored
@@ -437,7 +336,7 @@ class KnowledgeBase:
             for start in range(0, len(refresh), RECONCILE_BATCH):
                 self.index.upsert(self.store.get_many(refresh[start : start + RECONCILE_BATCH]))
                 _report(progress, min(start + RECONCILE_BATCH, len(refresh)), len(refresh))
-            _drop(markers)
+            drop(markers)
         refreshed = len((stale & indexed & stored) - dups)
         return ReconcileReport(
             added=len(absent), removed=len(extra), refreshed=refreshed, deduplicated=len(dups & stored)
@@ -445,7 +344,7 @@ class KnowledgeBase:
 
     def _out_of_step(self) -> bool:
         """Whether the index lacks a stored case, holds one that is not stored or twice, or a write left work."""
-        if _finished_writes(self.root):
+        if finished_writes(self.root):
             return True
         stored, (indexed, dups) = self.store.ids(), self.index.id_census()
         return bool(dups) or stored != indexed
@@ -539,11 +438,11 @@ class KnowledgeBase:
         ``index=False`` leaves the index closed (``index_rows`` None): the counts then need
         neither LanceDB nor the embedding model, which is what `remedy kb stats` shows by default.
         """
-        rows, problem, check = None, "", _IndexCheck()
+        rows, problem, check = None, "", IndexCheck()
         try:
             if index:
                 rows = _guard_index(lambda: self.index.count(), self.root)
-                check = _guard_index(lambda: _IndexCheck.of(self.store.ids(), *self.index.id_census()), self.root)
+                check = _guard_index(lambda: IndexCheck.of(self.store.ids(), *self.index.id_census()), self.root)
                 problem = check.problem(rows, self.root)
         except KBError as err:
             problem = str(err)
@@ -587,125 +486,12 @@ class KnowledgeBase:
         )
 
 
-@dataclass(frozen=True)
-class _IndexCheck:
-    """How the index differs from the store: ids missing from it, extra in it, and held twice."""
-
-    missing: int = 0
-    extra: int = 0
-    duplicates: int = 0
-
-    @classmethod
-    def of(cls, stored: set[str], indexed: set[str], dups: set[str]) -> _IndexCheck:
-        return cls(len(stored - indexed), len(indexed - stored), len(dups))
-
-    def problem(self, rows: int, root: Path) -> str:
-        """The one line `remedy kb stats --index` shows, or '' when the index matches the store."""
-        found = [
-            f"{n} {what}"
-            for n, what in (
-                (self.missing, "stored case(s) missing from it"),
-                (self.extra, "row(s) without a stored case"),
-                (self.duplicates, "id(s) with duplicate rows"),
-            )
-            if n
-        ]
-        if not found:
-            return ""
-        return (
-            f"the index ({rows} rows) is out of step with the store: {', '.join(found)}; "
-            f"run `remedy kb reindex --kb {root}`"
-        )
-
-
 def example_files() -> list[Path]:
     """The bundled example-case files, sorted by name (none if the package ships none)."""
     folder = resources.files("remedy.cases") / "examples"
     if not folder.is_dir():
         return []
     return sorted(Path(str(f)) for f in folder.iterdir() if f.name.endswith(".jsonl"))
-
-
-#: names of this process's pending-write files still in progress (other threads' writes): not finished
-_IN_FLIGHT: set[str] = set()
-
-
-class _Pending:
-    """The file in ``index-pending/`` naming the ids of one write, from before its store write until its
-    index write returned. A process killed in between leaves it; the next reconcile re-indexes them."""
-
-    def __init__(self, root: Path, cases: dict[str, Case]) -> None:
-        self.path = root / PENDING_DIR / f"{os.getpid()}-{uuid.uuid4().hex}.json"
-        self.ids = list(cases)
-        self.keep = False  # set once the store may hold new content the index lacks
-
-    def __enter__(self) -> _Pending:
-        if self.ids:
-            _IN_FLIGHT.add(self.path.name)
-            try:
-                self.path.parent.mkdir(exist_ok=True)
-                self.path.write_text(json.dumps(self.ids))
-            except OSError as err:  # the first write of an import: a full disk shows up here
-                _IN_FLIGHT.discard(self.path.name)
-                self.path.unlink(missing_ok=True)
-                if is_disk_full(err):
-                    raise DiskFullError(
-                        f"no space left on device writing {self.path.parent}; free space and retry; nothing was stored"
-                    ) from None
-                raise KBPathError(
-                    f"cannot write {self.path.parent}: {err.strerror or err}; check its permissions"
-                ) from None
-        return self
-
-    def stored(self) -> None:
-        """The store write returned: until :meth:`indexed`, the index may be behind."""
-        self.keep = True
-
-    def indexed(self) -> None:
-        """The index write returned too: nothing is left to repair."""
-        self.keep = False
-
-    def __exit__(self, *exc: object) -> None:
-        _IN_FLIGHT.discard(self.path.name)
-        if not self.keep:  # a failed store write changed nothing; a failed index write is kept for reconcile
-            self.path.unlink(missing_ok=True)
-
-
-def _finished_writes(root: Path) -> dict[Path, set[str]]:
-    """Pending-write files whose write is over (its process is gone, or it is ours and not in flight) → ids."""
-    folder = root / PENDING_DIR
-    if not folder.is_dir():
-        return {}
-    out = {}
-    for path in folder.glob("*.json"):
-        pid = path.name.split("-", 1)[0]
-        if path.name in _IN_FLIGHT or not pid.isdigit() or _alive(int(pid)):
-            continue
-        try:
-            ids = json.loads(path.read_text())
-        except (OSError, ValueError):
-            ids = []  # cut short by the crash before its store write began: nothing to repair
-        out[path] = {i for i in ids if isinstance(i, str)} if isinstance(ids, list) else set()
-    return out
-
-
-def _alive(pid: int) -> bool:
-    """True if another live process has this id (this process counts as gone: see ``_IN_FLIGHT``)."""
-    if pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's live process
-    return True
-
-
-def _drop(markers: dict[Path, set[str]]) -> None:
-    for path in markers:
-        with contextlib.suppress(OSError):
-            path.unlink()
 
 
 def _batches(ids: list[str]) -> Iterable[list[str]]:
