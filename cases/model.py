@@ -1,6 +1,6 @@
 """The case: one diagnose-fix-verify episode, as frozen pydantic models.
 
-Every attempt becomes a case, failed ones too. The parts follow DESIGN.md:
+Every attempt becomes a case, failed ones too. The parts follow the data flow of docs/architecture.md:
 subject, evidence, signature, diagnosis, patch, verification, provenance.
 Example cases (``source == "example"``) carry no verification; any effect they
 mention is a :class:`LiteratureEffect` that names its source.
@@ -106,7 +106,7 @@ class RewardDensity(StrEnum):
 
 
 class Status(StrEnum):
-    """Outcome of a verification (DESIGN.md)."""
+    """Outcome of a verification (docs/verification.md)."""
 
     improved = "improved"
     no_effect = "no_effect"

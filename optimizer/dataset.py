@@ -5,7 +5,7 @@ and its confirmation) produced for one failing agent, linked by ``parent_id`` an
 ``verification.confirms``. Its input is the first round's subject and signature; its labels
 are the root causes and patch families of the attempts that were verified ``improved``.
 
-Counting rules (DESIGN.md, "Measuring honestly"):
+Counting rules (docs/optimizing.md):
 
 - each attempt is a screen plus, when it cleared, the confirmation on fresh seeds; it is
   counted once, at its final verdict (the confirmation's status when there is one);
@@ -23,7 +23,7 @@ first); the diagnosis's top cause when none of them is addressed.
 
 A group that is a **dev** fault scenario may also carry ``truth``: the scenario's answer key (its
 injected fault's root causes). Dev scenarios are the ones priors, weights and prompts may be
-tuned on (DESIGN.md); the caller passes their keys (:func:`dev_answer_keys`) and a holdout
+tuned on (docs/scenarios.md); the caller passes their keys (:func:`dev_answer_keys`) and a holdout
 scenario's key never enters an example. The metric uses it only where verification confirmed
 nothing (most bench groups), so a verified outcome always outranks the key.
 

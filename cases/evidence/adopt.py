@@ -5,7 +5,7 @@ number of envs, env id and kwargs, whether training normalized observations -- a
 Remedy run directory (``run.yaml``, ``model.zip``, ``vecnormalize.pkl``, ``logs/``), then validates
 it with :meth:`RunDir.load`. Every file looked at is reported as used or ignored, with why.
 
-Everything read here is untrusted (DESIGN.md "Untrusted input"): nothing is unpickled (a
+Everything read here is untrusted (docs/security.md): nothing is unpickled (a
 checkpoint's ``data`` entry is JSON and only its plain values are read; normalization pickles are
 copied, never opened), RL Zoo's OrderedDict YAML is read with a SafeLoader that builds only plain
 data, RL Zoo's ``normalize: "dict(norm_obs=True)"`` strings are parsed, never evaluated, and every

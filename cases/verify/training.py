@@ -205,7 +205,7 @@ def arm_budgets(patch: Patch | None, budget_steps: int) -> tuple[int, int]:
     :func:`finetune` adds the patch's ``extra_steps`` to the treatment itself, so:
 
     - a patch that only adds training steps is measured against the unpatched
-      checkpoint (DESIGN.md, "more training vs none"): both arms get 0 here, the
+      checkpoint (docs/verification.md, "more training vs none"): both arms get 0 here, the
       treatment then learns the patch's ``extra_steps`` and the control stays
       the checkpoint;
     - a ``training_budget`` part combined with other parts gives its extra steps
