@@ -326,16 +326,33 @@ def patient_success_rate(run: RunDir, n_episodes: int, seed: int = 10_000) -> fl
 
 
 def _write_build(path: Path, s: Scenario, wall: float, success: float | None) -> None:
+    """The build record: what the patient was built from, and the fine-tuning budget it declares (the run
+    carries it, so verifying the run needs no scenario: ``verification.declared_budget``)."""
     info = {
         "scenario": s.name,
         "hash": scenario_hash(s),
         "train_steps": s.train_steps,
+        "finetune_budget": s.finetune_budget,
         "seed": s.seed,
         "wall_time_s": round(wall, 2),
         "success_rate": success,
         "training_version": TRAINING_VERSION,
     }
     (path / BUILD_JSON).write_text(json.dumps(info, indent=2) + "\n")
+
+
+def _declare_budget(path: Path, s: Scenario, info: dict[str, Any]) -> dict[str, Any]:
+    """A found build's record with ``s``'s fine-tuning budget (written back when it lacks it or differs: a build
+    from before records carried it, or a budget changed since; the hash leaves the budget out)."""
+    if info and info.get("finetune_budget", ...) != s.finetune_budget:
+        info = {**info, "finetune_budget": s.finetune_budget}
+        tmp = path / f"{BUILD_JSON}.tmp{os.getpid()}"
+        try:
+            tmp.write_text(json.dumps(info, indent=2) + "\n")
+            tmp.replace(path / BUILD_JSON)  # atomic: a concurrent reader never sees half a record (and retrains)
+        except OSError:  # a read-only install: this call still has the budget, the record stays as it was
+            tmp.unlink(missing_ok=True)
+    return info
 
 
 def build_scenario(
@@ -380,7 +397,7 @@ def _found(s: Scenario, cache_dir: str | Path | None) -> BuiltScenario | None:
             return None
         run, source = RunDir.load(path), "cache"
     run = _blind(run, s)
-    info = _read_build(run.path) or {}
+    info = _declare_budget(run.path, s, _read_build(run.path) or {})
     return BuiltScenario(
         s,
         run,

@@ -39,7 +39,6 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import RemedyError
 from ..evidence.rollouts import collect_evidence, to_evidence
 from ..evidence.rundir import RunDir
 from ..evidence.signature import compute_signature
@@ -470,18 +469,14 @@ def declared_budget(run: RunDir, scenario: ScenarioLike | None = None) -> int | 
     """The fine-tuning budget declared for this patient, if any.
 
     From ``scenario`` (its ``finetune_budget``) when given; else from the run's own build record
-    (``build.json`` beside ``run.yaml``, key :data:`BUILD_BUDGET_KEY`: null or absent budget, none declared).
-    A record written before builds recorded the budget names only its fault scenario; that scenario's
-    declared budget is then looked up by name (:func:`_legacy_budget`).
+    (``build.json`` beside ``run.yaml``, key :data:`BUILD_BUDGET_KEY`, which a scenario build writes): a null or
+    absent budget, or no record (a user's own run), declares none and the default applies.
     """
     declared = scenario.finetune_budget if scenario is not None else None
     if declared is not None:
         return int(declared)
-    record = _build_record(run)
-    if BUILD_BUDGET_KEY in record:
-        value = record[BUILD_BUDGET_KEY]
-        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
-    return _legacy_budget(record.get("scenario"))
+    value = _build_record(run).get(BUILD_BUDGET_KEY)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def _build_record(run: RunDir) -> dict[str, Any]:
@@ -491,19 +486,6 @@ def _build_record(run: RunDir) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
-
-
-def _legacy_budget(name: object) -> int | None:
-    """The declared budget of the fault scenario ``name``, for a build record that does not carry its own."""
-    if not isinstance(name, str) or not name:
-        return None
-    from .scenarios import load_scenarios  # the scenario suite's YAML: only for a build record without a budget
-
-    try:
-        found = [s for s in load_scenarios(name) if s.name == name]
-    except RemedyError:  # a scenario renamed or removed since the build: fall back to the default
-        return None
-    return found[0].finetune_budget if found else None
 
 
 def versions() -> dict[str, str]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import yaml
 
@@ -17,6 +19,7 @@ from remedy.cases.verify.scenarios import (
     load_scenarios,
     scenario_hash,
 )
+from remedy.cases.verify.verification import BUILD_BUDGET_KEY, declared_budget
 
 TINY = {
     "name": "tiny_cartpole",
@@ -63,6 +66,18 @@ def test_every_scenario_ships_a_current_patient():
     assert not stale, f"rebuild and ship: remedy bench build --no-oracle, then bench/ship_patients.py ({stale})"
 
 
+def test_every_shipped_patient_declares_its_scenarios_budget():
+    """The run carries its declared fine-tuning budget (build.json), so verifying it needs no scenario."""
+    wrong = {}
+    for s in load_scenarios():
+        record = json.loads((CHECKPOINT_DIR / s.name / "build.json").read_text())
+        if BUILD_BUDGET_KEY not in record or record[BUILD_BUDGET_KEY] != s.finetune_budget:
+            wrong[s.name] = (record.get(BUILD_BUDGET_KEY, "absent"), s.finetune_budget)
+        elif s.finetune_budget is not None:
+            assert declared_budget(bundled_checkpoint(s)) == s.finetune_budget
+    assert not wrong, f"build.json finetune_budget differs from the scenario (record, scenario): {wrong}"
+
+
 def test_name_glob_and_outside_path_load_the_same_way(tmp_path):
     assert {s.name for s in load_scenarios("cartpole_*")} >= {"cartpole_undertrained"}
     (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(TINY))
@@ -100,3 +115,12 @@ def test_build_caches_by_hash(tmp_path):
     assert second.run.model_path.stat().st_mtime_ns == stamp  # not retrained
     forced = build_scenario(s, tmp_path, force=True, evaluate=False)
     assert forced.source == "trained" and forced.run.path == first.run.path
+
+    record = first.run.path / "build.json"
+    assert json.loads(record.read_text())[BUILD_BUDGET_KEY] is None and declared_budget(first.run) is None
+    # a build from before records carried the budget, found by a scenario that declares one: written back
+    old = {k: v for k, v in json.loads(record.read_text()).items() if k != BUILD_BUDGET_KEY}
+    record.write_text(json.dumps(old))
+    found = build_scenario(s.model_copy(update={"finetune_budget": 64}), tmp_path)
+    assert found.cached and declared_budget(found.run) == 64  # the run alone declares it now
+    assert {k: v for k, v in json.loads(record.read_text()).items() if k != BUILD_BUDGET_KEY} == old

@@ -127,7 +127,7 @@ def test_declared_budget_of_a_scenario_patient(tmp_path):
     from remedy.cases.evidence.rundir import RunDir
     from remedy.cases.verify.scenarios import SCENARIO_DIR
 
-    shipped = RunDir.load(SCENARIO_DIR / "checkpoints" / "cartpole_undertrained")  # build.json names the scenario
+    shipped = RunDir.load(SCENARIO_DIR / "checkpoints" / "cartpole_undertrained")  # build.json declares it
     assert declared_budget(shipped) == 4000  # its finetune_budget, not 20% of its 8000 steps
     assert VerifyConfig().budget_for(8000, declared_budget(shipped)) == 4000
     assert VerifyConfig(budget_steps=700).budget_for(8000, 4000) == 700  # --budget still wins
@@ -138,6 +138,9 @@ def test_declared_budget_of_a_scenario_patient(tmp_path):
     assert declared_budget(SimpleNamespace(path=tmp_path)) == 1234
     (tmp_path / "build.json").write_text(json.dumps({"scenario": "cartpole_undertrained", "finetune_budget": None}))
     assert declared_budget(SimpleNamespace(path=tmp_path)) is None  # declared: none (the default applies)
+    # a record without the key declares none: the scenario it names is not looked up (the core asks no bench)
+    (tmp_path / "build.json").write_text(json.dumps({"scenario": "cartpole_undertrained"}))
+    assert declared_budget(SimpleNamespace(path=tmp_path)) is None
 
 
 def test_preference_ranks_successes_above_failures():
