@@ -22,7 +22,10 @@ columns confirm on ``--seeds``, as the fix loop did when they were run. ``own+co
 with those confirmations: the "before" under the same confirmation rule, to tell what the four parts
 save from what more confirmation seeds add. Training is deterministic given the seed, so ``own`` and
 ``own+confirm`` differ only on the patients where a screen cleared; elsewhere ``own+confirm``'s line is
-``own``'s (marked ``same_as: own``) and nothing is trained again.
+``own``'s (marked ``same_as: own``) and nothing is trained again. ``shared+racing+sequential`` is
+``shared+racing+confirm`` whose confirmations decide sequentially (``confirm_design="sequential"``: a look
+at 4 seeds per arm stops a decisive confirmation there, else all 8 are trained), so the two columns show
+the env steps the sequential design saves per confirmed fix on real patients.
 
 The lines in ``bench/data/cost-dev.jsonl`` were measured when every seed of a verification was evaluated on
 one shared block of episodes; render them with ``--evaluation one_block --report-only``. A new run (every
@@ -62,7 +65,10 @@ COLUMNS = (
     ("shared+racing", True, True, True, False),
     ("shared+racing+confirm", True, True, True, True),
     ("own+confirm", False, False, False, True),
+    ("shared+racing+sequential", True, True, True, True),
 )
+#: columns whose confirmations decide sequentially (looks at 4 and 8 seeds, ``confirm_design="sequential"``)
+SEQUENTIAL = frozenset({"shared+racing+sequential"})
 NAMES = tuple(c[0] for c in COLUMNS)
 #: the verification's evaluation design a line was measured under: every seed on its own block of episodes
 #: (``EVAL_BLOCK_STRIDE``), or, before that, every seed on one shared block (the lines of bench/data/cost-dev.jsonl)
@@ -72,13 +78,16 @@ BLOCKS, ONE_BLOCK = "blocks", "one_block"
 AFRESH_RULE = 2
 
 
-def _pass(s, run, settings: BenchSettings, cache: str | None, race: RaceSettings, kb=None, store=None) -> dict:
+def _pass(
+    s, run, settings: BenchSettings, cache: str | None, race: RaceSettings, kb=None, store=None, design: str = ""
+) -> dict:
     t0 = time.perf_counter()
+    config = replace(settings.verify_config(s), control_cache=cache)
     res = fix(
         kb,
         run,
         store=store,
-        config=replace(settings.verify_config(s), control_cache=cache),
+        config=replace(config, confirm_design=design) if design else config,
         rounds=settings.rounds,
         candidates=settings.candidates,
         scenario=s,
@@ -110,8 +119,9 @@ def _column(s, name: str, settings: BenchSettings, race: RaceSettings, kb=None, 
     run = build(s)
     if not shared:
         return _pass(s, run, settings, None, how, kb, store)
+    design = "sequential" if name in SEQUENTIAL else ""
     with tempfile.TemporaryDirectory(prefix="remedy-controls-") as cache:
-        return _pass(s, run, settings, cache, how, kb, store)
+        return _pass(s, run, settings, cache, how, kb, store, design)
 
 
 def _settings_key(args: argparse.Namespace, column: str) -> dict:
