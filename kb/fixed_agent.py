@@ -40,7 +40,8 @@ from remedy.cases.evidence.rundir import MODEL_ZIP, RUN_YAML, VECNORMALIZE_PKL, 
 from remedy.cases.evidence.wrappers import WrapperSpec
 from remedy.cases.model import Case
 from remedy.cases.patches.apply import PatchPlan
-from remedy.cases.patches.io import save_patch
+from remedy.cases.patches.io import load_patch, save_patch
+from remedy.cases.patches.kinds import control_wrapper, patch_kind
 from remedy.cases.patches.spec import ActionRepeat, Normalization, Patch, TimeLimit
 from remedy.cases.verify.verification import EVAL_BLOCK_STRIDE
 
@@ -71,7 +72,9 @@ class FixedAgent:
     eval_episodes: int
     why: str
     per_seed: dict[str, float]
-    action_repeat: int = 1
+    #: the patch's parts that are part of how the agent acts (kinds that ``controls``: an action repeat), which a
+    #: rollout of the agent keeps (:func:`reproduce` does, from ``patch.yaml``)
+    controls: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready (what ``fixed.json`` holds)."""
@@ -125,7 +128,7 @@ def write_fixed_agent(
         eval_episodes=int(eval_episodes),
         why=WHY_MEDIAN,
         per_seed={str(v.seed_base + i): float(x) for i, x in enumerate(values)},
-        action_repeat=_action_repeat(patch),
+        controls=_controls(patch),
     )
     Path(out).mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".fixed-", dir=out))
@@ -172,12 +175,9 @@ def _swap(staging: Path, target: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def _action_repeat(patch: Patch) -> int:
-    n = 1
-    for part in patch.parts:
-        if isinstance(part, ActionRepeat):
-            n *= part.n
-    return n
+def _controls(patch: Patch) -> tuple[str, ...]:
+    """The parts whose kind the registry marks as part of the agent's control interface, as summaries."""
+    return tuple(part.summary() for part in patch.parts if patch_kind(part.kind).controls)
 
 
 def _overrides(plan: PatchPlan, lr: float | None) -> dict[str, Any]:
@@ -313,8 +313,8 @@ def zoo_fragment(config: RunConfig, patch: Patch, plan: PatchPlan, overrides: di
 def _readme(agent: FixedAgent, patch: Patch, run: RunDir, steps: int) -> str:
     figures = ", ".join(f"seed {s}: {x:.4g}" for s, x in agent.per_seed.items())
     repeat = (
-        f"\nThe agent acts through an action repeat of {agent.action_repeat} (part of the patch): roll it out with it.\n"
-        if agent.action_repeat > 1
+        f"\nThe agent acts through {', '.join(agent.controls)} (part of the patch): roll it out with it.\n"
+        if agent.controls
         else ""
     )
     return (
@@ -334,17 +334,15 @@ def reproduce(folder: str | Path) -> float:
     """The fixed agent's figure, recomputed from the folder alone: its deterministic rollouts on the original
     task at the confirmation's evaluation seeds (``fixed.json``), scored by the confirmation's metric."""
     from remedy.cases.evidence.rollouts import rollout
-    from remedy.cases.patches.wrappers import ActionRepeatWrapper
     from remedy.cases.verify import stats
 
     folder = Path(folder)
     meta = json.loads((folder / FIXED_JSON).read_text())
     run = RunDir.load(folder)
-    n = int(meta.get("action_repeat", 1))
+    control = control_wrapper(load_patch(folder / "patch.yaml"))  # how the agent acts, as the confirmation had it
 
     def factory() -> Any:
-        env = run.make_env(for_evaluation=True)
-        return ActionRepeatWrapper(env, n) if n > 1 else env
+        return control(run.make_env(for_evaluation=True))
 
     vn = None
     if run.vecnormalize_path is not None:

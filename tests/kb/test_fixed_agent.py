@@ -10,7 +10,9 @@ seed, and ``remedy signature`` must accept the folder.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -20,7 +22,8 @@ from typer.testing import CliRunner
 from remedy.cases.evidence.rundir import RunConfig, RunDir
 from remedy.cases.model import Stage, Status, Verification
 from remedy.cases.patches.apply import PatchPlan
-from remedy.cases.patches.io import load_patch
+from remedy.cases.patches.io import load_patch, save_patch
+from remedy.cases.patches.kinds import PATCH_KINDS
 from remedy.cases.patches.spec import Patch
 from remedy.cases.verify.racing import RaceSettings
 from remedy.cases.verify.verification import EVAL_BLOCK_STRIDE, VerifyConfig
@@ -28,6 +31,7 @@ from remedy.kb.cli import app as cli
 from remedy.kb.fixed_agent import (
     FILES,
     FIXED_JSON,
+    _controls,
     _Tuning,
     choose_seed,
     fixed_config,
@@ -100,6 +104,51 @@ def test_run_yaml_and_recipes_carry_the_patch():
     compile(script, "apply_sb3.py", "exec")  # valid Python
     assert "VecNormalize(venv, norm_obs=True, norm_reward=False)" in script
     assert "make_patched_env_fn" in script and "total_timesteps=4096" in script
+
+
+def test_the_agents_controls_come_from_the_patch_kind_registry(monkeypatch):
+    """Which parts are part of how the fixed agent acts is asked of the registry (``PatchKind.controls``)."""
+    patch = Patch.from_data(
+        {"parts": [{"kind": "time_limit", "max_episode_steps": 300}, {"kind": "action_repeat", "n": 2}]}
+    )
+    assert _controls(patch) == ("action repeat 2",)
+    assert _controls(RAISE_LR) == ()
+    monkeypatch.setitem(PATCH_KINDS, "time_limit", dataclasses.replace(PATCH_KINDS["time_limit"], controls=True))
+    assert _controls(patch) == (patch.parts[0].summary(), "action repeat 2")
+
+
+def test_reproduce_rolls_the_agent_out_through_its_patchs_controls(tmp_path):
+    """A fixed agent whose patch repeats actions is rolled out with that repeat (from patch.yaml and the
+    registry), as the confirmation evaluated it: the shipped quick CartPole patient stands in for the agent."""
+    from remedy.cases.evidence.rollouts import rollout
+    from remedy.cases.patches.kinds import control_wrapper
+    from remedy.cases.verify import stats
+    from remedy.cases.verify.scenarios import CHECKPOINT_DIR
+
+    source = CHECKPOINT_DIR / "cartpole_undertrained"
+    folder = tmp_path / "fixed"
+    folder.mkdir()
+    for name in ("model.zip", "run.yaml"):
+        shutil.copyfile(source / name, folder / name)
+    repeat = Patch.from_data({"kind": "action_repeat", "n": 4})
+    save_patch(repeat, folder / "patch.yaml")
+    (folder / FIXED_JSON).write_text(json.dumps({"eval_episodes": 3, "eval_seed": 100, "metric": "return_iqm"}))
+    run = RunDir.load(folder)
+
+    def figure(wrap) -> float:
+        records = rollout(
+            run.load_model(),
+            lambda: wrap(run.make_env(for_evaluation=True)),
+            n_episodes=3,
+            seed=100,
+            success=run.config.success,
+            keep_trajectories=0,
+        )
+        return float(stats.iqm([float(r.ret) for r in records]))
+
+    with_repeat = figure(control_wrapper(repeat))
+    assert with_repeat != figure(lambda env: env)  # the repeat changes the figure on this patient
+    assert reproduce(folder) == pytest.approx(with_repeat)
 
 
 def _plan(patch: Patch) -> PatchPlan:
