@@ -27,11 +27,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import re
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any
 
 from .offline_env import offline_defaults
 
@@ -44,24 +43,43 @@ from dspy.utils.exceptions import (  # noqa: E402
     LMTransportError,
 )
 from dspy.utils.exceptions import LMError as DSPyLMError  # noqa: E402
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator  # noqa: E402
 
-from remedy.cases.errors import LMError, PatchRejectedError, RemedyError  # noqa: E402
-from remedy.cases.model import Cause, Diagnosis, RootCause  # noqa: E402
-from remedy.cases.patches import spec as patch_spec  # noqa: E402
-from remedy.cases.patches.spec import Patch  # noqa: E402
+from remedy.cases.errors import LMError  # noqa: E402
+from remedy.cases.model import Cause, Diagnosis  # noqa: E402
 
 from .diagnosis import (  # noqa: E402
-    UNSPECIFIED,
     CandidatePatch,
     DiagnosisContext,
     DiagnosisReport,
-    fits_subject,
     patch_family,
     register_diagnoser,
 )
+from .llm_io import (  # noqa: E402
+    _Malformed,
+    _rules_text,
+    build_description_inputs,
+    build_inputs,
+    parse_outputs,
+    sandbox_check,
+)
+from .llm_programs import (  # noqa: E402
+    CHOOSE_PROGRAM,
+    DESCRIBE_PROGRAM,
+    LLM_PROGRAM,
+    OUTPUTS,
+    OUTSIDE_TAXONOMY,
+    RETRY_TEMPERATURE,
+    ChooseCause,
+    ChooseCauseFromDescription,
+    DiagnoseFailure,
+    DiagnoseFromDescription,
+    LLMChooseProgram,
+    LLMDescribeProgram,
+    LLMDiagnoserProgram,
+    choose_grammar,
+    parse_choice,
+)
 from .offline import OfflineDiagnoser  # noqa: E402
-from .priors import match_priors  # noqa: E402
 
 __all__ = [
     "DiagnoseFailure",
@@ -82,461 +100,9 @@ __all__ = [
     "lm_configured",
     "build_inputs",
     "parse_outputs",
+    "sandbox_check",
+    "OUTSIDE_TAXONOMY",
 ]
-
-LLM_PROGRAM = "dspy-diagnose-1"
-#: the program for failures described in words (``remedy diagnose --describe``).
-DESCRIBE_PROGRAM = "dspy-describe-1"
-#: sampling temperature of retries after a malformed answer.
-RETRY_TEMPERATURE = 0.7
-_TAXONOMY = ", ".join(c.value for c in RootCause)
-
-
-_FIELD_HINTS = {
-    "code": "python source defining shaped_reward(...)",
-    "changes": "{constructor_arg: value}",
-    "stages": '[{"env_kwargs": {...}, "fraction": 0..1}] (fractions sum to 1)',
-    "predicate": "python expression over obs, action, info; True when violated",
-    "mode": '"penalty"|"terminate"',
-}
-
-
-def _patch_schema() -> str:
-    """One entry per patch-part kind with its fields and types, straight from the spec models."""
-    lines = []
-    for name in patch_spec.__all__:
-        fields = getattr(getattr(patch_spec, name), "model_fields", None)
-        if not fields or "kind" not in fields:
-            continue
-        args = ", ".join(
-            f'"{f}": {_FIELD_HINTS.get(f) or _type_name(info.annotation)}' for f, info in fields.items() if f != "kind"
-        )
-        lines.append(f'{{"kind": "{fields["kind"].default}", {args}}}')
-    return "; ".join(lines)
-
-
-def _type_name(annotation: Any) -> str:
-    return getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")
-
-
-# The answer fields both diagnosis signatures share (one parser reads them).
-_CANDIDATES_DESC = "plausible root causes"
-_EVIDENCE_DESC = "evidence for and against each candidate cause"
-_ROOT_CAUSES_DESC = (
-    f'JSON list, most likely first: [{{"cause": one of [{_TAXONOMY}], "confidence": 0..1, "rationale": str}}]'
-)
-_PATCHES_DESC = (
-    'JSON list, best first: [{"patch": {"parts": [PART, ...], "description": str}, "rationale": str, '
-    '"expected_effect": str, "side_effects": str, "compute_cost": "low"|"medium"|"high", '
-    '"cites": [case or rule ids]}] where PART is one of: ' + _patch_schema()
-)
-
-
-class DiagnoseFailure(dspy.Signature):
-    """You are an experienced reinforcement-learning engineer diagnosing a trained agent that fails.
-
-    Work step by step: list observations from the signature report; name candidate causes; weigh the
-    evidence for and against each (similar verified cases count most, their effects were measured
-    against a same-budget control; a patch listed under previous attempts that did not improve must
-    not be proposed again); then give the fix for the most likely cause. Prefer simple patches; a
-    sparse "+100 on success, -0.1 per step" reward is often safer than a clever dense one. Name each
-    patch's side effects and compute cost. Reward code must define
-    shaped_reward(obs, action, reward, next_obs, terminated, truncated, info) -> float using only
-    `np` and `math` (no imports), guard against NaN/inf/huge inputs, clip, and avoid division by zero;
-    `reward` is the reward the agent trained on and info.get("original_reward", reward) the env's own.
-    """
-
-    env_description: str = dspy.InputField(desc="environment: id, kwargs, spaces, reward density, task success")
-    algorithm: str = dspy.InputField(desc="algorithm, hyperparameters and training steps")
-    reward_code: str = dspy.InputField(desc="the reward the agent was trained on")
-    signature_report: str = dspy.InputField(desc="key failure numbers, symptom tags and sample failure episodes")
-    similar_cases: str = dspy.InputField(desc="similar past cases with root causes, patches and verified effects")
-    rules: str = dspy.InputField(desc="matching accepted rules and built-in priors (id: when -> suggests)")
-    previous_attempts: str = dspy.InputField(desc="patches already tried on this agent and what happened")
-    observations: str = dspy.OutputField(desc="what stands out in the data")
-    candidate_causes: str = dspy.OutputField(desc=_CANDIDATES_DESC)
-    evidence: str = dspy.OutputField(desc=_EVIDENCE_DESC)
-    root_causes: str = dspy.OutputField(desc=_ROOT_CAUSES_DESC)
-    patches: str = dspy.OutputField(desc=_PATCHES_DESC)
-
-
-class LLMDiagnoserProgram(dspy.Module):
-    """``ChainOfThought(DiagnoseFailure)``; the optimizer compiles and saves this module."""
-
-    signature: type[dspy.Signature] = DiagnoseFailure
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.diagnose = dspy.ChainOfThought(self.signature)
-
-    def forward(self, config: dict[str, Any] | None = None, **inputs: str) -> dspy.Prediction:
-        """Run the chain of thought on the formatted context (``config``: per-call LM settings)."""
-        return self.diagnose(**inputs, config=dict(config or {}))
-
-
-class DiagnoseFromDescription(dspy.Signature):
-    """You are an experienced reinforcement-learning engineer diagnosing a trained agent from a description.
-
-    There is no measurement, only what someone wrote (a bug report, a forum post, a colleague's account of a
-    video). Work step by step: list what the description says the agent does; name candidate causes; weigh
-    them against the similar past cases (their verified effects were measured against a same-budget control)
-    and the matching rules; then give the fix for the most likely cause. Say what the description leaves
-    unknown. Prefer simple patches. Reward code must define
-    shaped_reward(obs, action, reward, next_obs, terminated, truncated, info) -> float using only
-    `np` and `math` (no imports), guard against NaN/inf/huge inputs and clip.
-    """
-
-    description: str = dspy.InputField(desc="the failure in the reporter's words")
-    environment: str = dspy.InputField(desc="env id, algorithm and action space when the reporter named them")
-    symptom_reading: str = dspy.InputField(desc="symptom tags the description was read as, with similarity 0..1")
-    similar_cases: str = dspy.InputField(desc="similar past cases with root causes, patches and verified effects")
-    rules: str = dspy.InputField(desc="matching accepted rules and built-in priors (id: when -> suggests)")
-    observations: str = dspy.OutputField(desc="what the description says, and what it leaves unknown")
-    candidate_causes: str = dspy.OutputField(desc=_CANDIDATES_DESC)
-    evidence: str = dspy.OutputField(desc=_EVIDENCE_DESC)
-    root_causes: str = dspy.OutputField(desc=_ROOT_CAUSES_DESC)
-    patches: str = dspy.OutputField(desc=_PATCHES_DESC)
-
-
-class LLMDescribeProgram(LLMDiagnoserProgram):
-    """``ChainOfThought(DiagnoseFromDescription)``: the LLM backend's program for described failures."""
-
-    signature = DiagnoseFromDescription
-
-
-# ---- the least a small model can keep: cause names picked from the taxonomy -------------------
-
-#: ``full``: the chain of thought above (observations, evidence, ranked causes and patches as JSON);
-#: ``choose``: only up to three cause names picked from the taxonomy, most likely first (no patches:
-#: they come from the typed templates); ``choose-grammar``: the same, decoded under a grammar that
-#: admits nothing else (``grammar`` in the request body: llama.cpp servers, ``remedy lm serve``).
-OUTPUTS = ("full", "choose", "choose-grammar")
-CHOOSE_PROGRAM = "dspy-choose-1"
-#: the warning (and error) prefix naming answers outside the taxonomy (counted by bench/llm_diagnosis.py)
-OUTSIDE_TAXONOMY = "LM named causes outside the taxonomy (dropped, not mapped)"
-_CHOICES = [c.value for c in RootCause if c is not RootCause.unknown]
-_CHOOSE_DESC = "up to 3 cause names, most likely first, comma-separated, each one of: " + ", ".join(_CHOICES)
-
-
-class ChooseCause(dspy.Signature):
-    """Name the most likely root causes of a failing reinforcement-learning agent, choosing only from the list."""
-
-    env_description: str = dspy.InputField(desc="environment: id, kwargs, spaces, reward density, task success")
-    algorithm: str = dspy.InputField(desc="algorithm, hyperparameters and training steps")
-    signature_report: str = dspy.InputField(desc="key failure numbers, symptom tags and sample failure episodes")
-    similar_cases: str = dspy.InputField(desc="similar past cases with root causes, patches and verified effects")
-    rules: str = dspy.InputField(desc="matching accepted rules and built-in priors (id: when -> suggests)")
-    causes: str = dspy.OutputField(desc=_CHOOSE_DESC)
-
-
-class ChooseCauseFromDescription(dspy.Signature):
-    """Name the most likely root causes of a reinforcement-learning failure described in words, choosing only
-    from the list. Similar past cases and rules, when given, show which causes fit such symptoms."""
-
-    description: str = dspy.InputField(desc="the failure in the reporter's words")
-    environment: str = dspy.InputField(desc="env id, algorithm and action space when the reporter named them")
-    symptom_reading: str = dspy.InputField(desc="symptom tags the description was read as, with similarity 0..1")
-    similar_cases: str = dspy.InputField(desc="similar past cases with root causes, patches and verified effects")
-    rules: str = dspy.InputField(desc="matching accepted rules and built-in priors (id: when -> suggests)")
-    causes: str = dspy.OutputField(desc=_CHOOSE_DESC)
-
-
-class LLMChooseProgram(dspy.Module):
-    """``Predict(ChooseCause)`` (or the description variant): no reasoning tokens, one short answer."""
-
-    def __init__(self, signature: type[dspy.Signature] = ChooseCause) -> None:
-        super().__init__()
-        self.signature = signature
-        self.choose = dspy.Predict(signature)
-
-    def forward(self, config: dict[str, Any] | None = None, **inputs: str) -> dspy.Prediction:
-        """Ask for the cause names (``config``: per-call LM settings, e.g. the grammar)."""
-        return self.choose(
-            **{k: v for k, v in inputs.items() if k in self.signature.input_fields}, config=dict(config or {})
-        )
-
-
-def choose_grammar() -> str:
-    """A GBNF grammar for the ChatAdapter's answer: the ``causes`` header, then 1-3 names from the list."""
-    names = " | ".join(f'"{c}"' for c in _CHOICES)
-    return (
-        'root ::= "[[ ## causes ## ]]\\n" name (", " name)? (", " name)? "\\n\\n[[ ## completed ## ]]"\n'
-        f"name ::= {names}\n"
-    )
-
-
-def parse_choice(text: str) -> tuple[list[RootCause], list[str]]:
-    """The names in the answer that are in the taxonomy (in order, once each) and those that are not.
-
-    Names are matched exactly after case and separator folding ("Sparse reward" -> sparse_reward);
-    nothing outside the list is mapped to a cause.
-    """
-    known, outside = [], []
-    for raw in re.split(r"[,;\n]+", text or ""):
-        name = re.sub(r"^\s*(?:[-*]|\d+[.)])\s*", "", raw).strip().strip("`'\".[]").strip()
-        if not name:
-            continue
-        key = re.sub(r"[\s-]+", "_", name.lower())
-        if key in _CHOICES:
-            if RootCause(key) not in known:
-                known.append(RootCause(key))
-        else:
-            outside.append(name[:60])
-    return known[:3], outside
-
-
-# ---- context -> prompt inputs ----------------------------------------------------------------
-
-_KEY_FEATURES = (
-    "return_iqm",
-    "return_mean",
-    "success_rate",
-    "truncation_rate",
-    "early_termination_rate",
-    "ep_len_mean",
-    "ep_len_frac",
-    "action_jerk",
-    "action_saturation",
-    "action_entropy",
-    "state_coverage",
-    "obs_abs_max",
-    "reward_success_corr",
-    "reward_per_step",
-    "curve_plateau",
-    "curve_collapse",
-    "curve_oscillation",
-    "entropy_drop",
-    "approx_kl_max",
-    "constraint_violation_rate",
-    "shifted_gap",
-)
-
-
-def _env_text(ctx: DiagnosisContext) -> str:
-    s, t = ctx.subject, ctx.subject.traits
-    base = (
-        f"{s.env_id} kwargs={json.dumps(s.env_kwargs, sort_keys=True, default=str)}; {t.action_space.value} "
-        f"actions (dim {t.action_dim}), observation dim {t.obs_dim}, {t.reward_density.value} reward; "
-        f"task success: {s.success or 'not defined'}"
-    )
-    if ctx.constraints:
-        base += "; declared safety constraints (true when violated): " + "; ".join(ctx.constraints)
-    return f"{ctx.env_description}\n{base}" if ctx.env_description else base
-
-
-def _signature_text(ctx: DiagnosisContext) -> str:
-    f = ctx.signature.features
-    nums = [f"{k}={f[k]:.4g}" for k in _KEY_FEATURES if k in f and math.isfinite(f[k])]
-    eps = [
-        f"  seed={e.seed} return={e.ret:.4g} length={e.length} end={e.termination} success={e.success}"
-        for e in ctx.failure_episodes[:5]
-    ]
-    return "\n".join(
-        [
-            f"summary: {ctx.signature.summary}",
-            "symptoms: " + (", ".join(ctx.signature.symptoms) or "none"),
-            "features: " + "; ".join(nums),
-            "sample failure episodes:",
-            *(eps or ["  (none recorded)"]),
-        ]
-    )
-
-
-def _cases_text(ctx: DiagnosisContext) -> str:
-    rows = []
-    for rc in ctx.cases:
-        c = rc.case
-        eff = c.verification.effect if c.verification else None
-        eff_txt = (
-            f"{eff.metric} {eff.diff:+.3g} CI [{eff.ci_low:+.3g}, {eff.ci_high:+.3g}]"
-            if eff
-            else (f"literature: {c.literature.claim}" if c.literature else "no measured effect")
-        )
-        causes = ", ".join(x.value for x in c.root_causes) or "undiagnosed"
-        rows.append(
-            f"- {c.case_id} (similarity {rc.similarity:.2f}; {c.subject.env_id}, {c.subject.algo}): "
-            f"symptoms {', '.join(c.signature.symptoms) or 'none'}; causes {causes}; "
-            f"patch {c.patch.summary()}; status {c.status}; {eff_txt}"
-        )
-    return "\n".join(rows) or "(no similar cases in the knowledge base yet)"
-
-
-def _rules_text(ctx: DiagnosisContext) -> tuple[str, list[str]]:
-    rows, ids = [], []
-    for r in ctx.rules:
-        rid = str(getattr(r, "id", "rule"))
-        ids.append(rid)
-        rows.append(f"- {rid} [accepted rule]: when {_when(r)} -> {getattr(r, 'recommendation', '')}{_measured(r)}")
-    for m in match_priors(ctx.subject, ctx.signature, constraints=ctx.constraints):
-        ids.append(m.rule.id)
-        causes = ", ".join(f"{c.value} ({conf:.2f})" for c, conf in m.rule.causes)
-        fams = ", ".join(p.summary() for _, p in m.patches) or "no template"
-        rows.append(f"- {m.rule.id} [prior; {m.rule.source}]: {'; '.join(m.evidence)} -> {causes}; try {fams}")
-    return "\n".join(rows) or "(none matched)", ids
-
-
-def _when(rule: object) -> str:
-    """A rule's condition, readable (``Condition.text`` when the conditions have it)."""
-    conds = list(getattr(rule, "conditions", []))
-    return " and ".join(str(getattr(c, "text", c)) for c in conds) or "always"
-
-
-def _measured(rule: object) -> str:
-    """A mined rule's evidence in a few words (wins of support, effect with CI), when it has some."""
-    e = getattr(rule, "evidence", None)
-    if e is None:
-        return ""
-    return f"; improved in {e.wins} of {e.support} verified cases, effect {e.effect:+.2f} [{e.ci_low:+.2f}, {e.ci_high:+.2f}]"
-
-
-def build_inputs(ctx: DiagnosisContext) -> dict[str, str]:
-    """The program's input fields, formatted from the diagnosis context."""
-    s = ctx.subject
-    reward = ctx.reward_code or (
-        f"(the env's built-in reward; reference: {s.reward_ref})" if s.reward_ref else "(the env's built-in reward)"
-    )
-    tried = "\n".join(f"- {a.summary()}" for a in ctx.tried) or "(none)"
-    return {
-        "env_description": _env_text(ctx),
-        "algorithm": f"{s.algo}; hyperparameters {json.dumps(s.hyperparams, sort_keys=True, default=str)}; "
-        f"trained {s.train_steps if s.train_steps is not None else 'unknown'} steps",
-        "reward_code": reward,
-        "signature_report": _signature_text(ctx),
-        "similar_cases": _cases_text(ctx),
-        "rules": _rules_text(ctx)[0],
-        "previous_attempts": tried,
-    }
-
-
-def build_description_inputs(ctx: DiagnosisContext) -> dict[str, str]:
-    """The description program's inputs: the text, what the user named, the tags read, cases and rules."""
-    s = ctx.subject
-    named = [
-        f"env {s.env_id}" if s.env_id != UNSPECIFIED else "env not named",
-        f"algorithm {s.algo}" if s.algo != UNSPECIFIED else "algorithm not named",
-        f"{s.traits.action_space.value} actions",
-    ]
-    reading = (
-        ", ".join(r.tag if r.similarity is None else f"{r.tag} ({r.similarity:.2f}: '{r.clause}')" for r in ctx.reading)
-        or ", ".join(ctx.signature.symptoms)
-        or "(no tag read)"
-    )
-    if ctx.stated:  # causes the words name outright, read the same way as the tags
-        reading += "; causes stated: " + ", ".join(
-            f"{r.cause.value} ({r.similarity:.2f}: '{r.clause}')" for r in ctx.stated
-        )
-    return {
-        "description": ctx.description,
-        "environment": "; ".join(named),
-        "symptom_reading": reading,
-        "similar_cases": _cases_text(ctx),
-        "rules": _rules_text(ctx)[0],
-    }
-
-
-# ---- model output -> typed values ------------------------------------------------------------
-
-
-class _LMCause(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    cause: RootCause
-    confidence: float = Field(ge=0, le=1)
-    rationale: str = ""
-
-
-class _LMPatch(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    patch: dict[str, Any]
-    rationale: str = ""
-    expected_effect: str = ""
-    side_effects: str = ""
-    compute_cost: Literal["low", "medium", "high"] = "medium"
-    cites: list[str] = Field(default_factory=list)
-
-    @field_validator("compute_cost", mode="before")
-    @classmethod
-    def _lower(cls, v: Any) -> Any:
-        return v.strip().lower() if isinstance(v, str) else v
-
-
-class _Malformed(Exception):
-    """The model's answer could not be parsed; worth another try."""
-
-
-def _json_list(text: str, field: str) -> list[Any]:
-    body = (text or "").strip()
-    fenced = re.search(r"```(?:json)?\s*(.*?)```", body, re.S)
-    if fenced:
-        body = fenced.group(1).strip()
-    try:
-        data = json.loads(body)
-    except json.JSONDecodeError as ex:
-        raise _Malformed(f"{field} is not valid JSON ({ex.msg} at char {ex.pos})") from ex
-    if isinstance(data, dict):
-        data = [data]
-    if not isinstance(data, list):
-        raise _Malformed(f"{field} is not a JSON list")
-    return data
-
-
-def parse_outputs(root_causes: str, patches: str) -> tuple[list[Cause], list[tuple[Patch, _LMPatch]], list[str]]:
-    """Parse the two JSON outputs; raises ``_Malformed`` when nothing usable is there.
-
-    Individual patches that do not fit the spec are dropped with a warning (the rest stay).
-    """
-    causes = []
-    for i, item in enumerate(_json_list(root_causes, "root_causes")):
-        try:
-            c = _LMCause.model_validate(item)
-        except ValidationError as ex:
-            raise _Malformed(
-                f"root_causes[{i}] does not fit {{cause, confidence, rationale}}: {ex.errors()[0]['msg']}"
-            ) from ex
-        causes.append(Cause(cause=c.cause, confidence=round(c.confidence, 4), rationale=c.rationale))
-    if not causes:
-        raise _Malformed("root_causes is empty")
-    out, warnings = [], []
-    for i, item in enumerate(_json_list(patches, "patches")):
-        if isinstance(item, dict) and "patch" not in item and ("kind" in item or "parts" in item):
-            item = {"patch": item}  # a bare part or patch: accept it
-        try:
-            meta = _LMPatch.model_validate(item)
-            out.append((Patch.from_data(meta.patch), meta))
-        except (ValidationError, ValueError, TypeError) as ex:
-            warnings.append(f"dropped LLM patch #{i + 1}: does not fit the patch schema ({_first_error(ex)})")
-    causes.sort(key=lambda c: -c.confidence)
-    return causes, out, warnings
-
-
-def _first_error(ex: Exception) -> str:
-    if isinstance(ex, ValidationError) and ex.errors():
-        e = ex.errors()[0]
-        return f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}"
-    return str(ex).splitlines()[0][:200]
-
-
-# ---- sandbox ---------------------------------------------------------------------------------
-
-
-def sandbox_check(patch: Patch, ctx: DiagnosisContext) -> tuple[bool, str]:
-    """Run the patch through :func:`remedy.cases.patches.check.check_patch` (fit, static check, compile, fuzz)."""
-    from remedy.cases.patches.check import check_patch
-
-    if ctx.subject.env_id == UNSPECIFIED:  # a description that named no env: nothing to fuzz code against
-        if any(p.kind in ("reward_shaping", "safety_constraint") for p in patch.parts):
-            return False, "code patches are fuzzed against the env's spaces; name the env (--env) to get them"
-        return fits_subject(patch, ctx.subject)
-    s = ctx.subject
-    try:
-        report = check_patch(patch, s.env_id, s.env_kwargs, s.algo)
-    except PatchRejectedError as ex:
-        return False, f"{ex.rule or 'rejected'}: {ex}"
-    except RemedyError as ex:
-        return False, str(ex)
-    return (True, "") if report.ok else (False, f"{report.rule or 'rejected'}: {report.message}")
-
-
-# ---- the LM ----------------------------------------------------------------------------------
 
 
 def lm_configured(environ: Mapping[str, str] | None = None) -> bool:
