@@ -51,6 +51,7 @@ from .facade import KnowledgeBase
 from .fixloop import AttemptStore, FixResult, fix, one_torch_thread
 
 __all__ = [
+    "CaseCollector",
     "BenchSettings",
     "ScenarioResult",
     "BenchSummary",
@@ -520,7 +521,7 @@ def run_curve(
         cache_dir=cache_dir,
         progress=tag("cold") if tag else None,
     )
-    warm_store = _Collector()
+    warm_store = CaseCollector()
     # the no-diagnosis arms do not depend on the KB: run once (cold) and shown for both passes
     warm = run_bench(
         work_kb,
@@ -538,8 +539,9 @@ def run_curve(
     return CurveReport(cold=cold, warm=warm)
 
 
-class _Collector:
-    """An :class:`AttemptStore` that only collects cases (the warm pass stores them after it finishes)."""
+class CaseCollector:
+    """An :class:`AttemptStore` that only collects cases in memory (the warm pass stores them after it
+    finishes; the case factory ships a unit's cases in a chunk when the unit ends)."""
 
     def __init__(self) -> None:
         self.cases: list[Case] = []

@@ -42,7 +42,7 @@ from remedy.cases.verify.scenarios import Scenario
 from remedy.cases.verify.solvability import ORACLE_FILE, latest_results, not_failing, parse_shard, shard_of
 from remedy.cases.verify.verification import versions
 
-from .bench import BenchSettings, run_bench, select_scenarios
+from .bench import BenchSettings, CaseCollector, run_bench, select_scenarios
 from .fixloop import one_torch_thread
 
 __all__ = [
@@ -311,17 +311,6 @@ def _oracle_changed() -> bool:
 # --------------------------------------------------------------------------- running
 
 
-class _Collector:
-    """The fix loop's attempts of one unit, in memory until the unit ends."""
-
-    def __init__(self) -> None:
-        self.cases: list[Case] = []
-
-    def add(self, case: Case) -> bool:
-        self.cases.append(case)
-        return True
-
-
 def _clock(start: float) -> str:
     return f"[{(time.perf_counter() - start) / 60:6.1f} min]"
 
@@ -337,7 +326,7 @@ def _progress(start: float, say: Say) -> Callable[[str, str, int, int], None]:
 def run_unit(unit: Unit, settings: BenchSettings, executor: Any = None, start: float | None = None, say: Say = print):
     """The fix loop on one unit: its cases and its summary row."""
     t0 = time.perf_counter()
-    store = _Collector()
+    store = CaseCollector()
     pass_settings = replace(
         settings, seed_base=settings.seed_base + unit.pass_no * PASS_SEED_STRIDE, explore_seed=unit.pass_no
     )
