@@ -33,8 +33,10 @@ __all__ = ["ResidentIndex", "RRF_K", "MAX_RESIDENT_ROWS"]
 
 #: LanceDB's RRFReranker constant (its default), so the fusion matches ``VectorIndex`` hybrid search.
 RRF_K = 60
-#: Above this many rows the vectors are not copied into memory (384 floats each: 1.5 GB at 1M).
-MAX_RESIDENT_ROWS = 500_000
+#: Above this many rows the index is not copied into memory and Lance answers. A (re)load reads every
+#: vector and analyses every text: about 0.5 s at 10k rows, so about 5 s at this cap, paid by the first
+#: query after each write (150 MB of vectors).
+MAX_RESIDENT_ROWS = 100_000
 _COLUMNS = ["id", "vector", "text", "env_id", "action_space", "algo", "status", "effect", "scenario"]
 
 
