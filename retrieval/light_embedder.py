@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -44,32 +43,30 @@ def _blas_controller():
     return ThreadpoolController()
 
 
-def _erf(x: np.ndarray) -> np.ndarray:
-    # Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7): BERT's GELU is the exact erf form, and
-    # scipy.special would cost its import on the light path.
-    sign = np.sign(x)
-    a = np.abs(x)
-    t = 1.0 / (1.0 + 0.3275911 * a)
-    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
-    return sign * (1.0 - poly * np.exp(-a * a))
-
-
-#: from this many values on, erf comes from scipy (one C loop; the polynomial's dozen numpy passes took as
-#: long as the matrix products for a 16-query batch); below it the import would cost more than it saves
-_SCIPY_ERF_FROM = 65_536
-
-
 def _gelu(x: np.ndarray) -> np.ndarray:
-    if x.size >= _SCIPY_ERF_FROM or "scipy.special" in sys.modules:
-        from scipy.special import erf  # the service's batches (or a process that has it), never one cold query
-
-        y = x * _SQRT_HALF  # in place from here: each fresh 4 MB temporary costs its page faults
-        erf(y, out=y)
-        y += 1.0
-        y *= x
-        y *= 0.5
-        return y
-    return 0.5 * x * (1.0 + _erf(x * _SQRT_HALF))
+    """BERT's GELU, 0.5 x (1 + erf(x / sqrt 2)), with erf by Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7;
+    scipy.special would cost its import on the light path), computed in place after two copies: one
+    query's 54 x 1536 activations take 0.17 ms, against 1.1 ms through scipy's erf and about as much
+    through a dozen fresh numpy temporaries (measured, quiet machine; six GELUs a query)."""
+    z = np.abs(x)
+    z *= _SQRT_HALF
+    t = z * np.float32(0.3275911)
+    t += 1.0
+    np.reciprocal(t, out=t)
+    poly = t * np.float32(1.061405429)
+    for c in (-1.453152027, 1.421413741, -0.284496736, 0.254829592):
+        poly += np.float32(c)
+        poly *= t
+    np.square(z, out=z)
+    np.negative(z, out=z)
+    np.exp(z, out=z)
+    poly *= z  # 1 - erf(|x| / sqrt 2)
+    np.subtract(1.0, poly, out=poly)
+    np.copysign(poly, x, out=poly)  # erf(x / sqrt 2)
+    poly += 1.0
+    poly *= x
+    poly *= 0.5
+    return poly
 
 
 def _layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float) -> np.ndarray:
@@ -190,9 +187,7 @@ class LightMiniLMEmbedder:
     def use_all_cores(self) -> None:
         """Encode every batch, one sentence too, with ``batch_threads`` BLAS threads: for a service that
         owns its cores (one 54-token query: 18 -> 13 ms on 2 quiet cores); a CLI on a busy machine
-        keeps one thread for small batches. Loads scipy's erf now, which every GELU then uses."""
-        import scipy.special  # noqa: F401  (``_gelu`` uses it once loaded)
-
+        keeps one thread for small batches."""
         self.threads_from_tokens = 1
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
