@@ -85,6 +85,7 @@ class ResidentIndex:
         self.index = index
         self.max_rows = max_rows
         self._snap: _Snapshot | None = None
+        self._too_large: int | None = None  # the table version found above ``max_rows``
         self._loading = threading.Lock()
 
     def available(self) -> bool:
@@ -100,9 +101,9 @@ class ResidentIndex:
         mode: str = "vector",
     ) -> list[Hit]:
         """Same contract as :meth:`VectorIndex.search`; text-only search is delegated to it."""
-        if mode == "text" or vector is None or k <= 0 or not self.available():
+        snap = None if mode == "text" or vector is None or k <= 0 else self._current()
+        if snap is None:  # text alone, nothing asked, or a table too large to hold: Lance answers
             return self.index.search(vector, k=k, filters=filters, text=text, mode=mode)
-        snap = self._current()
         if not snap.ids:
             return []
         q = _unit(vector, self.index.embedder.dim)
@@ -118,16 +119,23 @@ class ResidentIndex:
         hits = _hits(snap, q, pool)
         return sorted(hits, key=lambda h: -h.similarity)[:k]
 
-    def _current(self) -> _Snapshot:
-        """The loaded snapshot, reloaded first when the table has a newer version."""
+    def _current(self) -> _Snapshot | None:
+        """The loaded snapshot, reloaded first when the table has a newer version; None while the table
+        holds more than ``max_rows`` rows (counted once per version, not per query)."""
         version = self.index._table.version
         snap = self._snap
         if snap is not None and snap.version == version:
             return snap
+        if self._too_large == version:
+            return None
         with self._loading:  # one thread reloads; the others wait and use its result
             snap = self._snap
-            if snap is None or snap.version != version:
-                snap = self._snap = _load(self.index)
+            if snap is not None and snap.version == version:
+                return snap
+            if not self.available():
+                self._snap, self._too_large = None, version
+                return None
+            snap = self._snap = _load(self.index)
             return snap
 
 
