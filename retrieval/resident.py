@@ -102,7 +102,7 @@ class ResidentIndex:
     ) -> list[Hit]:
         """Same contract as :meth:`VectorIndex.search`; text-only search is delegated to it."""
         snap = None if mode == "text" or vector is None or k <= 0 else self._current()
-        if snap is None:  # text alone, nothing asked, or a table too large to hold: Lance answers
+        if snap is None or vector is None:  # text alone, nothing asked, or a table too large: Lance answers
             return self.index.search(vector, k=k, filters=filters, text=text, mode=mode)
         if not snap.ids:
             return []
