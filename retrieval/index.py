@@ -510,6 +510,18 @@ class VectorIndex:
         )
 
     def _open_table(self) -> Any:
+        """Open (or create) the table. Done without the write lock, so a reindex in another process may
+        drop the table (or delete the directory) between our listing and opening it; that writer holds
+        the lock while it replaces the table, so on failure we wait for it and open what it left."""
+        try:
+            return self._open_table_unlocked()
+        except (ValueError, OSError):  # "Table ... was not found", or files gone under a listing
+            if self.read_only:
+                raise
+        with holding(self._lock, self.path):  # a real fault raises again here, with nobody racing us
+            return self._open_table_unlocked()
+
+    def _open_table_unlocked(self) -> Any:
         exists = TABLE in self._db.list_tables().tables
         meta = self._read_meta()
         if meta is None and exists:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -205,6 +206,41 @@ def test_reopen_sees_rows_and_other_handles_writes(
     assert other.ids() == filled.ids()
     other.upsert([make_case("late", "a late arrival")])
     assert "late" in filled.ids()
+
+
+def test_open_waits_for_a_reindex_that_drops_the_table_under_it(
+    filled: VectorIndex, embedder: MiniLMEmbedder, make_case: MakeCase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reindex in another process dropped the table between an opener's listing and its open (CI saw
+    "Table 'signatures' was not found" from a concurrent `kb import`); the opener waits for that writer."""
+    from lancedb.db import LanceDBConnection
+
+    real_open, real_drop = LanceDBConnection.open_table, LanceDBConnection.drop_table
+    dropped, tried = threading.Event(), threading.Event()
+    fresh = [make_case(f"r{i}", f"rebuilt case {i}") for i in range(3)]
+    rebuilder = threading.Thread(target=filled.rebuild, args=(fresh,))
+
+    def drop(self, *args, **kwargs):  # the reindex: drop, then stay inside the gap until the opener tried
+        real_drop(self, *args, **kwargs)
+        dropped.set()
+        tried.wait(10)
+
+    def open_(self, *args, **kwargs):
+        if threading.current_thread() is threading.main_thread() and not rebuilder.is_alive() and not tried.is_set():
+            rebuilder.start()
+            dropped.wait(10)
+            try:
+                return real_open(self, *args, **kwargs)
+            finally:
+                tried.set()
+        return real_open(self, *args, **kwargs)
+
+    monkeypatch.setattr(LanceDBConnection, "drop_table", drop)
+    monkeypatch.setattr(LanceDBConnection, "open_table", open_)
+    other = VectorIndex(filled.path, embedder)
+    rebuilder.join(30)
+    assert tried.is_set()  # the race really happened
+    assert other.ids() == {"r0", "r1", "r2"}
 
 
 def test_model_mismatch_is_refused(filled: VectorIndex, embedder: MiniLMEmbedder) -> None:
