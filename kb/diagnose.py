@@ -174,7 +174,15 @@ def _with_active_offline(backend: Any, kb: KnowledgeBase) -> Diagnoser:
 
 
 def _with_active_llm_program(backend: Any, kb: KnowledgeBase) -> Diagnoser:
-    """The llm backend on its built-in program runs the KB's active llm version (named in the diagnosis)."""
+    """The llm backend on its built-in program runs the KB's active llm version (named in the diagnosis),
+    and its ranked remedies come from the KB's active offline version and remedy ranker."""
+    from remedy.retrieval.offline import OfflineDiagnoser
+
+    if hasattr(backend, "with_vote"):  # it shows a vote's ranked remedies (retrieval.llm.LLMDiagnoser)
+        base = backend.vote or OfflineDiagnoser()
+        vote = _with_active_offline(base, kb)
+        if vote is not base:  # an active offline version or ranker to adopt
+            backend = backend.with_vote(vote)
     if backend.program_chosen or backend.program_id is not None:
         return backend
     from remedy.optimizer.versions import ProgramStore

@@ -36,12 +36,19 @@ import numpy as np
 from pydantic import ValidationError
 
 from remedy.cases.errors import OptimizeError
-from remedy.cases.model import Case, Source, Stage, Status
+from remedy.cases.model import Case, RemedyFamily, Source, Status
 from remedy.cases.outcomes import final_verdicts
 from remedy.cases.store import CaseStore
 from remedy.retrieval.diagnosis import patch_family
 from remedy.retrieval.offline import OfflineDiagnoser, OfflineSettings
-from remedy.retrieval.remedy_ranker import RemedyRanker, attempt_features, cause_for
+from remedy.retrieval.remedy_ranker import (
+    Outcomes,
+    RemedyRanker,
+    attempt_features,
+    cause_for,
+    count_outcomes,
+    final_status,
+)
 
 from .dataset import example_group
 from .metric import score_prediction
@@ -91,6 +98,7 @@ class AttemptRow:
     status: str  # final status (``improved`` only from a confirmation)
     fixed: bool  # verification.fixed (False when never judged)
     features: dict[str, float] = field(repr=False)
+    family: str = ""  # the patch family (a RemedyFamily value)
 
     def positive(self, label: str) -> bool:
         """Whether this row is a positive under ``label`` (``improved`` or ``fixed``)."""
@@ -104,9 +112,7 @@ def attempt_rows(cases: Iterable[Case]) -> list[AttemptRow]:
     for screen, final in final_verdicts(measured):
         v = final.verification
         assert v is not None  # measured only
-        status = v.status.value
-        if v.status == Status.improved and v.stage != Stage.confirm:
-            status = Status.inconclusive.value
+        status = final_status(final)
         family = patch_family(screen.patch)
         vote = list(screen.diagnosis.causes) if screen.diagnosis else []
         ranked = [c.cause for c in vote]
@@ -114,7 +120,7 @@ def attempt_rows(cases: Iterable[Case]) -> list[AttemptRow]:
         rank = ranked.index(cause) + 1 if cause in ranked else 0
         conf = vote[rank - 1].confidence if rank else 0.0
         x = attempt_features(screen.subject, screen.signature, screen.patch, family, cause, conf, rank)
-        rows.append(AttemptRow(final.case_id, example_group(screen), status, bool(v.fixed), x))
+        rows.append(AttemptRow(final.case_id, example_group(screen), status, bool(v.fixed), x, family.value))
     return rows
 
 
@@ -194,9 +200,18 @@ def _counts(rows: Sequence[AttemptRow], y: np.ndarray, s: RankerSettings) -> dic
         "fixed_positives": sum(r.fixed for r in rows),
         "groups": len({r.group for r in rows}),
         "statuses": dict(sorted(statuses.items())),
+        # the experience behind the fit, by family: the LLM diagnoser shows it beside the ranked remedies
+        "families": {
+            f.value: o.model_dump() for f, o in sorted(_family_counts(rows).items(), key=lambda fo: fo[0].value)
+        },
         "weights": {"inconclusive": s.inconclusive_weight, "stopped_early": s.stopped_early_weight, "other": 1.0},
         "seed": s.seed,
     }
+
+
+def _family_counts(rows: Sequence[AttemptRow]) -> dict[RemedyFamily, Outcomes]:
+    known = {f.value for f in RemedyFamily}
+    return count_outcomes((RemedyFamily(r.family), r.status, r.fixed) for r in rows if r.family in known)
 
 
 def _base_rate(y: np.ndarray, w: np.ndarray, s: RankerSettings, meta: dict) -> RemedyRanker:

@@ -3,8 +3,9 @@
 The program (:class:`DiagnoseFailure` under ``dspy.ChainOfThought``) gets
 structured, pre-analysed context, never raw logs: the env, the algorithm, the
 current reward code, the signature's key numbers and a few failure episodes,
-similar cases with their verified effects, matching rules and built-in priors,
-and what a fix loop already tried. It answers observations -> candidate causes
+similar cases with their verified effects, the offline vote's candidate remedies
+(ordered by the KB's remedy ranker when one is active) with how each family's
+attempts ended, matching rules and built-in priors, and what a fix loop already tried. It answers observations -> candidate causes
 -> evidence -> root causes and patches as JSON, which is parsed with pydantic
 into the same typed patches the offline backend produces. Malformed output is
 retried a bounded number of times, then raises :class:`LMError`. Reward code
@@ -25,6 +26,7 @@ DSPy's default engine sends ``max_completion_tokens``; an older server that want
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
@@ -60,6 +62,7 @@ from .llm_io import (  # noqa: E402
     build_description_inputs,
     build_inputs,
     parse_outputs,
+    remedies_text,
     sandbox_check,
 )
 from .llm_programs import (  # noqa: E402
@@ -99,6 +102,7 @@ __all__ = [
     "lm_from_env",
     "lm_configured",
     "build_inputs",
+    "remedies_text",
     "parse_outputs",
     "sandbox_check",
     "OUTSIDE_TAXONOMY",
@@ -193,8 +197,15 @@ class LLMDiagnoser:
         output: str | None = None,
         grounded: bool = True,
         choose_program: LLMChooseProgram | None = None,
+        vote: OfflineDiagnoser | None = None,
+        remedies: bool = True,
     ) -> None:
         self._lm = lm
+        #: the vote whose candidates the program sees as ranked remedies (:func:`remedies_text`): the KB
+        #: hands it its active offline version and remedy ranker; None: the built-in vote, no ranker
+        self.vote = vote
+        #: False: the ranked remedies are left out of the grounding (the benchmark's ablation)
+        self.remedies = remedies
         #: the ``choose`` program to run (e.g. one compiled with demos by bench/llm_diagnosis.py
         #: ``--optimize``) when its signature fits the case (described or measured); else a fresh one
         self.choose_program = choose_program
@@ -226,7 +237,15 @@ class LLMDiagnoser:
             output=self.output,
             grounded=self.grounded,
             choose_program=self.choose_program,
+            vote=self.vote,
+            remedies=self.remedies,
         )
+
+    def with_vote(self, vote: OfflineDiagnoser) -> LLMDiagnoser:
+        """The same diagnoser (of the same class) showing ``vote``'s ranked remedies."""
+        clone = copy.copy(self)
+        clone.vote = vote
+        return clone
 
     def preflight(self) -> None:
         """Raise LMError now when no LM is configured (``REMEDY_LM``), before any rollout."""
@@ -252,7 +271,8 @@ class LLMDiagnoser:
     def diagnose(self, ctx: DiagnosisContext) -> DiagnosisReport:
         """Ask the program, parse, sandbox-check; raises LMError when unreachable or never parseable."""
         described = bool(ctx.description)  # a failure in words: the description program, same report type
-        inputs = build_description_inputs(ctx) if described else build_inputs(ctx)
+        build = build_description_inputs if described else build_inputs
+        inputs = build(ctx, self.vote, self.remedies and self.grounded)
         if not self.grounded:
             inputs.update(similar_cases="(not given)", rules="(not given)")
         if self.output != "full":
@@ -390,7 +410,7 @@ class AutoDiagnoser:
         if self._lm is None and not lm_configured():
             return self.offline.diagnose(ctx)
         try:
-            return LLMDiagnoser(lm=self._lm, max_retries=self.max_retries).diagnose(ctx)
+            return LLMDiagnoser(lm=self._lm, max_retries=self.max_retries, vote=self.offline).diagnose(ctx)
         except LMError as ex:
             report = self.offline.diagnose(ctx)
             note = f"LLM diagnosis failed, used offline instead: {ex}"

@@ -1,7 +1,7 @@
 """What the LM diagnoser hands the program and how it reads the answer.
 
 Inputs: the context as pre-analysed text (env, signature, similar cases with their verified
-effects, rules, priors), never raw logs. Outputs: root causes and patches parsed with pydantic into
+effects, the ranked remedies with their outcome counts, rules, priors), never raw logs. Outputs: root causes and patches parsed with pydantic into
 the typed patches the offline backend produces, malformed answers signalled by :class:`_Malformed`,
 and written code checked by the sandbox before anything uses it.
 """
@@ -20,17 +20,23 @@ offline_defaults()  # before DSPy imports litellm, which reads them at import
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator  # noqa: E402
 
 from remedy.cases.errors import PatchRejectedError, RemedyError  # noqa: E402
-from remedy.cases.model import Cause, RootCause  # noqa: E402
+from remedy.cases.model import Cause, RemedyFamily, RootCause  # noqa: E402
 from remedy.cases.patches.spec import Patch  # noqa: E402
 
 from .diagnosis import (  # noqa: E402
     UNSPECIFIED,
+    CandidatePatch,
     DiagnosisContext,
     fits_subject,
 )
+from .offline import OfflineDiagnoser  # noqa: E402
 from .priors import match_priors  # noqa: E402
+from .remedy_ranker import Outcomes, RemedyRanker, family_causes, family_outcomes  # noqa: E402
 
-__all__ = ["build_inputs", "build_description_inputs", "parse_outputs", "sandbox_check"]
+__all__ = ["build_inputs", "build_description_inputs", "parse_outputs", "sandbox_check", "remedies_text"]
+
+#: most ranked remedies shown (the vote keeps at most ``OfflineSettings.max_candidates``: 5 by default)
+MAX_REMEDIES = 5
 
 _KEY_FEATURES = (
     "return_iqm",
@@ -106,6 +112,65 @@ def _cases_text(ctx: DiagnosisContext) -> str:
     return "\n".join(rows) or "(no similar cases in the knowledge base yet)"
 
 
+def remedies_text(ctx: DiagnosisContext, vote: OfflineDiagnoser | None = None) -> str:
+    """The ranked remedies: ``vote``'s candidates (one per family; ordered by its remedy ranker when it has
+    one, else by the vote), each with the cause it addresses, the ranker's P or the vote's score, and how
+    the attempts of its family ended among the similar cases (and, with a ranker, in the KB it was
+    fitted on). Families tried among the similar cases that the vote does not propose are listed after."""
+    vote = vote or OfflineDiagnoser()
+    report = vote.diagnose(ctx)
+    ranked = [c.cause for c in report.diagnosis.causes]
+    near = family_outcomes(rc.case for rc in ctx.cases)
+    ranker = vote.ranker
+    kb = ranker.experience() if ranker is not None else None
+    shown = report.candidates[:MAX_REMEDIES]
+    rows = [_remedies_head(ranker, bool(kb))]
+    rows += [f"{i + 1}. {_remedy_row(c, ranked, ranker, near, kb)}" for i, c in enumerate(shown)]
+    if not shown:
+        rows.append("(the vote proposes no remedy)")
+    others = [f"{f.value} ({o.text()})" for f, o in near.items() if f not in {c.family for c in shown}]
+    if others:
+        rows.append("tried among the similar cases, not proposed: " + "; ".join(others))
+    return "\n".join(rows)
+
+
+def _remedy_row(
+    cand: CandidatePatch,
+    ranked: list[RootCause],
+    ranker: RemedyRanker | None,
+    near: dict[RemedyFamily, Outcomes],
+    kb: dict[RemedyFamily, Outcomes] | None,
+) -> str:
+    """``family (patch; for cause): score; similar cases: counts[; KB: counts]``."""
+    addressed = family_causes().get(cand.family, frozenset())
+    cause = next((f"; for {c.value}" for c in ranked if c in addressed), "")  # the best-ranked cause it addresses
+    score = f"{_p_label(ranker)} {cand.score:.2f}" if ranker is not None else f"vote score {cand.score:.2f}"
+    row = f"{cand.family.value} ({cand.patch.summary()[:80]}{cause}): {score}; similar cases: {_seen(near, cand)}"
+    return f"{row}; KB: {_seen(kb, cand)}" if kb else row
+
+
+def _seen(counts: dict[RemedyFamily, Outcomes], cand: CandidatePatch) -> str:
+    return counts[cand.family].text() if cand.family in counts else "not tried"
+
+
+def _p_label(ranker: RemedyRanker | None) -> str:
+    return "P(fixed)" if ranker is not None and ranker.label == "fixed" else "P(confirmed fix)"
+
+
+def _remedies_head(ranker: RemedyRanker | None, kb_counts: bool) -> str:
+    if ranker is None:
+        return (
+            "ranked remedies (the offline vote's candidates in its order; no remedy ranker is active; "
+            "outcomes of each family's attempts among the similar cases above):"
+        )
+    fitted = f", and in the {ranker.meta.get('rows', '?')} KB attempts it was fitted on" if kb_counts else ""
+    return (
+        f"ranked remedies (the offline vote's candidates ordered by the remedy ranker {ranker.version or 'unsaved'}: "
+        f"{_p_label(ranker)} learned from every measured outcome; outcomes of each family's attempts "
+        f"among the similar cases above{fitted}):"
+    )
+
+
 def _rules_text(ctx: DiagnosisContext) -> tuple[str, list[str]]:
     rows, ids = [], []
     for r in ctx.rules:
@@ -134,8 +199,20 @@ def _measured(rule: object) -> str:
     return f"; improved in {e.wins} of {e.support} verified cases, effect {e.effect:+.2f} [{e.ci_low:+.2f}, {e.ci_high:+.2f}]"
 
 
-def build_inputs(ctx: DiagnosisContext) -> dict[str, str]:
-    """The program's input fields, formatted from the diagnosis context."""
+def _grounding(ctx: DiagnosisContext, vote: OfflineDiagnoser | None, remedies: bool) -> str:
+    """The ``similar_cases`` field: the cases, then the ranked remedies (in the same field rather than a new
+    one: DSPy restores a stored program's field descriptions by position, so a new input field would
+    mislabel every program version compiled before it)."""
+    cases = _cases_text(ctx)
+    return f"{cases}\n\n{remedies_text(ctx, vote)}" if remedies else cases
+
+
+def build_inputs(ctx: DiagnosisContext, vote: OfflineDiagnoser | None = None, remedies: bool = True) -> dict[str, str]:
+    """The program's input fields, formatted from the diagnosis context.
+
+    ``similar_cases`` ends with the ranked remedies of ``vote`` (:func:`remedies_text`; None: the
+    built-in vote without a ranker); ``remedies=False`` leaves them out.
+    """
     s = ctx.subject
     reward = ctx.reward_code or (
         f"(the env's built-in reward; reference: {s.reward_ref})" if s.reward_ref else "(the env's built-in reward)"
@@ -147,14 +224,17 @@ def build_inputs(ctx: DiagnosisContext) -> dict[str, str]:
         f"trained {s.train_steps if s.train_steps is not None else 'unknown'} steps",
         "reward_code": reward,
         "signature_report": _signature_text(ctx),
-        "similar_cases": _cases_text(ctx),
+        "similar_cases": _grounding(ctx, vote, remedies),
         "rules": _rules_text(ctx)[0],
         "previous_attempts": tried,
     }
 
 
-def build_description_inputs(ctx: DiagnosisContext) -> dict[str, str]:
-    """The description program's inputs: the text, what the user named, the tags read, cases and rules."""
+def build_description_inputs(
+    ctx: DiagnosisContext, vote: OfflineDiagnoser | None = None, remedies: bool = True
+) -> dict[str, str]:
+    """The description program's inputs: the text, what the user named, the tags read, cases (with the
+    ranked remedies, as in :func:`build_inputs`) and rules."""
     s = ctx.subject
     named = [
         f"env {s.env_id}" if s.env_id != UNSPECIFIED else "env not named",
@@ -174,7 +254,7 @@ def build_description_inputs(ctx: DiagnosisContext) -> dict[str, str]:
         "description": ctx.description,
         "environment": "; ".join(named),
         "symptom_reading": reading,
-        "similar_cases": _cases_text(ctx),
+        "similar_cases": _grounding(ctx, vote, remedies),
         "rules": _rules_text(ctx)[0],
     }
 

@@ -19,26 +19,54 @@ model file is untrusted input like any other.
 :func:`rerank` orders a report's candidates by their probability and its causes by the best
 probability among the candidates that address them (causes no candidate addresses follow, in
 the vote's order). The vote's own scores stay in the rationales; ties keep the vote's order.
+
+:func:`family_outcomes` counts measured attempts by patch family at their final verdict (attempts,
+confirmed improved, fixed), the same reading of outcomes the fit uses; a fitted ranker keeps those
+counts over its training attempts in ``meta["families"]`` (:meth:`RemedyRanker.experience`), and the
+LLM diagnoser shows them beside the ranked remedies (:mod:`remedy.retrieval.llm_io`).
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from functools import cache
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, ValidationError, model_validator
 
-from remedy.cases.model import Cause, RemedyFamily, RootCause, Signature, Subject
+from remedy.cases.model import (
+    Case,
+    Cause,
+    RemedyFamily,
+    RootCause,
+    Signature,
+    Source,
+    Stage,
+    Status,
+    Subject,
+    patch_family,
+)
+from remedy.cases.outcomes import final_verdicts
 from remedy.cases.patches.spec import Patch
 
 from .diagnosis import DiagnosisReport
 from .priors import PRIORS
 
-__all__ = ["RemedyRanker", "attempt_features", "family_causes", "cause_for", "rerank", "MAX_FEATURES"]
+__all__ = [
+    "RemedyRanker",
+    "Outcomes",
+    "attempt_features",
+    "family_causes",
+    "cause_for",
+    "rerank",
+    "final_status",
+    "count_outcomes",
+    "family_outcomes",
+    "MAX_FEATURES",
+]
 
 #: most features a stored ranker may carry (a bound on what a version read from the KB can allocate)
 MAX_FEATURES = 50_000
@@ -115,6 +143,51 @@ def attempt_features(
     return x
 
 
+def final_status(verdict: Case) -> str:
+    """An attempt's final status as the ranker learns it: ``improved`` only from a confirmation on fresh
+    seeds (a screen that says ``improved`` without one is ``inconclusive``); ``verdict`` must be measured."""
+    v = verdict.verification
+    if v is None:
+        raise ValueError(f"case {verdict.case_id} has no verification")
+    if v.status == Status.improved and v.stage != Stage.confirm:
+        return Status.inconclusive.value
+    return v.status.value
+
+
+class Outcomes(BaseModel):
+    """How the measured attempts of one remedy family ended (each attempt once, at its final verdict)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    attempts: NonNegativeInt = 0
+    improved: NonNegativeInt = 0  # confirmed on fresh seeds (the ranker's positive label)
+    fixed: NonNegativeInt = 0  # the agent then met its success definition (``verification.fixed``)
+
+    def text(self) -> str:
+        """``3 attempts, 1 confirmed improved, 0 fixed``."""
+        return f"{self.attempts} attempt{'s' if self.attempts != 1 else ''}, {self.improved} confirmed improved, {self.fixed} fixed"
+
+
+def count_outcomes(attempts: Iterable[tuple[RemedyFamily, str, bool]]) -> dict[RemedyFamily, Outcomes]:
+    """``(family, final status, fixed)`` per attempt, counted by family (families in first-seen order)."""
+    counts: dict[RemedyFamily, list[int]] = {}
+    for family, status, fixed in attempts:
+        n = counts.setdefault(family, [0, 0, 0])
+        n[0] += 1
+        n[1] += status == Status.improved.value
+        n[2] += bool(fixed)
+    return {f: Outcomes(attempts=a, improved=i, fixed=x) for f, (a, i, x) in counts.items()}
+
+
+def family_outcomes(cases: Iterable[Case]) -> dict[RemedyFamily, Outcomes]:
+    """The measured attempts among ``cases`` (bundled examples and unverified cases skipped) by patch family."""
+    measured = [c for c in cases if c.verification is not None and c.source != Source.example]
+    return count_outcomes(
+        (patch_family(screen.patch), final_status(final), bool(final.verification and final.verification.fixed))
+        for screen, final in final_verdicts(measured)
+    )
+
+
 class RemedyRanker(BaseModel):
     """A fitted ranker as stored in the KB: ``P = sigmoid(coef . (x - center) / scale + intercept)``."""
 
@@ -140,6 +213,19 @@ class RemedyRanker(BaseModel):
         if not all(math.isfinite(v) for v in values) or any(s <= 0 for s in self.scale):
             raise ValueError("ranker values must be finite and scales positive")
         return self
+
+    def experience(self) -> dict[RemedyFamily, Outcomes]:
+        """The outcomes of the attempts it was fitted on, by family (empty for versions stored without them)."""
+        raw = self.meta.get("families")
+        if not isinstance(raw, Mapping):
+            return {}
+        out = {}
+        for name, counts in raw.items():
+            try:  # meta is untrusted input like the rest of a stored version: a bad entry is skipped
+                out[RemedyFamily(name)] = Outcomes.model_validate(counts)
+            except (ValueError, ValidationError):
+                continue
+        return out
 
     def _index(self) -> dict[str, int]:
         return {n: i for i, n in enumerate(self.names)}

@@ -6,9 +6,11 @@ scenario was fixed by a time limit (screened, then confirmed), the other attempt
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
+from dspy.utils.dummies import DummyLM
 
 from remedy.cases.errors import OptimizeError
 from remedy.cases.model import RemedyFamily
@@ -18,7 +20,8 @@ from remedy.optimizer.job import OptimizeOptions, run_optimize
 from remedy.optimizer.ranker import RankerSettings, active_ranker, attempt_rows, fit_ranker
 from remedy.optimizer.versions import ProgramStore, promotion_decision
 from remedy.retrieval import default_embedder
-from remedy.retrieval.remedy_ranker import attempt_features
+from remedy.retrieval.llm import LLMDiagnoser
+from remedy.retrieval.remedy_ranker import Outcomes, attempt_features
 
 from .conftest import PATCHES, fix_loop, make_case
 from .test_job import corpus
@@ -61,6 +64,12 @@ def test_the_fit_is_seeded_learns_from_failures_and_falls_back_to_the_base_rate(
         ranker.meta["positives"] == 4 and ranker.meta["rows"] == len(rows) and ranker.meta["C"] in RankerSettings().cs
     )
     assert ranker.meta["oof_log_loss"] <= ranker.meta["base_log_loss"]  # grouped out-of-fold: better than the base rate
+    # the experience behind the fit, by family (what the LLM diagnoser shows beside the ranked remedies)
+    assert ranker.experience() == {
+        RemedyFamily.hyperparameters: Outcomes(attempts=12),
+        RemedyFamily.time_limit: Outcomes(attempts=4, improved=4),
+        RemedyFamily.training_budget: Outcomes(attempts=12),
+    }
     case = cases[0]
     assert _p(ranker, case, "time_limit") > _p(ranker, case, "hyperparameters")
     flat = fit_ranker(rows, RankerSettings(label="fixed"))  # no attempt was judged fixed: nothing to learn
@@ -109,3 +118,31 @@ def test_the_cli_accepts_the_ranker_backend_and_refuses_an_optimizer_for_it(tmp_
         OptimizeOptions(backend="ranker", optimizer="gepa").check()
     with pytest.raises(OptimizeError, match="choose offline, llm or ranker"):
         OptimizeOptions(backend="forest").check()
+
+
+def test_the_llm_diagnoser_is_shown_the_active_rankers_ranked_remedies(ranker_kb) -> None:
+    case = ranker_kb.get("sc1-hyperparameters")
+    answer = {
+        "reasoning": "r", "observations": "o", "candidate_causes": "c", "evidence": "e",
+        "root_causes": json.dumps([{"cause": "undertraining", "confidence": 0.6}]), "patches": "[]",
+    }  # fmt: skip
+
+    def prompt() -> str:
+        lm = DummyLM([answer])
+        diagnose_signature(ranker_kb, case.subject, case.signature, diagnoser=LLMDiagnoser(lm=lm))
+        return "\n".join(m["content"] for m in lm.history[-1]["messages"])
+
+    assert "no remedy ranker is active" in prompt()
+    ranker = fit_ranker(attempt_rows(ranker_kb.store.iter_cases()))
+    programs = ProgramStore(ranker_kb.store)
+    v = programs.add(backend="ranker", optimizer="logistic-l2", train_size=1, val_size=1, active_val=None,
+                     new_val=1.0, promote=True, reason="test", parameters=ranker.model_dump(mode="json"))  # fmt: skip
+    try:
+        shown = prompt()
+    finally:
+        programs.rollback("ranker")
+    assert f"remedy ranker {v.id}" in shown and "P(confirmed fix)" in shown
+    assert f"in the {ranker.meta['rows']} KB attempts it was fitted on" in shown
+    # 3 of the 8 loops were fixed by a time limit (confirmed); the other families never helped
+    assert "1. time_limit (" in shown and "KB: 3 attempts, 3 confirmed improved, 0 fixed" in shown
+    assert "not proposed: hyperparameters (4 attempts, 0 confirmed improved, 0 fixed)" in shown
