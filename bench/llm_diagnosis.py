@@ -15,7 +15,11 @@ Columns (each report diagnosed from its text, with the env / algorithm / action 
   --backend llm --optimizer bootstrap``, applied to the choose program): demos bootstrapped from dev-train,
   candidates chosen on ``--val-size`` dev reports, the margin rule (``promotion_decision``) printed, the
   compiled program scored on the holdout whatever the rule says. Its state and compile cost are saved
-  under ``llm_programs/`` next to ``--out`` and reloaded on a rerun. (``mipro`` / ``gepa``: not wired here.)
+  under ``llm_programs/`` next to ``--out`` and reloaded on a rerun.
+- ``lm choose-grammar grounded+mipro`` / ``+gepa`` (``--optimize mipro|gepa --trials T``): the same program after
+  ``dspy.MIPROv2`` / ``dspy.GEPA`` with the settings of ``remedy optimize --backend llm --optimizer mipro|gepa
+  --trials T`` (:func:`compile_instructions`); the proposer / reflection LM is the served model itself,
+  without the choose grammar. Same dev split, margin rule, saving and holdout scoring.
 
 ``<output>`` is the answer the program asks for (``REMEDY_LM_OUTPUT``, :data:`remedy.retrieval.llm.OUTPUTS`):
 ``full`` (the shipped chain of thought: ranked causes and patches as JSON), ``choose`` (up to three cause
@@ -41,6 +45,8 @@ Usage (a local model, on 2 cores):
     .venv/bin/python bench/llm_diagnosis.py --label smollm2 [--outputs choose,choose-grammar,full]
     .venv/bin/python bench/llm_diagnosis.py --label smollm2 --outputs choose-grammar --modes grounded \
         --optimize bootstrap --candidates 0 --val-size 12 [--demo-candidate]  # serve with --ctx 8192 (demos)
+    .venv/bin/python bench/llm_diagnosis.py --label smollm2 --outputs choose-grammar --modes grounded \
+        --optimize mipro|gepa --trials 2 --val-size 12
     .venv/bin/python bench/llm_diagnosis.py --label smollm2 --outputs choose-grammar --patients
 
 ``--patients`` scores the built holdout fault scenarios instead (``data/llm_diagnosis_patients.jsonl``): each
@@ -95,6 +101,7 @@ from remedy.retrieval.llm import (  # noqa: E402
 from remedy.retrieval.offline import OfflineDiagnoser  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
+OPTIMIZERS = ("bootstrap", "mipro", "gepa")
 BOOT = 2000
 SEED = 0
 
@@ -370,6 +377,150 @@ def compile_bootstrap(
     return best, details
 
 
+def choose_feedback(gold: Any, pred: Any, trace: Any = None, pred_name: Any = None, pred_trace: Any = None) -> Any:
+    """:func:`choose_metric` with the feedback text GEPA reflects on: what was answered, what the thread settled on."""
+    import dspy
+
+    score = choose_metric(gold, pred)
+    known, outside = parse_choice(getattr(pred, "causes", "") or "")
+    said = ", ".join(c.value for c in known) or "no cause from the list"
+    extra = f" (not in the list: {', '.join(outside)})" if outside else ""
+    feedback = (
+        f"Answered {said}{extra}; the report's thread settled on {', '.join(gold.truth)}. Score {score:.2f} "
+        "(1 for the right cause first, 0.5 for it in the top 3)."
+    )
+    return dspy.Prediction(score=score, feedback=feedback)
+
+
+def val_scores(program: Any, d_val: list) -> list[float]:
+    """Each dev-val report's :func:`choose_metric` under the current DSPy context (an unparseable answer: 0)."""
+    from dspy.utils.exceptions import AdapterParseError
+
+    out = []
+    for ex in d_val:
+        try:
+            out.append(choose_metric(ex, program(**ex.inputs())))
+        except AdapterParseError:
+            out.append(0.0)
+    return out
+
+
+def history_usage(start: int, task_lm: Any, task_start: int) -> dict[str, int]:
+    """LM calls and tokens in DSPy's global history since ``start``: the task LM's calls and the rest (MIPRO's
+    proposer, GEPA's reflection). Cache hits count as calls; tokens count only fresh calls (``fresh_calls``)."""
+    from dspy.clients.base_lm import GLOBAL_HISTORY
+
+    out = {"task_calls": len(task_lm.history) - task_start, "other_calls": 0, "fresh_calls": 0, "tokens": 0}
+    for h in GLOBAL_HISTORY[start:]:
+        u = h.get("usage") or {}
+        tokens = int(u.get("prompt_tokens") or 0) + int(u.get("completion_tokens") or 0)
+        out["fresh_calls"] += tokens > 0
+        out["tokens"] += tokens
+    out["other_calls"] = len(GLOBAL_HISTORY) - start - out["task_calls"]
+    return out
+
+
+def field_grammar(fields: list[str]) -> str:
+    """A GBNF grammar for the ChatAdapter's answer with ``fields``: each header, then free text without ``[``."""
+    parts = " ".join(f'"[[ ## {f} ## ]]\\n" text "\\n\\n"' for f in fields)
+    return f'root ::= {parts} "[[ ## completed ## ]]"\ntext ::= [^\\[]+\n'
+
+
+def field_grammar_adapter() -> Any:
+    """DSPy's ChatAdapter that holds an LM without its own grammar (MIPRO's proposer) to the answer's headers.
+
+    The task LM carries the choose grammar and is left alone; any other LM's request gets
+    :func:`field_grammar` of the signature's output fields, so its text is free but always parses.
+    """
+    import dspy
+
+    class FieldGrammarAdapter(dspy.ChatAdapter):
+        def __call__(self, lm, lm_kwargs, signature, demos, inputs):  # type: ignore[no-untyped-def]
+            if "extra_body" not in (getattr(lm, "kwargs", None) or {}) and "extra_body" not in lm_kwargs:
+                lm_kwargs = {**lm_kwargs, "extra_body": {"grammar": field_grammar(list(signature.output_fields))}}
+            return super().__call__(lm, lm_kwargs, signature, demos, inputs)
+
+    return FieldGrammarAdapter(use_json_adapter_fallback=False)
+
+
+def compile_instructions(args, kb, reader, dev: list[dict], lm, prompt_lm, label: str) -> tuple[LLMChooseProgram, dict]:
+    """The grounded choose program after ``dspy.MIPROv2`` or ``dspy.GEPA`` on dev, and how it went.
+
+    The settings of ``remedy optimize --backend llm --optimizer mipro|gepa --trials T``
+    (:mod:`remedy.optimizer.llm`): MIPROv2 with ``auto=None``, ``max(2, min(T, 6))`` instruction and demo
+    candidates, ``T`` trials, bootstrapped demos only (``--demos`` at most, kept from a right first cause),
+    full evaluations (dev-val is under MIPRO's minibatch size); GEPA with the feedback metric, a reflection
+    minibatch of 3 and ``len(val) + T * (2 * 3 + len(val))`` metric calls. ``lm`` (the task LM) sends the
+    grammar; ``prompt_lm`` (MIPRO's proposer, GEPA's reflection) is the same served model without it, since
+    its answer is an instruction, not a cause name; MIPRO's proposer answers are held to the ChatAdapter's
+    field headers by :func:`field_grammar_adapter` (the wording stays free). Both select on dev-val; the margin rule then compares the
+    compiled program with the uncompiled one there (both scores re-read from DSPy's cache). Saved and reloaded
+    like :func:`compile_bootstrap`.
+    """
+    import dspy
+    from dspy.clients.base_lm import GLOBAL_HISTORY
+
+    opt_name, trials = args.optimize, args.trials
+    key = f"{label}-choose-grammar-{opt_name}-d{args.demos}-t{trials}-v{args.val_size}-s{SEED}"
+    path = args.out.parent / "llm_programs" / f"{key}.json"
+    if path.exists():
+        saved = json.loads(path.read_text())
+        program = LLMChooseProgram(ChooseCauseFromDescription)
+        program.load_state(saved["state"])
+        return program, saved["details"]
+    train, val = dev_split(dev, args.val_size, SEED)
+    d_train = [
+        dspy.Example(**i, truth=r["causes"]).with_inputs(*i) for r in train for i in [report_inputs(kb, reader, r)]
+    ]
+    d_val = [dspy.Example(**i, truth=r["causes"]).with_inputs(*i) for r in val for i in [report_inputs(kb, reader, r)]]
+    start_prog = LLMChooseProgram(ChooseCauseFromDescription)
+    if opt_name == "mipro":
+        opt = dspy.MIPROv2(
+            choose_metric, prompt_model=prompt_lm, task_model=lm, auto=None, num_candidates=max(2, min(trials, 6)),
+            max_bootstrapped_demos=args.demos, max_labeled_demos=0, num_threads=1, seed=SEED, verbose=False,
+            track_stats=False, metric_threshold=1.0,
+        )  # fmt: skip
+        compile_kw = {"num_trials": trials, "seed": SEED, "minibatch": False}
+    else:
+        budget = len(d_val) + trials * (2 * 3 + len(d_val))
+        opt = dspy.GEPA(
+            choose_feedback, max_metric_calls=budget, reflection_lm=prompt_lm, reflection_minibatch_size=3,
+            num_threads=1, seed=SEED, track_stats=False,
+        )  # fmt: skip
+        compile_kw = {}
+    start, task_start, t0 = len(GLOBAL_HISTORY), len(lm.history), time.perf_counter()
+    # MIPRO's proposer answers under field_grammar (without it the 135M model's first proposal did not parse and
+    # MIPROv2 stopped); GEPA's reflection reads free text and the task LM keeps its own grammar
+    adapter = field_grammar_adapter()
+    with dspy.context(lm=lm, adapter=adapter), contextlib.redirect_stdout(sys.stderr):
+        compiled = opt.compile(start_prog, trainset=d_train, valset=d_val, **compile_kw)
+        active = val_scores(start_prog, d_val)  # cache hits: the optimizers scored both already
+        new = val_scores(compiled, d_val)
+    active_val, new_val = float(np.mean(active)), float(np.mean(new))
+    promote, why = promotion_decision(active_val, new_val, DEFAULT_MARGIN)
+    instructions = compiled.choose.signature.instructions
+    details = {
+        "optimizer": "dspy.MIPROv2" if opt_name == "mipro" else "dspy.GEPA",
+        "trials": trials,
+        "budget": compile_kw.get("num_trials") if opt_name == "mipro" else budget,
+        "train": len(train),
+        "val": len(val),
+        "demos": len(compiled.choose.demos),
+        "instructions_changed": instructions != start_prog.choose.signature.instructions,
+        "instructions": instructions,
+        "active_val": round(active_val, 4),
+        "new_val": round(new_val, 4),
+        "promoted": promote,
+        "decision": why,
+        **history_usage(start, lm, task_start),
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
+    details["calls"] = details["task_calls"] + details["other_calls"]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"details": details, "state": compiled.dump_state()}, indent=1, default=str) + "\n")
+    return compiled, details
+
+
 # ---- holdout patients: the bench's fault scenarios, diagnosed from their measured signatures ---------------
 
 
@@ -445,7 +596,13 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=0, help="score only the first N reports of the splits")
     ap.add_argument("--table-only", action="store_true", help="print the table from --out; call no LM")
     ap.add_argument(
-        "--optimize", default="", help="'bootstrap': add the grounded choose-grammar program compiled on dev"
+        "--optimize",
+        default="",
+        choices=("", *OPTIMIZERS),
+        help="add the grounded choose-grammar program compiled on dev by bootstrap, mipro or gepa",
+    )
+    ap.add_argument(
+        "--trials", type=int, default=2, help="mipro / gepa: remedy optimize's --trials (search trials; default 2)"
     )
     ap.add_argument("--demos", type=int, default=2, help="bootstrapped demos at most (default 2)")
     ap.add_argument("--candidates", type=int, default=1, help="random-search demo sets beyond the first (default 1)")
@@ -466,11 +623,9 @@ def main() -> None:
     by_id = {r["id"]: r for r in all_reports}
     dev = [r for r in all_reports if r["split"] == "dev"]
     lm_columns = [f"lm {o} {m}" for o in args.outputs.split(",") if o for m in args.modes.split(",") if m]
-    if args.optimize not in ("", "bootstrap"):
-        raise SystemExit(f"error: --optimize {args.optimize!r}: only bootstrap is wired here (mipro, gepa: not run)")
     if args.optimize:
         lm_columns.append(f"lm choose-grammar grounded+{args.optimize}")
-    if args.optimize and args.demo_candidate:
+    if args.optimize == "bootstrap" and args.demo_candidate:
         lm_columns.append(f"lm choose-grammar grounded+{args.optimize}-demos")
     columns = ["most frequent on dev", "offline (shipped)", *lm_columns]
     label = args.label or ("-" if args.table_only else "")
@@ -497,10 +652,14 @@ def main() -> None:
                 print(f"{name}, {m}: {d:+.0%} [{lo:+.0%}, {hi:+.0%}] over {n} reports")
     for path in sorted((args.out.parent / "llm_programs").glob(f"{label}-*.json")) if args.optimize else ():
         x = json.loads(path.read_text())["details"]
+        found = (
+            f"dev-val candidates {x['candidate_val']}"
+            if "candidate_val" in x
+            else f"instructions changed: {x['instructions_changed']}; dev-val {x['active_val']} -> {x['new_val']}"
+        )
         print(
             f"compiled {path.stem}: train {x['train']} / val {x['val']} dev reports, {x['demos']} demos; "
-            f"{x['calls']} LM calls, {x['tokens']} tokens, {x['seconds']:.0f} s; dev-val candidates "
-            f"{x['candidate_val']}; margin rule: {x['decision']}"
+            f"{x['calls']} LM calls, {x['tokens']} tokens, {x['seconds']:.0f} s; {found}; margin rule: {x['decision']}"
         )
 
 
@@ -549,11 +708,14 @@ def run(args, reports: list[dict], dev: list[dict], lm_columns: list[str], label
             # a choose answer is at most ~40 tokens: a cap spares the minutes a small model spends rambling
             col_lm = lm if output == "full" else lm.copy(max_tokens=args.choose_tokens)
             program = None
-            if "+bootstrap" in mode and any((col, r["id"]) not in have for r in reports):
+            if "+" in mode and any((col, r["id"]) not in have for r in reports):
                 # the compile's LM sends the grammar in every request, as the diagnoser's config does
                 compile_lm = col_lm.copy(extra_body={"grammar": choose_grammar()})
-                pick = "demos" if mode.endswith("-demos") else "best"
-                program, _ = compile_bootstrap(args, base, reader, dev, compile_lm, label, pick)
+                if args.optimize == "bootstrap":
+                    pick = "demos" if mode.endswith("-demos") else "best"
+                    program, _ = compile_bootstrap(args, base, reader, dev, compile_lm, label, pick)
+                else:  # the proposer / reflection LM: the served model without the grammar
+                    program, _ = compile_instructions(args, base, reader, dev, compile_lm, lm, label)
             diag = LLMDiagnoser(
                 lm=col_lm,
                 output=output,
