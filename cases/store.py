@@ -52,6 +52,7 @@ __all__ = [
     "LOCK_TIMEOUT_S",
     "MARKER",
     "SERVE_MARKER",
+    "live_service",
 ]
 
 _PID = re.compile(r"PID (\d+)")
@@ -494,6 +495,12 @@ def _writable(path: Path) -> bool:
 
     The one probe for read-only KBs, so tests can stand in for a read-only mount (root ignores modes)."""
     return os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)
+
+
+def live_service(kb_dir: Path) -> str:
+    """The URL a running `remedy serve` of the KB at ``kb_dir`` wrote in its marker, or "" (no marker,
+    or its process is gone)."""
+    return _served_by(Path(kb_dir) / SERVE_MARKER, None)
 
 
 def _served_by(marker: Path, pid: int | None) -> str:

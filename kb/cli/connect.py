@@ -21,7 +21,10 @@ if TYPE_CHECKING:
     from remedy.kb.client import KBCalls, RemedyClient
     from remedy.kb.facade import KnowledgeBase
 
-__all__ = ["open_kb", "open_local", "client", "bar"]
+__all__ = ["open_kb", "open_local", "client", "bar", "serving"]
+
+#: hosts a KB's marker may name for the CLI to send it the user's token unasked
+_LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
 def client(server: str) -> RemedyClient:
@@ -29,6 +32,32 @@ def client(server: str) -> RemedyClient:
     from remedy.kb.client import RemedyClient
 
     return RemedyClient(server)
+
+
+def serving(kb: Path) -> str | None:
+    """The URL of a `remedy serve` on this machine that holds the KB at ``kb``, when ``$REMEDY_TOKEN`` is
+    set to ask it with; says so on stderr. None otherwise: the command opens the KB itself (and, if
+    the service holds it, fails with the lock error that names the service).
+
+    Only a loopback URL is taken from the KB's ``serve.json``: the token is not sent where a file
+    says without the user naming the place (``--server``)."""
+    import os
+    from urllib.parse import urlsplit
+
+    from remedy.cases.store import live_service
+    from remedy.kb.client import TOKEN_ENV
+
+    if not os.environ.get(TOKEN_ENV):
+        return None
+    url = live_service(kb)
+    try:
+        host = urlsplit(url).hostname if url else None
+    except ValueError:  # a marker that is not a URL: not ours to follow
+        return None
+    if host not in _LOCAL_HOSTS:
+        return None
+    err_console.print(f"asking `remedy serve` at {url}, which holds the KB at {kb}", highlight=False, soft_wrap=True)
+    return url
 
 
 @contextmanager

@@ -29,7 +29,7 @@ from .common import (
     print_json,
     shown,
 )
-from .connect import bar, open_kb, open_local
+from .connect import bar, open_kb, open_local, serving
 from .render import print_similar, render_case, stats_table
 
 if TYPE_CHECKING:
@@ -223,7 +223,11 @@ def query(
     as_json: JsonOption = False,
     server: ServerOption = None,
 ) -> None:
-    """What fixed similar failures: the nearest stored cases, with patch and measured effect."""
+    """What fixed similar failures: the nearest stored cases, with patch and measured effect.
+
+    When a `remedy serve` on this machine holds the KB and $REMEDY_TOKEN is set, the query goes
+    through it (already warm) and says so on stderr."""
+    server = server or serving(kb)
     with open_kb(kb, server) as base:
         hits = base.similar(
             text,

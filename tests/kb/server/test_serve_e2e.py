@@ -98,6 +98,18 @@ def test_cli_goes_through_the_running_service(server):
 
 
 @pytest.mark.slow
+def test_a_query_on_a_served_kb_asks_the_service_and_says_so(server):
+    url, token, kb, _tmp, _ = server
+    asked = _cli("query", "the lander hovers and never lands", "--kb", kb, "--json", token=token)
+    assert asked.returncode == 0, asked.stderr
+    assert json.loads(asked.stdout)[0]["case_id"] == "c-lander-hover"
+    assert f"asking `remedy serve` at {url}" in asked.stderr
+    alone = _cli("query", "the lander hovers and never lands", "--kb", kb, "--json")  # no token: not asked
+    assert alone.returncode != 0 and "asking" not in alone.stderr
+    assert f"--server {url}" in alone.stderr  # the lock error names the service instead
+
+
+@pytest.mark.slow
 def test_the_cli_prints_the_same_from_a_copy_and_through_the_service(server, embedder):
     url, token, _kb, tmp, _ = server
     exported = tmp / "served.jsonl"
