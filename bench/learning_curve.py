@@ -53,6 +53,7 @@ from remedy.cases.io import read_cases, write_cases
 from remedy.cases.model import Case, RootCause, Signature, Source, Subject
 from remedy.cases.outcomes import final_verdicts
 from remedy.cases.verify.scenarios import Scenario, bundled_scenarios
+from remedy.cases.verify.solvability import latest_results
 from remedy.kb.bench import lofo_families, lofo_split
 from remedy.optimizer.dataset import build_examples
 from remedy.optimizer.ranker import AttemptRow, RankerSettings, attempt_rows, fit_ranker
@@ -346,12 +347,17 @@ def plot(summaries: dict, path: Path) -> None:
 # ---- the fix-loop columns (hours of training: built, not run this session) -------------------------
 
 
-def fix_cells(patients, attempts, scenarios, seeds):
-    """Every (cell name, test patients, attempts) of both splits, in a stable order."""
-    for split in ("holdout", "lofo"):
+def fix_cells(patients, attempts, scenarios, seeds, splits=("holdout", "lofo"), fractions=None, keep=None):
+    """Every (cell name, test patients, attempts) of ``splits``, in a stable order; ``fractions`` (of 1)
+    narrows the KB sizes and ``keep`` (patient names, e.g. the oracle-solvable ones) the patients."""
+    for split in splits:
         for fold, test, pool in folds(patients, attempts, scenarios, split):
+            test = [p for p in test if keep is None or p.name in keep]
+            if not test:
+                continue
             for frac, seed, chosen in subsets(pool, seeds):
-                yield f"{split}-{fold}-{int(frac * 100)}-{seed}", test, chosen
+                if fractions is None or frac in fractions:
+                    yield f"{split}-{fold}-{int(frac * 100)}-{seed}", test, chosen
 
 
 def run_fix_loops(args, patients, attempts, scenarios, cases) -> None:
@@ -365,7 +371,13 @@ def run_fix_loops(args, patients, attempts, scenarios, cases) -> None:
     by_id = {c.case_id: c for c in cases}
     settings = BenchSettings(rounds=args.rounds, candidates=args.candidates, seeds=args.fix_seeds)
     oracle = Path(settings.oracle_results or "bench/data/oracle.jsonl")
-    for cell, test, chosen in fix_cells(patients, attempts, scenarios, args.seeds):
+    keep = None
+    if args.solvable_only:
+        records = latest_results(list(scenarios.values()), oracle)
+        keep = {name for name, r in records.items() if r.verdict == "solvable"}
+    fractions = None if args.fractions is None else {int(f) / 100 for f in args.fractions.split(",")}
+    splits = tuple(args.splits.split(","))
+    for cell, test, chosen in fix_cells(patients, attempts, scenarios, args.seeds, splits, fractions, keep):
         if int(hashlib.sha256(cell.encode()).hexdigest(), 16) % count != index:
             continue
         if args.dry_run:
@@ -422,6 +434,11 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--candidates", type=int, default=2)
     ap.add_argument("--fix-seeds", type=int, default=2)
+    ap.add_argument("--splits", default="holdout,lofo", help="with --fix-loops: which splits' cells")
+    ap.add_argument("--fractions", default=None, help="with --fix-loops: KB sizes in %% of the pool, e.g. 0,100")
+    ap.add_argument(
+        "--solvable-only", action="store_true", help="with --fix-loops: only patients their oracle fixed (the aim's)"
+    )
     args = ap.parse_args()
     if args.fix_report:
         print(fix_report(args.work))
