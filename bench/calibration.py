@@ -39,7 +39,7 @@ Usage::
 
     python bench/calibration.py sim [--trials 2000] [--boot-trials 200] [--n-boot 250]
     python bench/calibration.py real [--trials 20] [--scenario cartpole_undertrained] [--budget 2000]
-    nice python bench/calibration.py power [--trials 2000]     # simulation only
+    nice python bench/calibration.py power [--trials 2000] [--designs D1,D6]  # simulation only
     nice python bench/calibration.py racing [--trials 2000]    # simulation only
     python bench/calibration.py report          # print both from bench/out without running anything
 
@@ -113,6 +113,11 @@ def main() -> None:
     parser.add_argument("--candidates", type=int, default=6, help="power: null candidates per patient (3 rounds x 2)")
     parser.add_argument(
         "--confirmations", type=int, default=2, help="power: confirmations a patient's fix loop may run (CONFIRMATIONS)"
+    )
+    parser.add_argument(
+        "--designs",
+        default=None,
+        help="power: which designs to run, e.g. D1,D6,D7 (default: all; see the list printed)",
     )
     parser.add_argument("--seed-base", type=int, default=5000, help="real: first training seed of trial 0")
     parser.add_argument("--jsonl", default=str(REAL_JSONL), help="real: where trials are appended (resumable)")

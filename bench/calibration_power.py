@@ -107,15 +107,43 @@ class Design:
 
 
 def designs() -> list[Design]:
-    """The shipped design, the new one, each change alone, and the sequential design at 12 seeds."""
+    """D1..D5: the shipped design, the sequential 4/8 one, each change alone, and the sequential design at 12
+    seeds; D6..: designs that spend the per-patient budget left over for power (a 4-seed screen, three looks
+    4/8/12, a one-sided 5% per confirmation). Their order is fixed: a design's random streams follow its place."""
     fixed8, seq8 = SequentialDesign(looks=(8,), futility=False), SequentialDesign(looks=(4, 8))
+    three, three5 = SequentialDesign(looks=(4, 8, 12)), SequentialDesign(looks=(4, 8, 12), alpha=0.05)
     return [
         Design("shipped: screen 3 @10%, confirm 8 @2.5%", 3, 0.10, fixed8),
         Design("new: screen 3 @20%, sequential 4/8 (Pocock, futility)", 3, 0.20, seq8),
         Design("screen 3 @10%, sequential 4/8", 3, 0.10, seq8),
         Design("screen 3 @20%, confirm 8 @2.5%", 3, 0.20, fixed8),
         Design("screen 3 @20%, sequential 6/12 (--confirm-seeds 12)", 3, 0.20, SequentialDesign(looks=(6, 12))),
+        Design("screen 4 @20%, sequential 4/8/12 @2.5% (Pocock)", 4, 0.20, three),
+        Design("screen 4 @20%, sequential 4/8/12 @5% (Pocock)", 4, 0.20, three5),
+        Design("screen 4 @30%, sequential 4/8/12 @5% (Pocock)", 4, 0.30, three5),
+        Design("screen 3 @20%, sequential 4/8/12 @5% (Pocock)", 3, 0.20, three5),
+        Design(
+            "screen 4 @20%, sequential 4/8/12 @5% (O'Brien-Fleming)",
+            4,
+            0.20,
+            SequentialDesign(looks=(4, 8, 12), alpha=0.05, spending="obrien_fleming"),
+        ),
+        Design("screen 4 @20%, sequential 6/12 @5% (Pocock)", 4, 0.20, SequentialDesign(looks=(6, 12), alpha=0.05)),
     ]
+
+
+def chosen(spec: str | None) -> list[tuple[int, Design]]:
+    """The designs ``--designs`` names (``D1,D6``; all by default), each with its place in :func:`designs`."""
+    every = list(enumerate(designs()))
+    if not spec:
+        return every
+    try:
+        picks = [int(tok.strip().upper().removeprefix("D")) for tok in spec.split(",") if tok.strip()]
+    except ValueError:
+        picks = []
+    if not picks or any(not 1 <= k <= len(every) for k in picks):
+        raise SystemExit(f"--designs: a comma list of D1..D{len(every)} (e.g. D1,D6), got {spec!r}")
+    return [every[k - 1] for k in picks]
 
 
 def patient_false(design: Design, null: NoiseModel, rng: np.random.Generator, candidates: int, confirmations: int):
@@ -188,7 +216,8 @@ def confirm_alone(design: Design, null: NoiseModel, trials: int, rng: np.random.
 def run_power(args: argparse.Namespace) -> dict:
     """Tables (c): per design, false improved per patient and per confirmation under A/A noise models, and the
     power and seeds per confirmed fix of fix-sized effects."""
-    ds = designs()
+    picked = chosen(getattr(args, "designs", None))
+    ds = [d for _, d in picked]
     start = time.perf_counter()
     out: dict = {
         "trials": args.trials,
@@ -196,12 +225,13 @@ def run_power(args: argparse.Namespace) -> dict:
         "candidates": args.candidates,
         "confirmations": args.confirmations,
         "designs": [d.name for d in ds],
+        "labels": [f"D{j + 1}" for j, _ in picked],
         "nulls": {},
         "effects": {},
     }
     for i, (name, null) in enumerate(NULLS.items()):
         row = {}
-        for j, d in enumerate(ds):
+        for j, d in picked:
             rng = np.random.default_rng([args.seed, 1, i, j])
             runs = [patient_false(d, null, rng, args.candidates, args.confirmations) for _ in range(args.trials)]
             row[d.name] = {
@@ -214,7 +244,7 @@ def run_power(args: argparse.Namespace) -> dict:
         print(f"  A/A {name}: done ({time.perf_counter() - start:.0f} s)", flush=True)
     for i, (name, (control, treated)) in enumerate(EFFECTS.items()):
         out["effects"][name] = {}
-        for j, d in enumerate(ds):
+        for j, d in picked:
             rng = np.random.default_rng([args.seed, 2, i, j])
             cell = power_cell(d, control, treated, args.trials, rng)
             cell["patient_power"] = patient_power(
@@ -239,12 +269,12 @@ def _table(title: str, names: list[str], rows: dict, cell) -> None:
 def print_power(out: dict) -> None:
     """The power tables, designs side by side (Markdown)."""
     names = out["designs"]
+    short = out.get("labels") or [f"D{k + 1}" for k in range(len(names))]  # saved before --designs: D1..Dn
     n, c = out["candidates"], out["confirmations"]
     print(f"\nDesigns (screen seeds @ one-sided level; confirmation on fresh seeds), {out['trials']} trials a cell:")
-    for k, name in enumerate(names):
-        print(f"  D{k + 1} = {name}")
-    short = [f"D{k + 1}" for k in range(len(names))]
-    rename = lambda rows: {key: {f"D{k + 1}": row[nm] for k, nm in enumerate(names)} for key, row in rows.items()}  # noqa: E731
+    for label, name in zip(short, names, strict=True):
+        print(f"  {label} = {name}")
+    rename = lambda rows: {key: {lb: row[nm] for lb, nm in zip(short, names, strict=True)} for key, row in rows.items()}  # noqa: E731
     nulls, effects = rename(out["nulls"]), rename(out["effects"])
     _table(
         f"False improved per patient (A/A: {n} candidates that do nothing, at most {c} confirmations)",

@@ -65,7 +65,10 @@ SCREEN_CONFIDENCE = 0.8
 #: with the shipped screen it loses a little power (Pocock's first look spends alpha only a decisive effect
 #: uses); with a lenient screen (``screen_confidence`` 0.6) it gains power and saves seeds per confirmed fix but
 #: still misses the 80% target on bimodal seeds (``bench/calibration.py power``, docs/benchmarks.md).
-CONFIRM_DESIGNS = ("fixed", "sequential")
+#: ``sequential3``: three looks, at a third, two thirds and all of the confirmation seeds (4/8/12 with
+#: ``confirm_seeds=12``), the same spending and futility stop at each interim look; with
+#: :attr:`VerifyConfig.confirm_alpha` it may spend a one-sided level other than ``(1 - confidence) / 2``.
+CONFIRM_DESIGNS = ("fixed", "sequential", "sequential3")
 
 
 CONFIRM_DESIGN = "fixed"
@@ -126,6 +129,9 @@ class VerifyConfig:
     #: how a confirmation decides: ``fixed`` (all its seeds, one test) or ``sequential`` (looks at half and all of
     #: them, alpha-spending boundaries, a futility stop half-way; :data:`CONFIRM_DESIGN`); screens are unaffected
     confirm_design: str = CONFIRM_DESIGN
+    #: one-sided level a sequential confirmation spends over its looks; None: ``(1 - confidence) / 2`` (2.5%).
+    #: The fix loop's false-``improved`` bound per patient is its confirmations times this level
+    confirm_alpha: float | None = None
 
     @property
     def arms_eval_seed(self) -> int:
@@ -158,13 +164,24 @@ class VerifyConfig:
         ``seed_base`` plus this."""
         return self.seeds + self.seeds_to_confirm * confirmations
 
+    @property
+    def confirm_level(self) -> float:
+        """The one-sided level a sequential confirmation spends: :attr:`confirm_alpha`, else half of 1 - confidence."""
+        return (1 - self.confidence) / 2 if self.confirm_alpha is None else self.confirm_alpha
+
     def sequential(self) -> stats.SequentialDesign | None:
         """The looks of a sequential confirmation with this config's ``seeds`` (a confirmation's config, from
-        :meth:`confirmation`): half (rounded up) and all of them; None for the fixed design or under 4 seeds,
-        where half a confirmation holds fewer than 2 seeds per arm."""
-        if self.confirm_design != "sequential" or self.seeds < 4:
+        :meth:`confirmation`): half (rounded up) and all of them, or with ``sequential3`` a third, two thirds
+        (rounded up) and all of them; None for the fixed design or under 4 seeds, where half a confirmation
+        holds fewer than 2 seeds per arm. ``sequential3`` under 6 seeds keeps two looks (a third would be 1 seed)."""
+        n = self.seeds
+        if self.confirm_design == "fixed" or n < 4:
             return None
-        return stats.SequentialDesign(looks=(math.ceil(self.seeds / 2), self.seeds), alpha=(1 - self.confidence) / 2)
+        if self.confirm_design == "sequential3" and n >= 6:
+            looks: tuple[int, ...] = (math.ceil(n / 3), math.ceil(2 * n / 3), n)
+        else:
+            looks = (math.ceil(n / 2), n)
+        return stats.SequentialDesign(looks=looks, alpha=self.confirm_level)
 
     def budget_for(self, train_steps: int | None, declared: int | None = None) -> int:
         """Fine-tuning steps per arm: explicit, else the scenario's declared budget, else a fraction of training
@@ -180,6 +197,10 @@ class VerifyConfig:
         if self.confirm_design not in CONFIRM_DESIGNS:
             raise VerificationError(
                 f"confirm design '{self.confirm_design}' is unknown; use one of {', '.join(CONFIRM_DESIGNS)}"
+            )
+        if self.confirm_alpha is not None and (self.confirm_design == "fixed" or not 0 < self.confirm_alpha < 0.5):
+            raise VerificationError(
+                "confirm_alpha must be between 0 and 0.5 (e.g. 0.05) and goes with a sequential confirm design"
             )
         if self.confirm_seeds is not None and self.confirm_seeds < 2:
             raise VerificationError("--confirm-seeds must be at least 2 (a confirmation needs seed-to-seed spread)")

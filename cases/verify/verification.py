@@ -246,6 +246,8 @@ def _case(ctx: VerifyContext, verification: Verification) -> Case:
     key = (*key, "eval_blocks")  # a block of evaluation episodes per seed: not the measurement of older cases
     if ctx.stage is Stage.screen and cfg.screen_confidence != cfg.confidence:
         key = (*key, "screen_level", cfg.screen_confidence)  # the same data, another pass decision
+    if ctx.stage is Stage.confirm and (cfg.confirm_design == "sequential3" or cfg.confirm_alpha is not None):
+        key = (*key, "design", cfg.confirm_design, cfg.confirm_alpha)  # another decision rule: not another's case
     if _resumed(ctx):  # arms that went on from a race's stage 1: another procedure than a fresh screen
         key = (*key, "resumed", *_resumed(ctx))
     if ctx.stage is not Stage.screen or cfg.arm_eval_seed is not None or cfg.control_seed_offset:

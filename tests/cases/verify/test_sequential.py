@@ -4,6 +4,8 @@ look rule on hand-made arms, its A/A rate, and a confirmation that stops at its 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -161,3 +163,94 @@ def test_a_decisive_confirmation_stops_at_its_first_look(tiny_run, design):
     assert v.effect.confidence_level == pytest.approx(1 - 2 * cfg.confirmation(0).sequential().level(0))
     assert v.effect.p_value == pytest.approx(1 / 70)
     assert "stopped at look 1 (4 seeds per arm" in v.reason and "efficacy boundary" in v.reason
+
+
+def _null_crossing(design: SequentialDesign, draws: int = 200_000) -> float:
+    """P(some look crosses its boundary) under the null, by Monte Carlo on the canonical joint distribution:
+    Z_k = S_k / sqrt(n_k) with S the partial sums of independent normal increments (n_k seeds at look k)."""
+    rng = np.random.default_rng(0)
+    n = np.asarray(design.looks, dtype=float)
+    increments = rng.standard_normal((draws, n.size)) * np.sqrt(np.diff(n, prepend=0.0))
+    z = np.cumsum(increments, axis=1) / np.sqrt(n)
+    return float(np.mean((z >= np.asarray(design.boundaries.z)).any(axis=1)))
+
+
+@pytest.mark.parametrize(("kind", "alpha"), [("pocock", 0.05), ("obrien_fleming", 0.025)])
+def test_three_look_boundaries_spend_exactly_alpha(kind, alpha):
+    """Three looks (4/8/12): the boundaries' total type I error is alpha (Monte Carlo, sd ~0.0005), each look
+    spends its share of the spending function, and Pocock's nominal levels stay nearly equal."""
+    design = SequentialDesign(looks=(4, 8, 12), alpha=alpha, spending=kind)
+    b = design.boundaries
+    assert b.fractions == pytest.approx((1 / 3, 2 / 3, 1.0))
+    assert b.spent[-1] == alpha and b.spent[0] == pytest.approx(stats.SPENDING[kind](alpha, 1 / 3))
+    assert _null_crossing(design) == pytest.approx(alpha, abs=0.002)
+    if kind == "pocock":
+        assert max(b.levels) / min(b.levels) < 1.1 and all(lv < alpha for lv in b.levels)
+    else:
+        assert b.levels[0] < b.levels[1] < b.levels[2] < alpha
+
+
+def test_a_decisive_gain_stops_at_the_first_of_three_looks_only_at_a_5_percent_level():
+    """4 of 4 against 0 of 4 (p = 1/70 = 0.0143): Pocock's first of three looks at one-sided 5% is 0.0226, so it
+    stops; at 2.5% the first look is 0.0113, out of the permutation test's reach, so it goes on."""
+    at5 = SequentialDesign(looks=(4, 8, 12), alpha=0.05)
+    assert sequential_look("x", runs([1] * 4), runs([0] * 4), at5, 0, aggregate=stats.mean)[1] == stats.IMPROVED
+    at25 = SequentialDesign(looks=(4, 8, 12))
+    assert sequential_look("x", runs([1] * 4), runs([0] * 4), at25, 0, aggregate=stats.mean)[1] == stats.CONTINUE
+    # the bimodal fix's typical last look: 9 of 12 learners against 3 of 12 passes at 5%, 8 against 4 does not
+    assert sequential_look("x", runs([1] * 9 + [0] * 3), runs([0] * 9 + [1] * 3), at5, 2, aggregate=stats.mean)[1] == (
+        stats.IMPROVED
+    )
+    assert sequential_look("x", runs([1] * 8 + [0] * 4), runs([0] * 8 + [1] * 4), at5, 2, aggregate=stats.mean)[1] == (
+        stats.END
+    )
+
+
+def test_a_three_look_a_a_at_5_percent_on_all_or_nothing_seeds_stays_below_the_level():
+    design = SequentialDesign(looks=(4, 8, 12), alpha=0.05)
+    rng = np.random.default_rng(5)
+    trials, passed = 800, 0
+    for _ in range(trials):
+        t, c = (runs(list(rng.random(12) < 0.5), episodes=5) for _ in range(2))
+        for k, n in enumerate(design.looks):
+            _, verdict = sequential_look("x", t[:n], c[:n], design, k, aggregate=stats.mean)
+            if verdict != stats.CONTINUE:
+                passed += verdict == stats.IMPROVED
+                break
+    assert passed / trials <= 0.05 + 0.023  # nominal 5%; binomial sd at 800 trials is 0.0077
+
+
+def test_the_config_builds_three_looks_and_its_own_alpha_only_when_asked():
+    cfg = VerifyConfig(seeds=4, confirm_seeds=12, confirm_design="sequential3")
+    design = cfg.confirmation(0).sequential()
+    assert design is not None and design.looks == (4, 8, 12) and design.alpha == pytest.approx(0.025)
+    at5 = VerifyConfig(seeds=4, confirm_seeds=12, confirm_design="sequential3", confirm_alpha=0.05)
+    assert at5.confirmation(0).sequential() == SequentialDesign(looks=(4, 8, 12), alpha=0.05)
+    assert VerifyConfig(seeds=7, confirm_design="sequential3").sequential().looks == (3, 5, 7)
+    assert VerifyConfig(seeds=5, confirm_design="sequential3").sequential().looks == (3, 5)  # a third is 1 seed
+    assert VerifyConfig(seeds=8, confirm_design="sequential", confirm_alpha=0.05).sequential().alpha == 0.05
+    # the shipped default is untouched: a fixed confirmation at (1 - 0.95) / 2
+    assert VerifyConfig().confirm_design == "fixed" and VerifyConfig().confirm_alpha is None
+    for bad in (VerifyConfig(confirm_alpha=0.05), VerifyConfig(confirm_design="sequential3", confirm_alpha=0.6)):
+        with pytest.raises(VerificationError, match="confirm_alpha must be between 0 and 0.5"):
+            bad.check()
+
+
+def test_a_three_look_confirmation_at_5_percent_stops_at_4_seeds_and_is_its_own_case(tiny_run):
+    patch = Patch.from_data({"kind": "hyperparameters", "changes": {"ent_coef": 0.01}})
+    base = VerifyConfig(seeds=4, confirm_seeds=12, budget_steps=64, eval_episodes=5, n_envs=2)
+    cases = {}
+    for name, cfg in {
+        "sequential": replace(base, confirm_design="sequential", confirm_seeds=8),
+        "sequential3": replace(base, confirm_design="sequential3", confirm_alpha=0.05),
+    }.items():
+        executor = Scripted()
+        cases[name] = verify_patch(
+            tiny_run, patch, cfg.confirmation(0), executor=executor, stage=Stage.confirm, confirms="s"
+        )
+        v = cases[name].verification
+        assert v.status is Status.improved and v.seeds == 4 and v.seed_base == 4
+        assert [len(b) for b in executor.batches] == [8]
+    assert cases["sequential3"].verification.effect.confidence_level == pytest.approx(1 - 2 * 0.0226, abs=2e-4)
+    # the same 4 seeds decided by another rule: a different case, not a cache hit of the other design
+    assert cases["sequential3"].case_id != cases["sequential"].case_id
