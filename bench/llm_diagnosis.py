@@ -453,7 +453,8 @@ def compile_instructions(args, kb, reader, dev: list[dict], lm, prompt_lm, label
     minibatch of 3 and ``len(val) + T * (2 * 3 + len(val))`` metric calls. ``lm`` (the task LM) sends the
     grammar; ``prompt_lm`` (MIPRO's proposer, GEPA's reflection) is the same served model without it, since
     its answer is an instruction, not a cause name; MIPRO's proposer answers are held to the ChatAdapter's
-    field headers by :func:`field_grammar_adapter` (the wording stays free). Both select on dev-val; the margin rule then compares the
+    field headers by :func:`field_grammar_adapter` (the wording stays free); GEPA's reflection goes through
+    its default proposer's own JSONAdapter, unconstrained. Both select on dev-val; the margin rule then compares the
     compiled program with the uncompiled one there (both scores re-read from DSPy's cache). Saved and reloaded
     like :func:`compile_bootstrap`.
     """
@@ -490,7 +491,8 @@ def compile_instructions(args, kb, reader, dev: list[dict], lm, prompt_lm, label
         compile_kw = {}
     start, task_start, t0 = len(GLOBAL_HISTORY), len(lm.history), time.perf_counter()
     # MIPRO's proposer answers under field_grammar (without it the 135M model's first proposal did not parse and
-    # MIPROv2 stopped); GEPA's reflection reads free text and the task LM keeps its own grammar
+    # MIPROv2 stopped); GEPA's default proposer sets its own JSONAdapter (unconstrained: an unparseable reflection
+    # is a proposal lost, as in remedy optimize); the task LM keeps its own grammar
     adapter = field_grammar_adapter()
     with dspy.context(lm=lm, adapter=adapter), contextlib.redirect_stdout(sys.stderr):
         compiled = opt.compile(start_prog, trainset=d_train, valset=d_val, **compile_kw)
