@@ -129,6 +129,18 @@ def designs() -> list[Design]:
             SequentialDesign(looks=(4, 8, 12), alpha=0.05, spending="obrien_fleming"),
         ),
         Design("screen 4 @20%, sequential 6/12 @5% (Pocock)", 4, 0.20, SequentialDesign(looks=(6, 12), alpha=0.05)),
+        Design("screen 4 @30%, sequential 8/16 @2.5% (Pocock)", 4, 0.30, SequentialDesign(looks=(8, 16))),
+        Design("screen 6 @20%, sequential 8/16 @2.5% (Pocock)", 6, 0.20, SequentialDesign(looks=(8, 16))),
+        Design(
+            "screen 4 @30%, sequential 4/8/12/16 @5% (Pocock)",
+            4,
+            0.30,
+            SequentialDesign(looks=(4, 8, 12, 16), alpha=0.05),
+        ),
+        Design("screen 4 @30%, sequential 6/12/18 @2.5% (Pocock)", 4, 0.30, SequentialDesign(looks=(6, 12, 18))),
+        Design("screen 4 @35%, sequential 6/12/18 @2.5% (Pocock)", 4, 0.35, SequentialDesign(looks=(6, 12, 18))),
+        Design("screen 4 @40%, sequential 6/12/18 @2.5% (Pocock)", 4, 0.40, SequentialDesign(looks=(6, 12, 18))),
+        Design("screen 4 @35%, sequential 8/16 @2.5% (Pocock)", 4, 0.35, SequentialDesign(looks=(8, 16))),
     ]
 
 
