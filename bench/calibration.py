@@ -23,8 +23,10 @@
 
 (c) ``power``: whole designs side by side (issue 27), simulated through ``stats.effect``,
     ``decide_status`` and ``stats.sequential_look`` (:func:`designs`: the shipped screen + 8-seed
-    confirmation, the new lenient screen + sequential 4/8 confirmation, each change alone, and a
-    sequential 6/12). Per design: the false-``improved`` rate per patient (``--candidates`` null
+    confirmation, the new lenient screen + sequential 4/8 confirmation, each change alone, a
+    sequential 6/12, and from D6 on designs that spend the per-patient budget for power: 4-6 seed
+    screens at one-sided 20-40%, three looks (4/8/12, 6/12/18), 8/16, a one-sided 5% per confirmation;
+    ``--designs D1,D16`` runs some of them, each on its own random streams). Per design: the false-``improved`` rate per patient (``--candidates`` null
     candidates through the fix loop's order, at most ``--confirmations`` confirmations) and of one
     confirmation by itself, under A/A noise models (:data:`NULLS`: normal seeds, noisy episodes,
     heavy tails, bimodal "a seed learns or not" on returns and success, all-or-nothing success);
