@@ -227,6 +227,12 @@ def test_the_config_builds_three_looks_and_its_own_alpha_only_when_asked():
     at5 = VerifyConfig(seeds=4, confirm_seeds=12, confirm_design="sequential3", confirm_alpha=0.05)
     assert at5.confirmation(0).sequential() == SequentialDesign(looks=(4, 8, 12), alpha=0.05)
     assert VerifyConfig(seeds=7, confirm_design="sequential3").sequential().looks == (3, 5, 7)
+    # the design docs/benchmarks.md names for a default (D16): a 4-seed screen at one-sided 35%, 6/12/18 at 2.5%
+    d16 = VerifyConfig(seeds=4, screen_confidence=0.3, confirm_seeds=18, confirm_design="sequential3")
+    d16.check()
+    d16_design = d16.confirmation(1).sequential()
+    assert d16_design.looks == (6, 12, 18) and d16_design.alpha == pytest.approx(0.025)
+    assert d16.confirmation(1).seed_base == 4 + 18  # the second confirmation's fresh seeds
     assert VerifyConfig(seeds=5, confirm_design="sequential3").sequential().looks == (3, 5)  # a third is 1 seed
     assert VerifyConfig(seeds=8, confirm_design="sequential", confirm_alpha=0.05).sequential().alpha == 0.05
     # the shipped default is untouched: a fixed confirmation at (1 - 0.95) / 2
