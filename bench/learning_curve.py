@@ -403,19 +403,61 @@ def run_fix_loops(args, patients, attempts, scenarios, cases) -> None:
             run_scenarios(chosen_s, settings, folder, oracle, retrieval=kb, label=f"{cell}/{arm}")
 
 
-def fix_report(work: Path) -> str:
-    """Confirmed-fix rate and env steps per confirmed fix per cell and arm, from what is written."""
+def _fix_rows(folder: Path) -> dict[str, dict]:
+    """The written fix-loop results of one cell and arm, by patient, solvable ones only."""
+    rows = (json.loads(f.read_text()) for f in sorted(folder.glob("*.json")))
+    return {r["scenario"]: r for r in rows if r.get("solvable") is not False}
+
+
+def _per_fix(rows: list[dict]) -> float:
+    """Env steps spent on these patients per confirmed fix among them (inf without a fix)."""
+    fixes = sum(bool(r.get("fixed")) for r in rows)
+    return sum(r.get("total_env_steps", 0) for r in rows) / fixes if fixes else math.inf
+
+
+def fix_report(work: Path, seed: int = 0) -> str:
+    """Per cell and arm: confirmed fixes (``improved`` on fresh seeds), agents that now work, env steps
+    per confirmed fix; then each arm against the cold vote (the same fold's 0% cell) on the same patients,
+    paired, with 95% bootstrap intervals over patients."""
     lines = [
-        "| cell | arm | patients | confirmed fix | env steps per confirmed fix |",
+        "| cell | arm | patients | confirmed fix | agent works | env steps | env steps per confirmed fix |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    cells: dict[tuple[str, str], dict[str, dict]] = {}
+    for folder in sorted(p for p in work.glob("*/*") if p.is_dir() and p.name in ("vote", "ranker")):
+        rows = cells[(folder.parent.name, folder.name)] = _fix_rows(folder)
+        n, steps = len(rows), sum(r.get("total_env_steps", 0) for r in rows.values())
+        fixed = sum(bool(r.get("fixed")) for r in rows.values())
+        works = sum(bool(r.get("works")) for r in rows.values())
+        per = _per_fix(list(rows.values()))
+        lines.append(
+            f"| {folder.parent.name} | {folder.name} | {n} | {fixed} ({fixed / max(n, 1):.0%}) | {works} | "
+            f"{steps:,} | {'-' if math.isinf(per) else f'{per:,.0f}'} |"
+        )
+    lines += [
+        "",
+        "| cell | arm | patients | confirmed-fix rate − cold [95% CI] | env steps per fix ÷ cold [95% CI] |",
         "| --- | --- | --- | --- | --- |",
     ]
-    for folder in sorted(p for p in work.glob("*/*") if p.is_dir() and p.name in ("vote", "ranker")):
-        rows = [json.loads(f.read_text()) for f in sorted(folder.glob("*.json"))]
-        solvable = [r for r in rows if r.get("solvable") is not False]
-        fixed = [r for r in solvable if r.get("fixed")]
-        steps = sum(r.get("total_env_steps", 0) for r in solvable)
-        per = f"{steps / len(fixed):,.0f}" if fixed else "-"
-        lines.append(f"| {folder.parent.name} | {folder.name} | {len(solvable)} | {len(fixed)} | {per} |")
+    rng = np.random.default_rng(seed)
+    for (cell, arm), rows in cells.items():
+        cold_cell = cell.rsplit("-", 2)[0] + "-0-0"
+        cold = cells.get((cold_cell, "vote"), {})
+        names = sorted(set(rows) & set(cold))
+        if cell == cold_cell or not names:
+            continue
+        diff = np.array([float(bool(rows[n].get("fixed"))) - float(bool(cold[n].get("fixed"))) for n in names])
+        ratios = []
+        for _ in range(2000):
+            pick = [names[i] for i in rng.integers(0, len(names), len(names))]
+            ratios.append(_per_fix([rows[n] for n in pick]) / _per_fix([cold[n] for n in pick]))
+        point = _per_fix([rows[n] for n in names]) / _per_fix([cold[n] for n in names])
+        lo, hi = np.nanpercentile(np.array(ratios, dtype=float), [2.5, 97.5])
+        d_lo, d_hi = bootstrap(diff, rng)
+        lines.append(
+            f"| {cell} | {arm} | {len(names)} | {diff.mean():+.2f} [{d_lo:+.2f}, {d_hi:+.2f}] | "
+            f"{point:.2f} [{lo:.2f}, {hi:.2f}] |"
+        )
     return "\n".join(lines) + "\n"
 
 
