@@ -1,24 +1,20 @@
 """The vector / full-text / hybrid index over case signatures, in LanceDB.
 
-One Lance table, ``signatures``, holds a row per case: the embedding of the
-signature text (summary plus symptom tags), that text for full-text search, and
-the columns retrieval filters on. The table is derived data: every row can be
-rebuilt from the store of record (:meth:`VectorIndex.rebuild`).
+One Lance table, ``signatures``, holds a row per case: the embedding of the signature text (summary plus
+symptom tags), that text for full-text search, and the columns retrieval filters on. The table is derived
+data: every row can be rebuilt from the store of record (:meth:`VectorIndex.rebuild`).
 
-Index policy. Below ``ann_min_rows`` rows every vector search is an exact flat
-scan (fast enough, and no ANN index can beat exact recall). Once the table has
-that many rows an HNSW index (scalar-quantized, cosine) is built. Rows written
-after an index build are still found -- Lance scans them flat -- until the
-index is refreshed. :meth:`VectorIndex.upsert` refreshes it by itself (calls
-:meth:`VectorIndex.optimize`) when enough rows have arrived since the last
-build, so callers never have to; calling :meth:`optimize` yourself is harmless.
-Filtered searches whose filter leaves few rows skip the ANN index and scan
-those rows exactly, so a narrow filter never costs recall.
+Index policy. Below ``ann_min_rows`` rows every vector search is an exact flat scan (fast enough, and no ANN
+index can beat exact recall). Once the table has that many rows an HNSW index (scalar-quantized, cosine) is
+built. Rows written after an index build are still found -- Lance scans them flat -- until the index is
+refreshed. :meth:`VectorIndex.upsert` refreshes it by itself (calls :meth:`VectorIndex.optimize`) when
+enough rows have arrived since the last build, so callers never have to; calling :meth:`optimize` yourself
+is harmless. Filtered searches whose filter leaves few rows skip the ANN index and scan those rows exactly,
+so a narrow filter never costs recall.
 
-One writer at a time. Concurrent Lance commits from several processes (imports
-racing a reindex) left duplicate rows and "Retryable commit conflict" errors, so
-every write holds :func:`write_lock`, a file lock beside the index directory
-(``<kb>/index.lock``), shared by the threads and processes of one machine.
+One writer at a time. Concurrent Lance commits from several processes (imports racing a reindex) left
+duplicate rows and "Retryable commit conflict" errors, so every write holds :func:`write_lock`, a file lock
+beside the index directory (``<kb>/index.lock``), shared by the threads and processes of one machine.
 """
 
 from __future__ import annotations
@@ -510,15 +506,15 @@ class VectorIndex:
         )
 
     def _open_table(self) -> Any:
-        """Open (or create) the table. Done without the write lock, so a reindex in another process may
-        drop the table (or delete the directory) between our listing and opening it; that writer holds
-        the lock while it replaces the table, so on failure we wait for it and open what it left."""
+        """Open (or create) the table without the write lock. A reindex elsewhere may drop it (or the
+        directory) between our listing and opening; it holds the lock meanwhile, so on failure we wait
+        for it and open what it left (a real fault raises again then, with nobody racing us)."""
         try:
             return self._open_table_unlocked()
         except (ValueError, OSError):  # "Table ... was not found", or files gone under a listing
             if self.read_only:
                 raise
-        with holding(self._lock, self.path):  # a real fault raises again here, with nobody racing us
+        with holding(self._lock, self.path):
             return self._open_table_unlocked()
 
     def _open_table_unlocked(self) -> Any:
