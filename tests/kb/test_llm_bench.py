@@ -15,9 +15,8 @@ def _report(i: int, cause: str) -> dict:
     return {"id": f"r{i:02d}", "split": "dev", "causes": [cause], "families": ["reward_shaping"], "symptom": "x"}
 
 
-def test_bootstrap_compiles_on_dev_saves_and_reloads(bench_script, tmp_path: Path, monkeypatch) -> None:
-    bench = bench_script("llm_diagnosis")
-    # the program's inputs without a KB or an embedder: the compile is what is under test
+def _fake_inputs(bench, monkeypatch) -> None:
+    """The program's inputs without a KB or an embedder: the compile is what is under test."""
     monkeypatch.setattr(
         bench,
         "report_inputs",
@@ -29,6 +28,11 @@ def test_bootstrap_compiles_on_dev_saves_and_reloads(bench_script, tmp_path: Pat
             "rules": "-",
         },
     )
+
+
+def test_bootstrap_compiles_on_dev_saves_and_reloads(bench_script, tmp_path: Path, monkeypatch) -> None:
+    bench = bench_script("llm_diagnosis")
+    _fake_inputs(bench, monkeypatch)
     dev = [_report(i, "sparse_reward" if i % 2 else "undertraining") for i in range(12)]
     args = argparse.Namespace(out=tmp_path / "rows.jsonl", demos=2, candidates=1, val_size=4)
     lm = DummyLM([{"causes": "sparse_reward, undertraining"}] * 200)
@@ -76,17 +80,7 @@ def test_mipro_and_gepa_compile_on_dev_are_judged_and_scored(
     import dspy
 
     bench = bench_script("llm_diagnosis")
-    monkeypatch.setattr(
-        bench,
-        "report_inputs",
-        lambda kb, reader, r: {
-            "description": f"report {r['id']}",
-            "environment": "CartPole-v1",
-            "symptom_reading": "never_succeeds",
-            "similar_cases": "-",
-            "rules": "-",
-        },
-    )
+    _fake_inputs(bench, monkeypatch)
     dev = [_report(i, "sparse_reward" if i % 2 else "undertraining") for i in range(12)]
     args = argparse.Namespace(out=tmp_path / "rows.jsonl", demos=2, trials=1, val_size=4, optimize=optimizer)
     # the task LM sends the grammar as the bench's does; the proposer / reflection LM does not
