@@ -254,7 +254,7 @@ def diagnose_signature(
         notes=tuple(notes),
     )
     # budgets from experience: the neighbours retrieved above also say how much fine-tuning fixed them
-    return size_candidates(backend.diagnose(ctx), cases, subject)
+    return size_candidates(backend.diagnose(ctx), cases, subject, ctx.tried)
 
 
 def diagnose_run(

@@ -25,7 +25,7 @@ from remedy.cases.model import Case, RemedyFamily, Stage, Status, Subject, patch
 from remedy.cases.patches.spec import Patch, TrainingBudget
 from remedy.cases.verify.budgets import LearnedBudget
 
-from .diagnosis import CandidatePatch, DiagnosisReport, RetrievedCase
+from .diagnosis import Attempt, CandidatePatch, DiagnosisReport, RetrievedCase
 from .prior_templates import MAX_BUDGET_MULTIPLE
 
 __all__ = [
@@ -38,6 +38,8 @@ __all__ = [
     "extra_fraction",
     "learned_budget",
     "learned_extra_steps",
+    "LADDER_MAX_MULTIPLE",
+    "ladder_steps",
     "size_candidates",
 ]
 
@@ -53,6 +55,12 @@ VERIFY_FRACTION_BOUNDS = (0.02, 1.0)
 #: a learned budget patch stays within these multiples of the patient's training: one doubling step
 #: past the prior's largest proposal (MAX_BUDGET_MULTIPLE), no more
 EXTRA_FRACTION_BOUNDS = (0.05, 2 * MAX_BUDGET_MULTIPLE)
+#: the budget ladder within one fix loop: a budget patch that helped (a positive measured effect) but did not
+#: leave a working agent is followed by twice its steps, up to this multiple of the patient's training. The
+#: prior's largest proposal (MAX_BUDGET_MULTIPLE) is the ladder's first step; three doublings (one per round
+#: of the default three-round loop) reach 8x. The doubling argument the prior cites needs the later steps:
+#: without them a patient that needs 4x its training is never offered more than 1x-2x.
+LADDER_MAX_MULTIPLE = 8 * MAX_BUDGET_MULTIPLE
 
 
 def _extra(patch: Patch) -> int:
@@ -151,18 +159,49 @@ def _resized(cand: CandidatePatch, extra: LearnedBudget | None, subject: Subject
     return cand.model_copy(update={"patch": patch, "rationale": _join(cand.rationale, note), "cites": cites})
 
 
+def ladder_steps(tried: Sequence[Attempt], train_steps: int | None) -> tuple[int, Attempt] | None:
+    """The next step of the budget ladder: twice the largest pure budget patch this loop tried that helped
+    (measured effect above zero) without a working agent, capped at :data:`LADDER_MAX_MULTIPLE` x
+    ``train_steps``; with the attempt it doubles. None when no such attempt exists or the cap is reached."""
+    helped = [a for a in tried if a.patch.budget_only and a.effect is not None and a.effect > 0]
+    if not helped or not train_steps:
+        return None
+    top = max(helped, key=lambda a: _extra(a.patch))
+    steps = min(2 * _extra(top.patch), int(LADDER_MAX_MULTIPLE * train_steps))
+    return (steps, top) if steps > _extra(top.patch) else None
+
+
+def _laddered(cand: CandidatePatch, step: tuple[int, Attempt] | None) -> CandidatePatch:
+    """A pure budget candidate raised to the ladder's next step when that is more than it already proposes."""
+    if step is None or _extra(cand.patch) >= step[0]:
+        return cand
+    steps, top = step
+    note = (
+        f"extra steps {steps:,}: twice the {_extra(top.patch):,} this loop tried, which helped "
+        f"(effect {top.effect:+.3g}, {top.status}) without a working agent"
+    )
+    patch = Patch(parts=[TrainingBudget(extra_steps=steps)], description=f"+{steps:,} training steps (budget ladder)")
+    cites = [*cand.cites, *([top.case_id] if top.case_id and top.case_id not in cand.cites else [])]
+    return cand.model_copy(update={"patch": patch, "rationale": _join(cand.rationale, note), "cites": cites})
+
+
 def _join(text: str, note: str) -> str:
     return f"{text}; {note}" if text else note
 
 
-def size_candidates(report: DiagnosisReport, neighbours: Sequence[RetrievedCase], subject: Subject) -> DiagnosisReport:
+def size_candidates(
+    report: DiagnosisReport, neighbours: Sequence[RetrievedCase], subject: Subject, tried: Sequence[Attempt] = ()
+) -> DiagnosisReport:
     """``report`` with each candidate sized from experience: a budget patch's extra steps, and every other
-    candidate's verification budget (``CandidatePatch.budget``), where enough similar confirmed fixes exist."""
+    candidate's verification budget (``CandidatePatch.budget``), where enough similar confirmed fixes exist.
+    A budget patch this loop already ``tried`` that helped without a working agent raises every budget
+    candidate to the ladder's next step (:func:`ladder_steps`)."""
     extra = learned_extra_steps(neighbours, subject.train_steps)
+    step = ladder_steps(tried, subject.train_steps)
     sized, seen = [], set()
     for cand in report.candidates:
         if cand.patch.budget_only:
-            cand = _resized(cand, extra, subject)
+            cand = _laddered(_resized(cand, extra, subject), step)
         else:
             budget = learned_budget(neighbours, cand.family, subject.train_steps)
             if budget is not None:

@@ -29,6 +29,7 @@ from remedy.cases.patches.io import load_patch
 from remedy.cases.patches.spec import Patch, TrainingBudget
 from remedy.kb.cli import app
 from remedy.kb.diagnose import KBRetriever, diagnose_run, diagnose_signature
+from remedy.retrieval.diagnosis import Attempt
 
 LANDER = Subject(
     env_id="LunarLander-v3",
@@ -131,6 +132,20 @@ def test_verified_improved_case_moves_its_cause_up(kb):
     assert warm.top_cause == RootCause.undertraining
     assert "c-hover-budget" in warm.diagnosis.cited_cases
     assert warm.candidates[0].family == RemedyFamily.training_budget
+
+
+def test_the_next_round_doubles_a_budget_that_helped_without_a_working_agent(kb):
+    rising = Signature(features={"success_rate": 0.0}, symptoms=["undertrained", "never_succeeds"], summary="rising")
+    first = diagnose_signature(kb, PENDULUM, rising)
+    budget = next(c for c in first.candidates if c.family == RemedyFamily.training_budget)
+    extra = budget.patch.parts[0].extra_steps
+    helped = Attempt(patch=budget.patch, status="no_effect", effect=+40.0, case_id="c-round1")
+    again = diagnose_signature(kb, PENDULUM, rising, tried=[helped])
+    bigger = [c for c in again.candidates if c.family == RemedyFamily.training_budget]
+    assert [c.patch.parts[0].extra_steps for c in bigger] == [2 * extra] and "c-round1" in bigger[0].cites
+    hurt = Attempt(patch=budget.patch, status="no_effect", effect=-40.0)
+    same = diagnose_signature(kb, PENDULUM, rising, tried=[hurt])
+    assert all(c.patch.parts[0].extra_steps <= extra for c in same.candidates if c.patch.budget_only)
 
 
 def test_verified_worse_case_demotes_its_family(kb):

@@ -21,13 +21,15 @@ from remedy.cases.model import (
 from remedy.cases.patches.spec import Patch
 from remedy.retrieval.budgets import (
     EXTRA_FRACTION_BOUNDS,
+    LADDER_MAX_MULTIPLE,
     MIN_BUDGET_CASES,
     VERIFY_FRACTION_BOUNDS,
+    ladder_steps,
     learned_budget,
     learned_extra_steps,
     size_candidates,
 )
-from remedy.retrieval.diagnosis import CandidatePatch, DiagnosisReport, RetrievedCase
+from remedy.retrieval.diagnosis import Attempt, CandidatePatch, DiagnosisReport, RetrievedCase
 
 LR = {"kind": "hyperparameters", "changes": {"learning_rate": 0.0003}}
 
@@ -152,3 +154,44 @@ def test_candidates_are_sized_from_the_kb_with_the_source_in_their_rationale():
     cold = size_candidates(_report(prior_budget, lr), [], _subject(100_000))
     assert cold.candidates[0].patch == prior_budget.patch and "prior multiple" in cold.candidates[0].rationale
     assert cold.candidates[1].budget is None
+
+
+def _budget_cand(extra: int, score: float = 1.0) -> CandidatePatch:
+    return CandidatePatch(
+        patch=Patch.from_data({"kind": "training_budget", "extra_steps": extra}),
+        family=RemedyFamily.training_budget,
+        rationale="more training",
+        score=score,
+    )
+
+
+def _tried(extra: int, status: str, effect: float | None, cid: str = "c-t") -> Attempt:
+    patch = Patch.from_data({"kind": "training_budget", "extra_steps": extra})
+    return Attempt(patch=patch, status=status, effect=effect, case_id=cid)
+
+
+def test_a_budget_that_helped_without_a_working_agent_is_doubled_in_the_next_round():
+    lr = CandidatePatch(patch=Patch.from_data(LR), family=RemedyFamily.hyperparameters, rationale="lower lr")
+    tried = [_tried(2_000, "no_effect", +12.5, "c-small"), _tried(1_000, "improved", +30.0, "c-tiny")]
+    sized = size_candidates(_report(_budget_cand(2_000), _budget_cand(1_000), lr), [], _subject(2_000), tried)
+    # both budget candidates climb to the same rung (twice the largest budget that helped) and merge into one
+    budget, lr_kept = sized.candidates
+    assert budget.patch.parts[0].extra_steps == 4_000 and "budget ladder" in (budget.patch.description or "")
+    assert "twice the 2,000" in budget.rationale and "c-small" in budget.cites
+    assert lr_kept.patch == lr.patch
+    # without attempts, the prior's sizes stand
+    cold = size_candidates(_report(_budget_cand(2_000), lr), [], _subject(2_000))
+    assert cold.candidates[0].patch.parts[0].extra_steps == 2_000
+
+
+def test_the_ladder_skips_budgets_that_did_not_help_and_stops_at_its_cap():
+    assert ladder_steps([_tried(2_000, "no_effect", -5.0)], 2_000) is None  # more training did not help
+    assert ladder_steps([_tried(2_000, "stopped_early", None)], 2_000) is None  # never measured
+    lr_attempt = Attempt(patch=Patch.from_data(LR), status="no_effect", effect=+50.0)
+    assert ladder_steps([lr_attempt], 2_000) is None  # not a budget patch
+    cap = int(LADDER_MAX_MULTIPLE * 2_000)
+    assert ladder_steps([_tried(cap // 2 + 1_000, "no_effect", 1.0)], 2_000)[0] == cap
+    assert ladder_steps([_tried(cap, "no_effect", 1.0)], 2_000) is None  # at the cap: nothing larger to offer
+    # a candidate already above the next rung keeps its own size
+    big = size_candidates(_report(_budget_cand(9_000)), [], _subject(2_000), [_tried(2_000, "no_effect", 3.0)])
+    assert big.candidates[0].patch.parts[0].extra_steps == 9_000
