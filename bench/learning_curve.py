@@ -60,7 +60,7 @@ from remedy.optimizer.ranker import AttemptRow, RankerSettings, attempt_rows, fi
 from remedy.retrieval.diagnosis import DiagnosisContext, RetrievedCase, patch_family
 from remedy.retrieval.embedder import default_embedder
 from remedy.retrieval.index import signature_text
-from remedy.retrieval.offline import OfflineDiagnoser
+from remedy.retrieval.offline import OfflineDiagnoser, OfflineSettings
 from remedy.retrieval.remedy_ranker import RemedyRanker, rerank
 from remedy.retrieval.taxonomy import CAUSE_TEXT
 from remedy.retrieval.taxonomy import DIAGNOSABLE as CAUSES
@@ -198,12 +198,16 @@ class Retrieval:
         return tuple(RetrievedCase(self.cases[idx[i]], float(sims[i])) for i in order)
 
 
+#: the vote's settings for every arm (``--cause-credit`` changes how a case's outcome credits causes)
+VOTE: dict[str, OfflineSettings] = {"settings": OfflineSettings()}
+
+
 def top1(
     patient: Patient, cases: tuple[RetrievedCase, ...], ranker: RemedyRanker | None, mode: str = "blend"
 ) -> tuple[float, str | None]:
     """(1.0 when the top cause is in the patient's answer key, the top candidate's family); ``mode``: the cause order."""
     ctx = DiagnosisContext(subject=patient.subject, signature=patient.signature, cases=cases)
-    report = OfflineDiagnoser().diagnose(ctx)
+    report = OfflineDiagnoser(VOTE["settings"]).diagnose(ctx)
     if ranker is not None:
         report = rerank(report, ranker, patient.subject, causes=mode)
     causes = report.diagnosis.root_causes
@@ -481,7 +485,14 @@ def main() -> None:
     ap.add_argument(
         "--solvable-only", action="store_true", help="with --fix-loops: only patients their oracle fixed (the aim's)"
     )
+    ap.add_argument(
+        "--cause-credit",
+        choices=("patch", "diagnosis"),
+        default=OfflineSettings().cause_credit,
+        help="the vote's cause credit (default: the shipped one); 'diagnosis' is the vote before the knob",
+    )
     args = ap.parse_args()
+    VOTE["settings"] = OfflineSettings(cause_credit=args.cause_credit)
     if args.fix_report:
         print(fix_report(args.work))
         return

@@ -52,15 +52,15 @@ BUDGET_SIMILARITY_FLOOR = 0.5
 #: a learned verification budget stays within these fractions of the patient's training: at least a
 #: few rollouts, and never more than training it again from scratch
 VERIFY_FRACTION_BOUNDS = (0.02, 1.0)
-#: a learned budget patch stays within these multiples of the patient's training: one doubling step
-#: past the prior's largest proposal (MAX_BUDGET_MULTIPLE), no more
-EXTRA_FRACTION_BOUNDS = (0.05, 2 * MAX_BUDGET_MULTIPLE)
 #: the budget ladder within one fix loop: a budget patch that helped (a positive measured effect) but did not
 #: leave a working agent is followed by twice its steps, up to this multiple of the patient's training. The
 #: prior's largest proposal (MAX_BUDGET_MULTIPLE) is the ladder's first step; three doublings (one per round
 #: of the default three-round loop) reach 8x. The doubling argument the prior cites needs the later steps:
 #: without them a patient that needs 4x its training is never offered more than 1x-2x.
 LADDER_MAX_MULTIPLE = 8 * MAX_BUDGET_MULTIPLE
+#: a learned budget patch stays within these multiples of the patient's training: the ladder's top, which a
+#: loop without experience may climb to, so experience can start where the ladder would have ended
+EXTRA_FRACTION_BOUNDS = (0.05, LADDER_MAX_MULTIPLE)
 
 
 def _extra(patch: Patch) -> int:

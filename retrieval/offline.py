@@ -26,7 +26,7 @@ import json
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -48,7 +48,7 @@ from .diagnosis import (
 )
 from .prior_templates import MAX_BUDGET_MULTIPLE
 from .priors import PRIORS, PriorRule, match_priors
-from .remedy_ranker import RemedyRanker, rerank
+from .remedy_ranker import RemedyRanker, cause_for, rerank
 from .text_priors import REPORT_FAMILY_RATES, STATED_FAMILIES, TEXT_PRIORS
 from .trust import trust_weights
 
@@ -123,6 +123,10 @@ class OfflineSettings(BaseModel):
     unverified_weight: float = Field(default=0.1, ge=0, description="cases without a verification")
     against_cause_weight: float = Field(
         default=0.5, ge=0, description="how much a failed patch counts against its cause"
+    )
+    cause_credit: Literal["patch", "diagnosis"] = Field(
+        default="patch",
+        description="which causes a case's outcome votes for: the one its patch addresses, or every diagnosed one",
     )
     unknown_mass: float = Field(default=0.25, ge=0, description="vote mass kept for 'unknown'")
     tried_penalty: float = Field(default=0.2, ge=0, le=1, description="factor on a patch already tried in this loop")
@@ -319,6 +323,21 @@ class OfflineDiagnoser:
             return self.settings.example_weight, "example"
         return self.settings.unverified_weight, "unverified"
 
+    def _credited(self, case: Case, family: RemedyFamily) -> list[tuple[int, Cause]]:
+        """The diagnosed causes a case's outcome votes on, with the rank each counts at.
+
+        ``patch`` credit: only the cause its patch stands for (:func:`cause_for`), at full weight. An outcome is
+        evidence about the cause the patch addressed: a more-training patch that did nothing says little about
+        the reward misspecification listed second, and a wrong remedy says nothing against a right cause it did
+        not address. ``diagnosis`` credit (the vote before this knob) spreads the outcome over every diagnosed
+        cause by rank, so the many ``no_effect`` attempts of a fix loop count against the causes it got right.
+        """
+        causes = list(case.diagnosis.causes) if case.diagnosis else []
+        if self.settings.cause_credit == "diagnosis":
+            return list(enumerate(causes))
+        stands = cause_for(family, [c.cause for c in causes])
+        return [(0, c) for c in causes if c.cause == stands][:1]
+
     def _kernel(self, similarity: float, floor: float | None = None) -> float:
         """How much a neighbour counts: nothing at or below ``sim_floor``, then ``sim_power`` growth.
 
@@ -347,10 +366,10 @@ class OfflineDiagnoser:
             base *= self.settings.text_case_weight
         why = f"case {case.case_id} ({label}, sim {rc.similarity:.2f})"
         cause_factor = factor if factor > 0 else factor * self.settings.against_cause_weight
-        if label != "failed":  # a patch that crashed says nothing about the diagnosis
-            for rank, cause in enumerate(case.diagnosis.causes if case.diagnosis else []):
-                tally.cause(cause.cause, base * cause_factor * cause.confidence / (1 + rank), why)
         family = patch_family(case.patch)
+        if label != "failed":  # a patch that crashed says nothing about the diagnosis
+            for rank, cause in self._credited(case, family):
+                tally.cause(cause.cause, base * cause_factor * cause.confidence / (1 + rank), why)
         top = case.diagnosis.causes[0].cause if case.diagnosis and case.diagnosis.causes else None
         tally.family(family, base * factor, case.case_id, top)
         if factor > 0:

@@ -24,7 +24,7 @@ from remedy.cases.model import (
 )
 from remedy.cases.patches.spec import ActionSmoothness, Patch, TrainingBudget
 from remedy.retrieval.diagnosis import Attempt, DiagnosisContext, RetrievedCase, get_diagnoser
-from remedy.retrieval.offline import OfflineDiagnoser
+from remedy.retrieval.offline import OfflineDiagnoser, OfflineSettings
 
 LANDER = Subject(
     env_id="LunarLander-v3",
@@ -206,6 +206,28 @@ def test_an_improved_case_with_another_cause_moves_it_up():
 
 def _confidence(report, cause: RootCause) -> float:
     return next((c.confidence for c in report.diagnosis.causes if c.cause == cause), 0.0)
+
+
+def test_an_outcome_votes_on_the_cause_its_patch_addresses_not_every_diagnosed_cause():
+    """A budget patch that did nothing, on a case diagnosed [undertraining, reward misspecification]: with patch
+    credit it counts against undertraining (what more training addresses) and leaves the reward cause alone."""
+    case = _case("c-budget-nothing", "undertraining", Patch(parts=[TrainingBudget(extra_steps=50_000)]), "no_effect")
+    two = Diagnosis(
+        causes=[Cause(cause="undertraining", confidence=0.9), Cause(cause="reward_misspecification", confidence=0.8)]
+    )
+    case = case.model_copy(update={"diagnosis": two})
+    near = (RetrievedCase(case, 0.95),)
+
+    def score(credit: str, cause: RootCause) -> float:
+        report = OfflineDiagnoser(OfflineSettings(cause_credit=credit)).diagnose(_ctx(cases=near))
+        return next((c.confidence for c in report.diagnosis.causes if c.cause == cause), 0.0)
+
+    cold = OfflineDiagnoser().diagnose(_ctx())
+    cold_reward = next(c.confidence for c in cold.diagnosis.causes if c.cause == RootCause.reward_misspecification)
+    # diagnosis credit spreads the failure over both causes; patch credit spares the one the budget did not address
+    assert score("diagnosis", RootCause.reward_misspecification) < score("patch", RootCause.reward_misspecification)
+    assert score("patch", RootCause.reward_misspecification) >= cold_reward
+    assert OfflineSettings().cause_credit == "patch"
 
 
 def test_a_worse_case_demotes_its_family():
