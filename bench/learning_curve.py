@@ -392,7 +392,7 @@ def run_fix_loops(args, patients, attempts, scenarios, cases) -> None:
             export.parent.mkdir(parents=True, exist_ok=True)
             write_cases(export, [by_id[i] for a in chosen for i in a.case_ids])
         chosen_s = [scenarios[p.name] for p in test]
-        for arm in ("vote", "ranker"):
+        for arm in args.arms.split(","):
             if arm == "ranker" and not chosen:
                 continue  # nothing to fit: the vote column is this point
             kb = open_kb(args.work / cell / f"{arm}_kb", export)
@@ -481,6 +481,7 @@ def main() -> None:
     ap.add_argument("--candidates", type=int, default=2)
     ap.add_argument("--fix-seeds", type=int, default=2)
     ap.add_argument("--splits", default="holdout,lofo", help="with --fix-loops: which splits' cells")
+    ap.add_argument("--arms", default="vote,ranker", help="with --fix-loops: which arms (vote, ranker)")
     ap.add_argument("--fractions", default=None, help="with --fix-loops: KB sizes in %% of the pool, e.g. 0,100")
     ap.add_argument(
         "--solvable-only", action="store_true", help="with --fix-loops: only patients their oracle fixed (the aim's)"
