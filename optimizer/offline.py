@@ -40,6 +40,8 @@ __all__ = ["K_MAX", "SPACE", "Prepared", "OfflineTuning", "prepare", "predict", 
 
 #: neighbours retrieved once per example; the largest ``k`` a trial may pick
 K_MAX = 30
+#: how a case's outcome credits causes (``OfflineSettings.cause_credit``): searched as a category
+CAUSE_CREDITS = ("patch", "diagnosis")
 
 #: searched knobs: name -> (low, high, log scale); ``k`` is an integer in [1, K_MAX]
 SPACE: dict[str, tuple[float, float, bool]] = {
@@ -141,10 +143,12 @@ def tune_offline(
     start = start or OfflineSettings()
     k_high = max(K_MAX, start.k)
     study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=seed))
-    study.enqueue_trial({"k": max(1, start.k), **{n: _clip(getattr(start, n), n) for n in SPACE}})
+    first = {"k": max(1, start.k), "cause_credit": start.cause_credit}
+    study.enqueue_trial({**first, **{n: _clip(getattr(start, n), n) for n in SPACE}})
 
     def objective(trial: optuna.Trial) -> float:
         params: dict[str, Any] = {"k": trial.suggest_int("k", 1, k_high)}
+        params["cause_credit"] = trial.suggest_categorical("cause_credit", CAUSE_CREDITS)
         for name, (low, high, log) in SPACE.items():
             params[name] = trial.suggest_float(name, low, high, log=log)
         return evaluate(start.model_copy(update=params), train)
