@@ -161,14 +161,20 @@ def _resized(cand: CandidatePatch, extra: LearnedBudget | None, subject: Subject
 
 def ladder_steps(tried: Sequence[Attempt], train_steps: int | None) -> tuple[int, Attempt] | None:
     """The next step of the budget ladder: twice the largest pure budget patch this loop tried that helped
-    (measured effect above zero) without a working agent, capped at :data:`LADDER_MAX_MULTIPLE` x
-    ``train_steps``; with the attempt it doubles. None when no such attempt exists or the cap is reached."""
-    helped = [a for a in tried if a.patch.budget_only and a.effect is not None and a.effect > 0]
+    (measured effect above zero) without a working agent, or that a race dropped at stage 1 (measured on a
+    third of its steps, which says little about a larger budget: a learner may dip before it climbs), capped
+    at :data:`LADDER_MAX_MULTIPLE` x ``train_steps``; with the attempt it doubles. None when no such attempt
+    exists or the cap is reached."""
+    helped = [a for a in tried if a.patch.budget_only and (_helped(a) or a.status == Status.stopped_early.value)]
     if not helped or not train_steps:
         return None
     top = max(helped, key=lambda a: _extra(a.patch))
     steps = min(2 * _extra(top.patch), int(LADDER_MAX_MULTIPLE * train_steps))
     return (steps, top) if steps > _extra(top.patch) else None
+
+
+def _helped(attempt: Attempt) -> bool:
+    return attempt.effect is not None and attempt.effect > 0
 
 
 def _laddered(cand: CandidatePatch, step: tuple[int, Attempt] | None) -> CandidatePatch:
@@ -179,6 +185,9 @@ def _laddered(cand: CandidatePatch, step: tuple[int, Attempt] | None) -> Candida
     note = (
         f"extra steps {steps:,}: twice the {_extra(top.patch):,} this loop tried, which helped "
         f"(effect {top.effect:+.3g}, {top.status}) without a working agent"
+        if _helped(top)
+        else f"extra steps {steps:,}: twice the {_extra(top.patch):,} this loop tried, which a race dropped "
+        "at stage 1 on a third of its steps"
     )
     patch = Patch(parts=[TrainingBudget(extra_steps=steps)], description=f"+{steps:,} training steps (budget ladder)")
     cites = [*cand.cites, *([top.case_id] if top.case_id and top.case_id not in cand.cites else [])]

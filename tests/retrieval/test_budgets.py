@@ -186,7 +186,10 @@ def test_a_budget_that_helped_without_a_working_agent_is_doubled_in_the_next_rou
 
 def test_the_ladder_skips_budgets_that_did_not_help_and_stops_at_its_cap():
     assert ladder_steps([_tried(2_000, "no_effect", -5.0)], 2_000) is None  # more training did not help
-    assert ladder_steps([_tried(2_000, "stopped_early", None)], 2_000) is None  # never measured
+    assert ladder_steps([_tried(2_000, "failed", None)], 2_000) is None  # never measured
+    # a race's stage-1 drop measured a third of the budget: the ladder still climbs past it
+    dropped = ladder_steps([_tried(2_000, "stopped_early", -3.0)], 2_000)
+    assert dropped is not None and dropped[0] == 4_000
     lr_attempt = Attempt(patch=Patch.from_data(LR), status="no_effect", effect=+50.0)
     assert ladder_steps([lr_attempt], 2_000) is None  # not a budget patch
     cap = int(LADDER_MAX_MULTIPLE * 2_000)
