@@ -182,13 +182,12 @@ def _laddered(cand: CandidatePatch, step: tuple[int, Attempt] | None) -> Candida
     if step is None or _extra(cand.patch) >= step[0]:
         return cand
     steps, top = step
-    note = (
-        f"extra steps {steps:,}: twice the {_extra(top.patch):,} this loop tried, which helped "
-        f"(effect {top.effect:+.3g}, {top.status}) without a working agent"
+    why = (
+        f"helped (effect {top.effect:+.3g}, {top.status}) without a working agent"
         if _helped(top)
-        else f"extra steps {steps:,}: twice the {_extra(top.patch):,} this loop tried, which a race dropped "
-        "at stage 1 on a third of its steps"
+        else "a race dropped at stage 1 on a third of its steps"
     )
+    note = f"extra steps {steps:,}: twice the {_extra(top.patch):,} this loop tried, which {why}"
     patch = Patch(parts=[TrainingBudget(extra_steps=steps)], description=f"+{steps:,} training steps (budget ladder)")
     cites = [*cand.cites, *([top.case_id] if top.case_id and top.case_id not in cand.cites else [])]
     return cand.model_copy(update={"patch": patch, "rationale": _join(cand.rationale, note), "cites": cites})
