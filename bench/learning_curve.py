@@ -316,6 +316,70 @@ def family_table(summary: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def pool_sizes(patients, attempts, scenarios) -> dict[str, dict[str, int]]:
+    """Per split, each test patient's full training pool (the attempts its 100% KB holds)."""
+    return {
+        split: {p.name: len(pool) for _, test, pool in folds(patients, attempts, scenarios, split) for p in test}
+        for split in ("holdout", "lofo")
+    }
+
+
+def slopes(per: dict, pools: dict[str, int], seed: int = 0, aim: float = 0.15) -> dict:
+    """How fast each learner gains on the empty KB as attempts are added, and what that implies.
+
+    Per patient, the least-squares slope of (arm − empty KB) against the number of training attempts
+    in its KB (0, 25, 50, 100% of its pool), in points per 100 attempts; the mean over patients with a
+    95% bootstrap interval. ``attempts_to_aim`` extrapolates the line from the 100% point to ``aim``
+    (+15 points over the empty KB): at the mean slope and at the interval's upper end (the most
+    hopeful reading); None where that slope is not above zero (no pool size reaches the aim).
+    """
+    out: dict = {}
+    cold = per["empty_kb"]["0.0"]
+    for arm in ("vote", "ranker"):
+        names = sorted(set(cold) & set(per[arm]["1.0"]) & set(pools))
+        fr = [f for f in map(str, FRACTIONS) if f in per[arm]]
+        rows = []
+        for n in names:
+            x = np.array([float(f) * pools[n] for f in fr if n in per[arm][f]])
+            y = np.array([per[arm][f][n] - cold[n] for f in fr if n in per[arm][f]])
+            rows.append(np.polyfit(x, y, 1)[0] * 100 if len(x) > 1 and np.ptp(x) > 0 else 0.0)
+        v = np.array(rows)
+        lo, hi = bootstrap(v, np.random.default_rng(seed))
+        at_full = float(np.mean([per[arm]["1.0"][n] - cold[n] for n in names]))
+        pool = float(np.mean([pools[n] for n in names]))
+        out[arm] = {"n": len(v), "per_100": float(v.mean()), "ci": [lo, hi], "at_full": at_full, "pool": pool,
+                    "attempts_to_aim": _needed(float(v.mean()), pool, at_full, aim),
+                    "attempts_to_aim_hopeful": _needed(hi, pool, at_full, aim)}  # fmt: skip
+    return out
+
+
+def _needed(slope: float, pool: float, at_full: float, aim: float) -> float | None:
+    """KB size at which a line through (pool, at_full) with ``slope`` per 100 attempts reaches ``aim``."""
+    return None if slope <= 0 else pool + max(0.0, aim - at_full) / slope * 100
+
+
+def slope_table(slopes_by_split: dict) -> str:
+    """The slopes as Markdown: points per 100 attempts and the attempts a straight line needs for +15."""
+    lines = [
+        "Slope of each learner over the empty KB (points of top-1 per 100 training attempts, least squares per "
+        "patient, mean [95% CI]) and the KB size a straight line would need for +15 points (at the mean slope; "
+        "at the interval's upper end):",
+        "",
+        "| split | arm | patients | mean pool | − empty KB at 100% | slope per 100 attempts | attempts for +15 | "
+        "hopeful |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for split, by in slopes_by_split.items():
+        for arm, r in by.items():
+            need = "never" if r["attempts_to_aim"] is None else f"{r['attempts_to_aim']:,.0f}"
+            hope = "never" if r["attempts_to_aim_hopeful"] is None else f"{r['attempts_to_aim_hopeful']:,.0f}"
+            lines.append(
+                f"| {split} | {arm} | {r['n']} | {r['pool']:.0f} | {r['at_full'] * 100:+.0f} | {r['per_100'] * 100:+.1f} "
+                f"[{r['ci'][0] * 100:+.1f}, {r['ci'][1] * 100:+.1f}] | {need} | {hope} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
 def plot(summaries: dict, path: Path) -> None:
     """Top-1 against training share, one panel per split, intervals shaded."""
     import matplotlib
@@ -500,8 +564,14 @@ def main() -> None:
     if args.report_only:  # re-render the table and the plot from the JSON a run wrote
         data = json.loads(args.out.read_text())
         summaries = {s: summarize(p) for s, p in data["per_patient"].items()}
+        if "pool_size" not in data:  # a run from before pools were recorded: today's sources, said so
+            cases = load(tuple(data.get("sources", args.cases)))
+            scenarios = {s.name: s for s in bundled_scenarios()}
+            data["pool_size"] = pool_sizes(patients_of(cases, scenarios), attempts_of(cases), scenarios)
+            data["pool_size_note"] = f"recomputed from {len(attempts_of(cases))} attempts, not the run's own pool"
+        data["slopes"] = {s: slopes(p, data["pool_size"][s]) for s, p in data["per_patient"].items()}
         args.out.write_text(json.dumps({**data, "summary": summaries}, indent=1) + "\n")
-        render(summaries, args)
+        render(summaries, args, data["slopes"], data.get("pool_size_note", ""))
         return
     scenarios = {s.name: s for s in bundled_scenarios()}
     cases = load(tuple(args.cases))
@@ -514,15 +584,20 @@ def main() -> None:
     retrieval = Retrieval(cases, patients)
     per = {s: run_split(s, patients, attempts, scenarios, retrieval, args.seeds) for s in ("holdout", "lofo")}
     summaries = {s: summarize(p) for s, p in per.items()}
+    pools = pool_sizes(patients, attempts, scenarios)
+    slope = {s: slopes(p, pools[s]) for s, p in per.items()}
     data = {"cases": len(cases), "attempts": len(attempts), "patients": len(patients), "seeds": args.seeds,
-            "sources": args.cases, "summary": summaries, "per_patient": per}  # fmt: skip
+            "sources": args.cases, "summary": summaries, "per_patient": per, "pool_size": pools,
+            "slopes": slope}  # fmt: skip
     args.out.write_text(json.dumps(data, indent=1) + "\n")
-    render(summaries, args)
+    render(summaries, args, slope)
 
 
-def render(summaries: dict, args: argparse.Namespace) -> None:
+def render(summaries: dict, args: argparse.Namespace, slope: dict | None = None, note: str = "") -> None:
     """Write the Markdown tables beside the JSON and the plot, and print the tables."""
     text = "\n".join(table(s, n) for n, s in summaries.items())
+    if slope:
+        text += "\n" + slope_table(slope) + (f"\nPool sizes: {note}.\n" if note else "")
     args.out.with_suffix(".md").write_text(text)
     plot(summaries, args.plot)
     print(text)
