@@ -9,7 +9,10 @@ go first, then unchecked ones, then the unsolvable ones; patients found not fail
 A share of the candidate slots (``explore``, default 1 in 5, seeded) goes on purpose to a random
 lower-ranked candidate, so the data holds counterfactual negatives and not only the diagnoser's choices;
 every case is tagged with how it was chosen (``chosen:diagnosis`` / ``chosen:exploration``, ``rank:N``,
-``score:X``). Every confirmation records whether the agent now works (``verification.fixed``,
+``score:X``). With ``--check-oracle``, the oracle check that precedes a new patient's first unit is kept as
+well: its screen and confirmation (the known fix against a same-budget control) join the unit's cases,
+tagged ``chosen:oracle`` and counted apart (``oracle``, ``oracle_improved``), so the experience holds
+confirmed fixes of families the diagnoser rarely proposes first. Every confirmation records whether the agent now works (``verification.fixed``,
 :mod:`remedy.cases.verify.fixed`) beside ``improved``.
 
 A finished unit's cases wait under ``<out>/pending/`` (not committed); every ``chunk`` units they become
@@ -49,6 +52,8 @@ __all__ = [
     "OUT",
     "MANIFEST",
     "PASS_SEED_STRIDE",
+    "ORACLE_TAG",
+    "with_oracle",
     "FactoryPlan",
     "Unit",
     "order_zoo",
@@ -71,6 +76,8 @@ __all__ = [
 OUT = Path("bench") / "data" / "factory"
 MANIFEST = "manifest.json"
 #: training seeds between passes: a pass's screens and confirmations stay inside their own block
+#: the tag of an attempt the oracle check made (the known fix from the answer key, not a diagnosis's choice)
+ORACLE_TAG = "chosen:oracle"
 PASS_SEED_STRIDE = 1000
 
 #: where progress lines go (``print`` for the script; the CLI passes its console)
@@ -168,6 +175,8 @@ def counts(cases: Sequence[Case]) -> dict[str, int]:
         "improved": sum(1 for c in verdicts if c.status == Status.improved.value),
         "fixed": sum(1 for c in verdicts if ver(c) is not None and ver(c).fixed),
         "exploration": sum(1 for c in verdicts if "chosen:exploration" in c.tags),
+        "oracle": sum(1 for c in verdicts if ORACLE_TAG in c.tags),
+        "oracle_improved": sum(1 for c in verdicts if ORACLE_TAG in c.tags and c.status == Status.improved.value),
         "env_steps": sum(ver(c).env_steps for c in cases if ver(c) is not None),
     }
 
@@ -265,7 +274,18 @@ def seal_chunk(out: Path, shard_tag: str, settings: dict[str, Any], force: bool 
         return out / name
 
 
-_SUMMED = ("attempts", "measured", "stopped_early", "confirmations", "improved", "fixed", "exploration", "env_steps")
+_SUMMED = (
+    "attempts",
+    "measured",
+    "stopped_early",
+    "confirmations",
+    "improved",
+    "fixed",
+    "exploration",
+    "oracle",
+    "oracle_improved",
+    "env_steps",
+)
 
 
 def _sum(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -374,14 +394,26 @@ def build_missing(zoo: Sequence[Scenario], say: Say = print) -> int:
     return len(missing)
 
 
-def check_oracle(unit: Unit, oracle: Path, say: Say = print) -> bool:
+def check_oracle(unit: Unit, oracle: Path, say: Say = print, keep: list[Case] | None = None) -> bool:
     """Record the patient's oracle verdict if it has none (``remedy bench build``'s check, appended to ``oracle``);
-    False when the patient does not fail (no unit to run)."""
+    False when the patient does not fail (no unit to run). ``keep`` receives the check's verified cases,
+    tagged ``chosen:oracle`` (the known fix, chosen from the answer key, not by a diagnosis)."""
     from remedy.cases.verify.solvability import check_scenarios
 
-    for r in check_scenarios([unit.scenario], results=oracle):
+    def kept(cases: list[Case]) -> None:
+        if keep is not None:
+            keep.extend(c.model_copy(update={"tags": [*c.tags, ORACLE_TAG]}) for c in cases)
+
+    for r in check_scenarios([unit.scenario], results=oracle, on_cases=kept):
         say(f"oracle {unit.scenario.name}: {r.verdict} ({r.wall_time_s or 0:.0f} s)")
     return unit.scenario.name not in not_failing([unit.scenario], oracle)
+
+
+def with_oracle(oracle_cases: Sequence[Case], cases: Sequence[Case]) -> list[Case]:
+    """The unit's cases after its oracle check's; an oracle case whose id the fix loop also produced (the same
+    patch on the same seeds: the same measurement) is left out, the loop's copy carrying how it was chosen."""
+    ids = {c.case_id for c in cases}
+    return [*(c for c in oracle_cases if c.case_id not in ids), *cases]
 
 
 def make_executor(name: str, address: str | None) -> Any:
@@ -423,11 +455,18 @@ def run_factory(
         if unit.key in done_units(out):  # another process of the same shard got there first
             continue
         say(f"{_clock(start)} unit {i}/{len(todo)}: {unit.key}")
-        if oracle is not None and not check_oracle(unit, oracle, say):
+        checked: list[Case] = []
+        t_check = time.perf_counter()
+        if oracle is not None and not check_oracle(unit, oracle, say, keep=checked):
             skipped = {"unit": unit.key, "scenario": unit.scenario.name, "skipped": "not failing", "wall_time_s": 0.0}
             save_pending(out, unit, [], {**skipped, **counts([]), "shard": shard_tag})
             continue
+        check_time = time.perf_counter() - t_check
         cases, summary = runner(unit, settings, executor=executor, start=start)
+        if checked:  # the oracle check's attempts join the unit's, counted in its summary (and apart), its time too
+            cases = with_oracle(checked, cases)
+            wall = round(float(summary.get("wall_time_s", 0.0)) + check_time, 1)
+            summary = {**summary, **counts(cases), "wall_time_s": wall}
         save_pending(out, unit, cases, {**summary, "shard": shard_tag})
         ran.append(unit.key)
         say(

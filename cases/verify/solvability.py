@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..errors import ScenarioError, VerificationError
+from ..model import Case
 from .scenarios import Scenario, build_scenario, scenario_hash
 from .verification import CONFIRM_SEEDS, EARLIER_SCREEN_CONFIDENCE, SCREEN_CONFIDENCE
 
@@ -213,8 +214,13 @@ def check_scenario(
     *,
     cache_dir: str | Path | None = None,
     progress: Callable[[str], None] | None = None,
+    on_cases: Callable[[list[Case]], None] | None = None,
 ) -> OracleResult:
-    """Build ``s``'s patient, measure it, and verify its oracle (see the module docstring for verdicts)."""
+    """Build ``s``'s patient, measure it, and verify its oracle (see the module docstring for verdicts).
+
+    ``on_cases`` receives the oracle's verified cases (its screen, and its confirmation when the screen
+    cleared): real attempts of a known patch against a same-budget control, which the case factory keeps
+    as experience instead of throwing them away."""
     from .executors import get_executor
     from .verification import VerifyConfig, verify_and_confirm
 
@@ -247,6 +253,8 @@ def check_scenario(
     cases = [c for c in (screen, confirmation) if c is not None]
     if any(c.verification is None for c in cases):  # verify_patch always records one
         raise VerificationError(f"the oracle's case {screen.case_id} has no verification")
+    if on_cases is not None:
+        on_cases(cases)
     v = cases[-1].verification  # the confirmation when the screen cleared, else the screen
     assert v is not None
     eff = (
@@ -293,6 +301,7 @@ def check_scenarios(
     cache_dir: str | Path | None = None,
     force: bool = False,
     progress: Callable[[str, str], None] | None = None,
+    on_cases: Callable[[list[Case]], None] | None = None,
 ) -> list[OracleResult]:
     """Check this shard's scenarios that have no current record (all of them with ``force``); append each result.
 
@@ -305,7 +314,7 @@ def check_scenarios(
     for s in todo:
         say = (lambda msg, name=s.name: progress(name, msg)) if progress else None
         try:
-            result = check_scenario(s, settings, cache_dir=cache_dir, progress=say)
+            result = check_scenario(s, settings, cache_dir=cache_dir, progress=say, on_cases=on_cases)
         except Exception as err:
             result = _record(s, settings, "error", None, reason=f"{type(err).__name__}: {err}")
         _append(path, result)

@@ -146,7 +146,9 @@ def test_bad_shard_is_one_error_line(factory, capsys):
 
 def test_a_patient_that_does_not_fail_becomes_a_skipped_unit(factory, zoo, tmp_path, monkeypatch):
     out, calls = tmp_path / "factory", []
-    monkeypatch.setattr(factory, "check_oracle", lambda unit, oracle, say=None: unit.scenario.name != zoo[0].name)
+    monkeypatch.setattr(
+        factory, "check_oracle", lambda unit, oracle, say=None, keep=None: unit.scenario.name != zoo[0].name
+    )
     ran = factory.run_factory(
         zoo, BenchSettings(), out, chunk=5, unit_runner=_fake_runner(calls), oracle=tmp_path / "o"
     )
@@ -155,6 +157,33 @@ def test_a_patient_that_does_not_fail_becomes_a_skipped_unit(factory, zoo, tmp_p
     skipped = [u for u in units if u.get("skipped")]
     assert [u["unit"] for u in skipped] == [f"{zoo[0].name}@0"] and skipped[0]["attempts"] == 0
     assert factory.run_factory(zoo, BenchSettings(), out, unit_runner=_fake_runner(calls), oracle=tmp_path / "o") == []
+
+
+def test_the_oracle_checks_attempts_are_kept_tagged_and_counted_apart(factory, zoo, tmp_path, monkeypatch):
+    """A new patient's oracle check verifies the known fix against a control: real experience, kept in the unit's
+    chunk as ``chosen:oracle``; a copy of a case the loop also made (same patch, same seeds) is left out."""
+
+    def check(unit, oracle, say=None, keep=None):
+        tag = unit.key.replace("@", ".")
+        screen = make_case(f"os-{tag}", status="inconclusive")
+        conf = make_case(f"oc-{tag}", status="improved")
+        v = conf.verification.model_copy(update={"stage": Stage.confirm, "confirms": screen.case_id, "env_steps": 7})
+        dup = make_case(f"s-{tag}", status="inconclusive")  # the loop's own screen has this id too
+        keep.extend(c.model_copy(update={"tags": [*c.tags, factory.ORACLE_TAG]}) for c in (
+            screen, conf.model_copy(update={"verification": v}), dup))  # fmt: skip
+        return True
+
+    monkeypatch.setattr(factory, "check_oracle", check)
+    out, calls = tmp_path / "factory", []
+    factory.run_factory(zoo[:1], BenchSettings(), out, chunk=5, unit_runner=_fake_runner(calls), oracle=tmp_path / "o")
+    manifest = json.loads((out / "manifest.json").read_text())
+    t = manifest["totals"]
+    assert (t["attempts"], t["improved"], t["oracle"], t["oracle_improved"]) == (2, 2, 1, 1)
+    assert t["env_steps"] == 107  # the oracle's confirmation and the loop's
+    cases = read_cases(out / manifest["chunks"][0]["file"])[0]
+    tag = f"{zoo[0].name}.0"
+    assert [c.case_id for c in cases] == [f"os-{tag}", f"oc-{tag}", f"s-{tag}", f"c-{tag}"]
+    assert [factory.ORACLE_TAG in c.tags for c in cases] == [True, True, False, False]
 
 
 @pytest.mark.skipif(not COMMITTED.is_file(), reason="no committed factory manifest in this checkout")

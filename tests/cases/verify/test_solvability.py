@@ -76,11 +76,18 @@ def test_resume_skips_recorded_scenarios_retries_errors_and_survives_a_torn_line
 def test_check_records_a_real_verdict_once_then_skips(tmp_path):
     (s,) = _scenarios(1)
     path, cache = tmp_path / "oracle.jsonl", tmp_path / "cache"
-    (first,) = check_scenarios([s], results=path, cache_dir=cache)
+    kept: list = []
+    (first,) = check_scenarios([s], results=path, cache_dir=cache, on_cases=kept.extend)
     assert first.scenario == "s0" and first.verdict in ("solvable", "unsolvable", "not_failing")
     assert first.patient_success is not None
-    if first.verdict != "not_failing":
+    if first.verdict == "not_failing":
+        assert kept == []  # nothing verified, nothing kept
+    else:
         assert first.oracle_status and first.env_steps > 0 and first.oracle_per_seed
+        # the oracle's verified cases reach the caller: its screen, and the confirmation behind the record
+        assert kept and kept[0].verification.stage.value == "screen" and kept[0].scenario == "s0"
+        assert kept[-1].verification.status.value == first.oracle_status
+        assert sum(c.verification.env_steps for c in kept) == first.env_steps
         # a screen never says improved: the record is the confirmation's whenever the screen cleared
         assert first.oracle_status != "inconclusive" or "confirm:" not in first.reason
         assert (first.verdict == "solvable") == ("confirm:" in first.reason and first.oracle_status == "improved")
