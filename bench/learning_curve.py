@@ -483,6 +483,26 @@ def _per_fix(rows: list[dict]) -> float:
     return sum(r.get("total_env_steps", 0) for r in rows) / fixes if fixes else math.inf
 
 
+def _paired_cells(cells: dict[tuple[str, str], dict[str, dict]]):
+    """((cell, arm), its rows, the cold rows of its fold) for every warm cell with patients in common with its
+    fold's cold cell; then, for a split with several folds (leave one family out), every fold of one KB share
+    and arm pooled into one row (``<split>-all-<share>-<seed>``): each patient sits in exactly one fold."""
+    pooled: dict[tuple[str, str], tuple[dict, dict]] = {}
+    for (cell, arm), rows in cells.items():
+        split, _fold, share, seed = cell.split("-", 3) if cell.count("-") >= 3 else (cell, "", "", "")
+        cold_cell = cell.rsplit("-", 2)[0] + "-0-0"
+        cold = cells.get((cold_cell, "vote"), {})
+        if cell == cold_cell or not set(rows) & set(cold):
+            continue
+        yield (cell, arm), rows, cold
+        warm_all, cold_all = pooled.setdefault((f"{split}-all-{share}-{seed}", arm), ({}, {}))
+        warm_all.update(rows)
+        cold_all.update(cold)
+    for (cell, arm), (rows, cold) in pooled.items():
+        if sum(1 for c, a in cells if a == arm and c.startswith(cell.split("-")[0] + "-")) > 2:  # several folds
+            yield (cell, arm), rows, cold
+
+
 def fix_report(work: Path, seed: int = 0) -> str:
     """Per cell and arm: confirmed fixes (``improved`` on fresh seeds), agents that now work, env steps
     per confirmed fix; then each arm against the cold vote (the same fold's 0% cell) on the same patients,
@@ -508,12 +528,8 @@ def fix_report(work: Path, seed: int = 0) -> str:
         "| --- | --- | --- | --- | --- |",
     ]
     rng = np.random.default_rng(seed)
-    for (cell, arm), rows in cells.items():
-        cold_cell = cell.rsplit("-", 2)[0] + "-0-0"
-        cold = cells.get((cold_cell, "vote"), {})
+    for (cell, arm), rows, cold in _paired_cells(cells):
         names = sorted(set(rows) & set(cold))
-        if cell == cold_cell or not names:
-            continue
         diff = np.array([float(bool(rows[n].get("fixed"))) - float(bool(cold[n].get("fixed"))) for n in names])
         ratios = []
         for _ in range(2000):
