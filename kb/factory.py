@@ -42,7 +42,14 @@ from remedy.cases.io import read_cases, write_cases
 from remedy.cases.model import Case, Stage, Status
 from remedy.cases.outcomes import final_verdicts
 from remedy.cases.verify.scenarios import Scenario
-from remedy.cases.verify.solvability import ORACLE_FILE, latest_results, not_failing, parse_shard, shard_of
+from remedy.cases.verify.solvability import (
+    ORACLE_FILE,
+    estimated_steps,
+    latest_results,
+    not_failing,
+    parse_shard,
+    shard_of,
+)
 from remedy.cases.verify.verification import versions
 
 from .bench import BenchSettings, CaseCollector, run_bench, select_scenarios
@@ -142,15 +149,18 @@ def factory_settings(
 
 
 def order_zoo(scenarios: Sequence[Scenario], oracle: Path) -> list[Scenario]:
-    """Solvable patients first (oracle verdicts), then unchecked, then the rest; not-failing ones dropped."""
+    """Solvable patients first (oracle verdicts), then unchecked, then the rest; not-failing ones dropped.
+    Unchecked patients go cheapest check first (``estimated_steps``), so a session that ends mid-way has
+    recorded as many verdicts as it could; the others by name."""
     records = latest_results(scenarios, oracle)
     skip = not_failing(scenarios, oracle)
 
-    def rank(s: Scenario) -> int:
+    def rank(s: Scenario) -> tuple[int, int, str]:
         r = records.get(s.name)
-        return 1 if r is None or r.verdict == "error" else (0 if r.verdict == "solvable" else 2)
+        group = 1 if r is None or r.verdict == "error" else (0 if r.verdict == "solvable" else 2)
+        return group, estimated_steps(s) if group == 1 else 0, s.name
 
-    return sorted((s for s in scenarios if s.name not in skip), key=lambda s: (rank(s), s.name))
+    return sorted((s for s in scenarios if s.name not in skip), key=rank)
 
 
 def units(zoo: Sequence[Scenario], passes: int, shard: tuple[int, int] | None) -> list[Unit]:

@@ -125,6 +125,12 @@ def test_solvable_patients_first_and_not_failing_dropped(factory):
     assert not {s.name for s in zoo} & not_failing(scenarios, ORACLE_FILE)
 
 
+def test_unchecked_patients_go_cheapest_check_first(factory, tmp_path):
+    zoo = factory.order_zoo(select_scenarios("pendulum_*"), tmp_path / "no-records.jsonl")  # every one unchecked
+    costs = [factory.estimated_steps(s) for s in zoo]
+    assert len(zoo) > 3 and costs == sorted(costs) and costs[0] < costs[-1]
+
+
 def test_counts_take_each_attempt_once_at_its_final_verdict(factory):
     screen = make_case("s1", status="inconclusive")
     conf = make_case("c1", status="improved")
