@@ -70,7 +70,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--dry-run", action="store_true", help="list this shard's units still to run, and stop")
     args = ap.parse_args(argv)
     if args.status:
-        return print(json.dumps(status(args.out), indent=1))
+        return print(json.dumps(status(args.out, args.oracle_results), indent=1))
     plan = FactoryPlan(
         scenarios=args.scenarios,
         split=args.split,

@@ -503,11 +503,29 @@ def _announce(out: Path, chunk: Path, commit: bool, say: Say) -> None:
         commit_chunk(out, chunk, say)
 
 
-def status(out: Path) -> dict[str, Any]:
+def status(out: Path, oracle: Path | None = None) -> dict[str, Any]:
     """The manifest's totals, per fault family (the issue's target counts fixes per family), and the units
-    finished but not yet in a chunk."""
+    finished but not yet in a chunk; with ``oracle``, the bundled zoo's oracle verdicts too (:func:`zoo_verdicts`)."""
     m = read_manifest(out)
-    return {"totals": m["totals"], "by_family": by_family(m), "pending": sorted(done_units(out) - _chunked(m))}
+    state = {"totals": m["totals"], "by_family": by_family(m), "pending": sorted(done_units(out) - _chunked(m))}
+    if oracle is not None:
+        state["zoo"] = zoo_verdicts(select_scenarios(), oracle)
+    return state
+
+
+def zoo_verdicts(zoo: Sequence[Scenario], oracle: Path) -> dict[str, Any]:
+    """How many patients the zoo holds and their current oracle verdicts (``unchecked``: no current record),
+    with the solvable share of the checked ones (the issue's yield target)."""
+    records = latest_results(zoo, oracle)
+    out: dict[str, Any] = dict.fromkeys(("patients", "solvable", "unsolvable", "not_failing", "unchecked"), 0)
+    out["patients"] = len(zoo)
+    for s in zoo:
+        r = records.get(s.name)
+        verdict = "unchecked" if r is None or r.verdict not in out else r.verdict
+        out[verdict] += 1
+    checked = out["patients"] - out["unchecked"]
+    out["solvable_share_of_checked"] = round(out["solvable"] / checked, 3) if checked else None
+    return out
 
 
 def by_family(manifest: dict[str, Any]) -> dict[str, dict[str, int]]:

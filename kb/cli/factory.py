@@ -19,13 +19,22 @@ def _factory_table(state: dict) -> Table:
     t = Table(title="case factory", title_justify="left")
     add_columns(t, [("figure", {}), ("value", {"justify": "right"})])
     totals = state["totals"]
-    for key in ("chunks", "n_units", "attempts", "measured", "improved", "fixed", "stopped_early", "exploration"):
+    keys = ("chunks", "n_units", "attempts", "measured", "improved", "fixed", "stopped_early", "exploration", "oracle")
+    for key in (*keys, "oracle_improved"):
         t.add_row(key.replace("_", " "), f"{totals.get(key, 0):,}")
     t.add_row("env steps", f"{totals.get('env_steps', 0):,}")
     t.add_row("wall hours", f"{totals.get('wall_time_s', 0.0) / 3600:.2f}")
     per_hour = totals.get("per_hour") or {}
     t.add_row("per hour (attempts / improved / fixed)", " / ".join(f"{per_hour.get(k, 0):g}" for k in per_hour) or "-")
     t.add_row("pending units", shown(", ".join(state["pending"]) or "-"))
+    zoo = state.get("zoo")
+    if zoo:
+        share = zoo["solvable_share_of_checked"]
+        t.add_row(
+            "zoo (solvable / unsolvable / not failing / unchecked)",
+            f"{zoo['patients']}: {zoo['solvable']} / {zoo['unsolvable']} / {zoo['not_failing']} / {zoo['unchecked']}"
+            + ("" if share is None else f" ({share:.0%} of checked solvable)"),
+        )
     return t
 
 
@@ -83,7 +92,7 @@ def factory_cmd(
     from remedy.kb.factory import FactoryPlan, factory_settings, run_plan, status, todo_units
 
     if status_only:
-        return _show_factory(status(out), as_json)
+        return _show_factory(status(out, oracle_results), as_json)
     plan = FactoryPlan(
         scenarios=scenarios,
         split=split,

@@ -223,7 +223,13 @@ def test_resumes_from_the_manifest_the_script_wrote(factory, tmp_path):
 def test_cli_status_dry_run_and_a_run(factory, zoo, tmp_path, monkeypatch, capsys):
     out = tmp_path / "factory"
     code, stdout, _ = invoke(monkeypatch, capsys, "bench", "factory", "--status", "--json", "--out", out)
-    assert code == 0 and json.loads(stdout) == {"totals": {}, "by_family": {}, "pending": []}
+    state = json.loads(stdout)
+    assert code == 0 and {k: state[k] for k in ("totals", "by_family", "pending")} == {
+        "totals": {},
+        "by_family": {},
+        "pending": [],
+    }
+    assert state["zoo"]["patients"] == len(select_scenarios())  # the zoo's oracle verdicts beside the totals
     code, stdout, _ = invoke(
         monkeypatch,
         capsys,
@@ -254,3 +260,16 @@ def test_cli_status_dry_run_and_a_run(factory, zoo, tmp_path, monkeypatch, capsy
     assert code == 0 and calls == [f"{zoo[0].name}@0"]
     code, _, stderr = invoke(monkeypatch, capsys, "bench", "factory", "--dry-run", "--split", "lofo:nope")
     assert code == 1 and "lofo" in stderr and stderr.strip().count("\n") == 0
+
+
+def test_zoo_verdicts_count_every_patient_once(factory, tmp_path):
+    zoo = select_scenarios()
+    v = factory.zoo_verdicts(zoo, ORACLE_FILE)
+    records = latest_results(zoo, ORACLE_FILE)
+    assert v["patients"] == len(zoo) == v["solvable"] + v["unsolvable"] + v["not_failing"] + v["unchecked"]
+    assert v["solvable"] == sum(1 for r in records.values() if r.verdict == "solvable")
+    assert 0 < v["solvable_share_of_checked"] < 1
+    empty = factory.zoo_verdicts(zoo[:3], tmp_path / "none.jsonl")
+    assert empty["unchecked"] == 3 and empty["solvable_share_of_checked"] is None
+    state = factory.status(tmp_path / "no-factory", ORACLE_FILE)
+    assert state["zoo"]["patients"] == len(zoo) and state["totals"] == {}
