@@ -445,7 +445,8 @@ def run_fix_loops(args, patients, attempts, scenarios, cases) -> None:
         keep = {name for name, r in records.items() if r.verdict == "solvable"}
     fractions = None if args.fractions is None else {int(f) / 100 for f in args.fractions.split(",")}
     splits = tuple(args.splits.split(","))
-    for cell, test, chosen in fix_cells(patients, attempts, scenarios, args.seeds, splits, fractions, keep):
+    cells = list(fix_cells(patients, attempts, scenarios, args.seeds, splits, fractions, keep))
+    for cell, test, chosen in reversed(cells) if args.reverse else cells:
         if int(hashlib.sha256(cell.encode()).hexdigest(), 16) % count != index:
             continue
         if args.dry_run:
@@ -556,6 +557,12 @@ def main() -> None:
     ap.add_argument("--fix-report", action="store_true", help="tabulate the fix loops written under --work")
     ap.add_argument("--shard", default="0/1", help="i/n: this process takes every n-th fix-loop cell")
     ap.add_argument("--dry-run", action="store_true", help="with --fix-loops: list this shard's cells, run nothing")
+    ap.add_argument(
+        "--reverse",
+        action="store_true",
+        help="with --fix-loops: take the cells last to first (a second process on the same --work meets the first "
+        "half-way; finished patients are skipped)",
+    )
     ap.add_argument("--work", type=Path, default=Path("bench/out/learning_curve"))
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--candidates", type=int, default=2)
