@@ -67,6 +67,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument(
         "--check-oracle", action="store_true", help="check a patient's oracle before its first unit, if unrecorded"
     )
+    ap.add_argument(
+        "--oracle-cases",
+        action="store_true",
+        help="only re-run the oracle check of every solvable patient whose oracle attempts are not kept yet",
+    )
     ap.add_argument("--dry-run", action="store_true", help="list this shard's units still to run, and stop")
     args = ap.parse_args(argv)
     if args.status:
@@ -83,6 +88,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         commit=args.commit,
         build_first=args.build_first,
         check_oracle=args.check_oracle,
+        oracle_cases=args.oracle_cases,
         executor=args.executor,
         ray_address=args.ray_address,
     )

@@ -61,6 +61,9 @@ __all__ = [
     "PASS_SEED_STRIDE",
     "ORACLE_TAG",
     "with_oracle",
+    "OracleUnit",
+    "oracle_units",
+    "run_oracle_unit",
     "FactoryPlan",
     "Unit",
     "order_zoo",
@@ -104,6 +107,49 @@ class Unit:
 
 
 @dataclass(frozen=True)
+class OracleUnit:
+    """A solvable patient's oracle verification, run again to keep its attempts as experience (``--oracle-cases``):
+    checks made before the factory kept them recorded only their verdict."""
+
+    scenario: Scenario
+
+    @property
+    def key(self) -> str:
+        return f"{self.scenario.name}@oracle"
+
+
+def oracle_units(zoo: Sequence[Scenario], oracle: Path, shard: tuple[int, int] | None) -> list[OracleUnit]:
+    """This shard's oracle units: every patient whose current oracle verdict is ``solvable``, in the zoo's order."""
+    records = latest_results(zoo, oracle)
+    return shard_of([OracleUnit(s) for s in zoo if getattr(records.get(s.name), "verdict", "") == "solvable"], shard)
+
+
+def run_oracle_unit(unit: OracleUnit, oracle: Path, say: Say = print) -> tuple[list[Case], dict[str, Any]]:
+    """Verify the patient's oracle again (screen, then confirmation on fresh seeds; a new record line), keeping
+    its cases tagged ``chosen:oracle``; the same seeds as the first check, so the same measurement."""
+    from remedy.cases.verify.solvability import check_scenarios
+
+    t0, kept = time.perf_counter(), []
+    results = check_scenarios([unit.scenario], results=oracle, force=True, on_cases=kept.extend)
+    cases = [c.model_copy(update={"tags": [*c.tags, ORACLE_TAG]}) for c in kept]
+    s = unit.scenario
+    verdict = results[0].verdict if results else None
+    say(f"oracle {s.name}: {verdict}, {len(cases)} case(s) kept ({time.perf_counter() - t0:.0f} s)")
+    return cases, {
+        "unit": unit.key,
+        "scenario": s.name,
+        "pass": "oracle",
+        "env_id": s.env_id,
+        "algo": s.algo,
+        "family": s.family,
+        "split": s.split,
+        "verdict": verdict,
+        "wall_time_s": round(time.perf_counter() - t0, 1),
+        **counts(cases),
+    }
+
+
+@dataclass(frozen=True)
 class FactoryPlan:
     """What one factory run covers and where it writes (the fix loop's own knobs are a :class:`BenchSettings`)."""
 
@@ -118,6 +164,7 @@ class FactoryPlan:
     commit: bool = False
     build_first: bool = False
     check_oracle: bool = False
+    oracle_cases: bool = False  # only re-run solvable patients' oracle checks whose attempts were not kept
     executor: str = "local"
     ray_address: str | None = None
 
@@ -230,7 +277,7 @@ def done_units(out: Path) -> set[str]:
     return _chunked(read_manifest(out)) | pending
 
 
-def save_pending(out: Path, unit: Unit, cases: Sequence[Case], summary: dict[str, Any]) -> None:
+def save_pending(out: Path, unit: Unit | OracleUnit, cases: Sequence[Case], summary: dict[str, Any]) -> None:
     """A finished unit's cases and summary, until they go into a chunk (cases first: the summary marks it done)."""
     folder = out / "pending"
     folder.mkdir(parents=True, exist_ok=True)
@@ -448,6 +495,7 @@ def run_factory(
     executor: Any = None,
     unit_runner: Callable[..., tuple[list[Case], dict[str, Any]]] | None = None,
     oracle: Path | None = None,
+    oracle_cases: bool = False,
     say: Say = print,
 ) -> list[str]:
     """Run every unit of this shard not done yet; seal a chunk every ``chunk`` units (and the rest at the end).
@@ -456,6 +504,9 @@ def run_factory(
     runner = unit_runner or (lambda u, s, executor=None, start=None: run_unit(u, s, executor, start, say))
     shard_tag = "all" if shard is None else f"{shard[0]}/{shard[1]}"
     meta = {**asdict(settings), "passes": passes, "chunk": chunk, "pass_seed_stride": PASS_SEED_STRIDE}
+    if oracle_cases:  # its own shard tag: a factory run beside it seals only its own units
+        return _run_oracle_units(zoo, out, oracle or ORACLE_FILE, shard, f"oracle{shard_tag}", meta, chunk,
+                                 max_units, commit, say)  # fmt: skip
     todo = [u for u in units(zoo, passes, shard) if u.key not in done_units(out)]
     if max_units is not None:
         todo = todo[:max_units]
@@ -491,6 +542,48 @@ def run_factory(
     if sealed is not None:
         _announce(out, sealed, commit, say)
     return ran
+
+
+def _run_oracle_units(
+    zoo: Sequence[Scenario],
+    out: Path,
+    oracle: Path,
+    shard: tuple[int, int] | None,
+    shard_tag: str,
+    meta: dict[str, Any],
+    chunk: int,
+    max_units: int | None,
+    commit: bool,
+    say: Say,
+) -> list[str]:
+    """``--oracle-cases``: every solvable patient's oracle check again, its attempts kept (resumable, chunked)."""
+    todo = [u for u in oracle_units(zoo, oracle, shard) if u.key not in done_units(out)][:max_units]
+    say(f"factory: {len(todo)} oracle unit(s) to run in shard {shard_tag}")
+    ran = []
+    for i, unit in enumerate(todo, start=1):
+        if unit.key in done_units(out):
+            continue
+        say(f"oracle unit {i}/{len(todo)}: {unit.key}")
+        cases, summary = run_oracle_unit(unit, oracle, say)
+        known = _known_case_ids(out)  # the same measurement a loop already shipped keeps its first copy
+        if any(c.case_id in known for c in cases):
+            cases = [c for c in cases if c.case_id not in known]
+            summary = {**summary, **counts(cases)}
+        save_pending(out, unit, cases, {**summary, "shard": shard_tag})
+        ran.append(unit.key)
+        sealed = seal_chunk(out, shard_tag, meta, size=chunk)
+        if sealed is not None:
+            _announce(out, sealed, commit, say)
+    sealed = seal_chunk(out, shard_tag, meta, force=True)
+    if sealed is not None:
+        _announce(out, sealed, commit, say)
+    return ran
+
+
+def _known_case_ids(out: Path) -> set[str]:
+    """Every case id already in a chunk or pending (an import refuses an id stored twice with other content)."""
+    files = [*(out / c["file"] for c in read_manifest(out)["chunks"]), *(out / "pending").glob("*.jsonl")]
+    return {c.case_id for f in files if f.is_file() for c in read_cases(f)[0]}
 
 
 def _announce(out: Path, chunk: Path, commit: bool, say: Say) -> None:
@@ -549,8 +642,10 @@ def plan_zoo(plan: FactoryPlan) -> list[Scenario]:
 
 def todo_units(plan: FactoryPlan) -> list[str]:
     """The keys of this shard's units still to run (a dry run)."""
-    done = done_units(plan.out)
-    return [u.key for u in units(plan_zoo(plan), plan.passes, parse_shard(plan.shard)) if u.key not in done]
+    done, shard = done_units(plan.out), parse_shard(plan.shard)
+    if plan.oracle_cases:
+        return [u.key for u in oracle_units(plan_zoo(plan), plan.oracle_results, shard) if u.key not in done]
+    return [u.key for u in units(plan_zoo(plan), plan.passes, shard) if u.key not in done]
 
 
 def run_plan(plan: FactoryPlan, settings: BenchSettings, say: Say = print) -> dict[str, Any]:
@@ -572,7 +667,8 @@ def run_plan(plan: FactoryPlan, settings: BenchSettings, say: Say = print) -> di
             max_units=plan.max_units,
             commit=plan.commit,
             executor=executor,
-            oracle=plan.oracle_results if plan.check_oracle else None,
+            oracle=plan.oracle_results if plan.check_oracle or plan.oracle_cases else None,
+            oracle_cases=plan.oracle_cases,
             say=say,
         )
     finally:

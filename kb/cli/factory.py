@@ -85,6 +85,14 @@ def factory_cmd(
     check_oracle: Annotated[
         bool, typer.Option("--check-oracle", help="Check a patient's oracle before its first unit, if unrecorded.")
     ] = False,
+    oracle_cases: Annotated[
+        bool,
+        typer.Option(
+            "--oracle-cases",
+            help="Only re-run the oracle check of every solvable patient whose oracle attempts are not in the dataset "
+            "yet, keeping them (chosen:oracle); resumable, its own chunks.",
+        ),
+    ] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="List this shard's units still to run, and stop.")] = False,
     as_json: JsonOption = False,
 ) -> None:
@@ -105,6 +113,7 @@ def factory_cmd(
         commit=commit,
         build_first=build_first,
         check_oracle=check_oracle,
+        oracle_cases=oracle_cases,
         executor=executor,
         ray_address=ray_address,
     )

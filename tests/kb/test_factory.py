@@ -273,3 +273,34 @@ def test_zoo_verdicts_count_every_patient_once(factory, tmp_path):
     assert empty["unchecked"] == 3 and empty["solvable_share_of_checked"] is None
     state = factory.status(tmp_path / "no-factory", ORACLE_FILE)
     assert state["zoo"]["patients"] == len(zoo) and state["totals"] == {}
+
+
+def test_oracle_cases_rerun_solvable_checks_once_and_skip_shipped_ids(factory, tmp_path, monkeypatch):
+    """`--oracle-cases`: each solvable patient's oracle check again, its attempts kept as `chosen:oracle` in chunks of
+    their own shard; a case id the dataset already holds is not shipped twice; a re-run has nothing left."""
+    zoo = [s for s in select_scenarios("pendulum_*") if s.name in _solvable()][:2]
+    assert len(zoo) == 2
+    out, calls = tmp_path / "factory", []
+
+    def fake(unit, oracle, say=print):
+        calls.append(unit.key)
+        tag = unit.scenario.name
+        cases = [make_case(f"o-{tag}", status="improved"), make_case("shipped-already", status="no_effect")]
+        cases = [c.model_copy(update={"tags": [factory.ORACLE_TAG]}) for c in cases]
+        return cases, {"unit": unit.key, "scenario": tag, "family": unit.scenario.family, **factory.counts(cases)}
+
+    monkeypatch.setattr(factory, "run_oracle_unit", fake)
+    factory.save_pending(out, factory.OracleUnit(zoo[0]), [make_case("shipped-already")], {"shard": "other"})
+    ran = factory.run_factory(zoo, BenchSettings(), out, chunk=5, oracle=ORACLE_FILE, oracle_cases=True)
+    assert ran == calls == [f"{s.name}@oracle" for s in zoo][1:]  # the first one is pending already: done
+    manifest = json.loads((out / "manifest.json").read_text())
+    (entry,) = manifest["chunks"]
+    assert entry["shard"] == "oracleall" and entry["file"].startswith("chunk-oracleall-")
+    ids = [c.case_id for c in read_cases(out / entry["file"])[0]]
+    assert ids == [f"o-{zoo[1].name}"]  # the id already in the dataset is left out
+    assert (entry["oracle"], entry["oracle_improved"]) == (1, 1)
+    assert factory.run_factory(zoo, BenchSettings(), out, oracle=ORACLE_FILE, oracle_cases=True) == []
+
+
+def _solvable() -> set[str]:
+    return {n for n, r in latest_results(select_scenarios(), ORACLE_FILE).items() if r.verdict == "solvable"}
