@@ -535,12 +535,8 @@ def run_factory(
             f"{summary['improved']} improved, {summary['fixed']} fixed, {summary['env_steps']:,} env steps"
             + (f"; error {summary['error']}" if summary.get("error") else "")
         )
-        sealed = seal_chunk(out, shard_tag, meta, size=chunk)
-        if sealed is not None:
-            _announce(out, sealed, commit, say)
-    sealed = seal_chunk(out, shard_tag, meta, force=True)
-    if sealed is not None:
-        _announce(out, sealed, commit, say)
+        _seal(out, shard_tag, meta, commit, say, size=chunk)
+    _seal(out, shard_tag, meta, commit, say, force=True)
     return ran
 
 
@@ -571,12 +567,8 @@ def _run_oracle_units(
             summary = {**summary, **counts(cases)}
         save_pending(out, unit, cases, {**summary, "shard": shard_tag})
         ran.append(unit.key)
-        sealed = seal_chunk(out, shard_tag, meta, size=chunk)
-        if sealed is not None:
-            _announce(out, sealed, commit, say)
-    sealed = seal_chunk(out, shard_tag, meta, force=True)
-    if sealed is not None:
-        _announce(out, sealed, commit, say)
+        _seal(out, shard_tag, meta, commit, say, size=chunk)
+    _seal(out, shard_tag, meta, commit, say, force=True)
     return ran
 
 
@@ -584,6 +576,13 @@ def _known_case_ids(out: Path) -> set[str]:
     """Every case id already in a chunk or pending (an import refuses an id stored twice with other content)."""
     files = [*(out / c["file"] for c in read_manifest(out)["chunks"]), *(out / "pending").glob("*.jsonl")]
     return {c.case_id for f in files if f.is_file() for c in read_cases(f)[0]}
+
+
+def _seal(out: Path, shard_tag: str, meta: dict[str, Any], commit: bool, say: Say, size: int = 1, force: bool = False):
+    """Seal a chunk when ``size`` units of this shard wait (or any, with ``force``), then announce (and commit) it."""
+    sealed = seal_chunk(out, shard_tag, meta, force=force, size=size)
+    if sealed is not None:
+        _announce(out, sealed, commit, say)
 
 
 def _announce(out: Path, chunk: Path, commit: bool, say: Say) -> None:
