@@ -129,7 +129,8 @@ def run_oracle_unit(unit: OracleUnit, oracle: Path, say: Say = print) -> tuple[l
     its cases tagged ``chosen:oracle``; the same seeds as the first check, so the same measurement."""
     from remedy.cases.verify.solvability import check_scenarios
 
-    t0, kept = time.perf_counter(), []
+    t0 = time.perf_counter()
+    kept: list[Case] = []
     results = check_scenarios([unit.scenario], results=oracle, force=True, on_cases=kept.extend)
     cases = [c.model_copy(update={"tags": [*c.tags, ORACLE_TAG]}) for c in kept]
     s = unit.scenario
