@@ -537,12 +537,11 @@ def fix_report(work: Path, seed: int = 0) -> str:
             pick = [names[i] for i in rng.integers(0, len(names), len(names))]
             ratios.append(_per_fix([rows[n] for n in pick]) / _per_fix([cold[n] for n in pick]))
         point = _per_fix([rows[n] for n in names]) / _per_fix([cold[n] for n in names])
-        lo, hi = np.nanpercentile(np.array(ratios, dtype=float), [2.5, 97.5])
+        finite = np.array([r for r in ratios if math.isfinite(r)], dtype=float)
+        lo, hi = np.percentile(finite, [2.5, 97.5]) if len(finite) else (math.nan, math.nan)
         d_lo, d_hi = bootstrap(diff, rng)
-        lines.append(
-            f"| {cell} | {arm} | {len(names)} | {diff.mean():+.2f} [{d_lo:+.2f}, {d_hi:+.2f}] | "
-            f"{point:.2f} [{lo:.2f}, {hi:.2f}] |"
-        )
+        ratio = f"{point:.2f} [{lo:.2f}, {hi:.2f}]" if math.isfinite(point) else "- (no fix on either side)"
+        lines.append(f"| {cell} | {arm} | {len(names)} | {diff.mean():+.2f} [{d_lo:+.2f}, {d_hi:+.2f}] | {ratio} |")
     return "\n".join(lines) + "\n"
 
 
