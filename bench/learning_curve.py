@@ -488,20 +488,21 @@ def _paired_cells(cells: dict[tuple[str, str], dict[str, dict]]):
     """((cell, arm), its rows, the cold rows of its fold) for every warm cell with patients in common with its
     fold's cold cell; then, for a split with several folds (leave one family out), every fold of one KB share
     and arm pooled into one row (``<split>-all-<share>-<seed>``): each patient sits in exactly one fold."""
-    pooled: dict[tuple[str, str], tuple[dict, dict]] = {}
+    pooled: dict[tuple[str, str], tuple[dict, dict, list[str]]] = {}
     for (cell, arm), rows in cells.items():
-        split, _fold, share, seed = cell.split("-", 3) if cell.count("-") >= 3 else (cell, "", "", "")
+        split, fold, share, seed = cell.split("-", 3) if cell.count("-") >= 3 else (cell, "", "", "")
         cold_cell = cell.rsplit("-", 2)[0] + "-0-0"
         cold = cells.get((cold_cell, "vote"), {})
         if cell == cold_cell or not set(rows) & set(cold):
             continue
         yield (cell, arm), rows, cold
-        warm_all, cold_all = pooled.setdefault((f"{split}-all-{share}-{seed}", arm), ({}, {}))
+        warm_all, cold_all, folds = pooled.setdefault((f"{split}-all-{share}-{seed}", arm), ({}, {}, []))
         warm_all.update(rows)
         cold_all.update(cold)
-    for (cell, arm), (rows, cold) in pooled.items():
-        if sum(1 for c, a in cells if a == arm and c.startswith(cell.split("-")[0] + "-")) > 2:  # several folds
-            yield (cell, arm), rows, cold
+        folds.append(fold)
+    for key, (rows, cold, folds) in pooled.items():
+        if len(folds) > 1:
+            yield key, rows, cold
 
 
 def fix_report(work: Path, seed: int = 0) -> str:

@@ -61,6 +61,7 @@ __all__ = [
     "PASS_SEED_STRIDE",
     "ORACLE_TAG",
     "with_oracle",
+    "oracle_tagged",
     "OracleUnit",
     "oracle_units",
     "run_oracle_unit",
@@ -132,7 +133,7 @@ def run_oracle_unit(unit: OracleUnit, oracle: Path, say: Say = print) -> tuple[l
     t0 = time.perf_counter()
     kept: list[Case] = []
     results = check_scenarios([unit.scenario], results=oracle, force=True, on_cases=kept.extend)
-    cases = [c.model_copy(update={"tags": [*c.tags, ORACLE_TAG]}) for c in kept]
+    cases = oracle_tagged(kept)
     s = unit.scenario
     verdict = results[0].verdict if results else None
     say(f"oracle {s.name}: {verdict}, {len(cases)} case(s) kept ({time.perf_counter() - t0:.0f} s)")
@@ -460,11 +461,16 @@ def check_oracle(unit: Unit, oracle: Path, say: Say = print, keep: list[Case] | 
 
     def kept(cases: list[Case]) -> None:
         if keep is not None:
-            keep.extend(c.model_copy(update={"tags": [*c.tags, ORACLE_TAG]}) for c in cases)
+            keep.extend(oracle_tagged(cases))
 
     for r in check_scenarios([unit.scenario], results=oracle, on_cases=kept):
         say(f"oracle {unit.scenario.name}: {r.verdict} ({r.wall_time_s or 0:.0f} s)")
     return unit.scenario.name not in not_failing([unit.scenario], oracle)
+
+
+def oracle_tagged(cases: Sequence[Case]) -> list[Case]:
+    """The oracle check's cases tagged as chosen from the answer key (``chosen:oracle``), not by a diagnosis."""
+    return [c.model_copy(update={"tags": [*c.tags, ORACLE_TAG]}) for c in cases]
 
 
 def with_oracle(oracle_cases: Sequence[Case], cases: Sequence[Case]) -> list[Case]:
