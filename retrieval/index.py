@@ -385,8 +385,10 @@ class VectorIndex:
 
     def _vector_search(self, q: np.ndarray, k: int, filters: SearchFilters) -> list[Hit]:
         query = self._table.search(q, vector_column_name="vector").distance_type("cosine")
-        query = self._apply_ann(query, filters).select(["id", "vector", "_distance"]).limit(k)
-        return _hits(self._filtered(query, filters).to_arrow(), q)
+        # a margin past k, so a group of equally similar cases (every attempt on one patient shares its
+        # signature) is cut by the same rule every time, not by the engine's order among ties
+        query = self._apply_ann(query, filters).select(["id", "vector", "_distance"]).limit(k + _TIE_MARGIN)
+        return _by_cosine(_hits(self._filtered(query, filters).to_arrow(), q))[:k]
 
     def _text_search(self, text: str | None, q: np.ndarray | None, k: int, filters: SearchFilters) -> list[Hit]:
         if not self._ensure_fts():
@@ -407,7 +409,7 @@ class VectorIndex:
         # modest); the final order is by cosine so ranks agree with the similarity shown.
         pool = self._apply_ann(query, filters).select(["id", "vector"]).limit(max(2 * k, k + 10))
         hits = _hits(self._filtered(pool, filters).to_arrow(), q)
-        return sorted(hits, key=lambda h: -h.similarity)[:k]
+        return _by_cosine(hits)[:k]
 
     def _apply_ann(self, query: Any, filters: SearchFilters) -> Any:
         """Use the ANN index with our ef, unless there is none or the filter leaves few rows."""
@@ -572,6 +574,17 @@ def _first_of_each_id(batch: list[Case], seen: set[str]) -> list[Case]:
             seen.add(c.case_id)
             out.append(c)
     return out
+
+
+#: extra rows a vector search fetches past k, so ties at the k-th similarity are cut by :func:`_by_cosine`
+_TIE_MARGIN = 10
+
+
+def _by_cosine(hits: list[Hit]) -> list[Hit]:
+    """Best cosine first; equal cosines (to 6 decimals) by case id. LanceDB's order among ties changes
+    from query to query, and a diagnosis cut there depended on what the process had searched before
+    (the same patient, diagnosed after another, lost a neighbour at the k-th place)."""
+    return sorted(hits, key=lambda h: (-round(h.similarity, 6), h.case_id))
 
 
 def _hits(tbl: pa.Table, q: np.ndarray | None) -> list[Hit]:

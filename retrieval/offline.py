@@ -25,6 +25,8 @@ import hashlib
 import json
 import math
 from collections import defaultdict
+from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -80,6 +82,8 @@ class _Tally:
     offers: dict[RemedyFamily, list[tuple[float, int, CandidatePatch]]] = field(
         default_factory=lambda: defaultdict(list)
     )
+    # patch (as JSON, adapted to the subject) -> weight of similar cases where that same patch did not help
+    against: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     cited_cases: list[str] = field(default_factory=list)
     cited_rules: list[str] = field(default_factory=list)
 
@@ -131,6 +135,12 @@ class OfflineSettings(BaseModel):
     unknown_mass: float = Field(default=0.25, ge=0, description="vote mass kept for 'unknown'")
     tried_penalty: float = Field(default=0.2, ge=0, le=1, description="factor on a patch already tried in this loop")
     tried_family_penalty: float = Field(default=0.6, ge=0, le=1, description="factor on a family already tried")
+    offer_against_weight: float = Field(
+        default=1.0,
+        ge=0,
+        description="how much similar cases where a patch did not help take from that same patch's offer "
+        "(orders a family's offers; 0: the strongest win alone)",
+    )
     cause_link_floor: float = Field(default=0.25, ge=0, description="least cause support for a candidate to be offered")
     max_candidates: int = Field(default=8, ge=1, description="candidate patches returned")
     max_causes: int = Field(default=5, ge=1, description="root causes returned")
@@ -372,6 +382,10 @@ class OfflineDiagnoser:
                 tally.cause(cause.cause, base * cause_factor * cause.confidence / (1 + rank), why)
         top = case.diagnosis.causes[0].cause if case.diagnosis and case.diagnosis.causes else None
         tally.family(family, base * factor, case.case_id, top)
+        if factor < 0 and label != "failed":  # this very patch did not help on a similar failure
+            patch = _adapt_patch(case, ctx)
+            if patch is not None:
+                tally.against[patch.model_dump_json()] += base * -factor
         if factor > 0:
             patch = _adapt_patch(case, ctx)
             if patch is not None:
@@ -408,7 +422,8 @@ class OfflineDiagnoser:
         scored: list[CandidatePatch] = []
         warnings: list[str] = []
         for family, offers in tally.offers.items():
-            cand = self._pick(ctx, offers, warnings)
+            tried = {a.patch.model_dump_json() for a in ctx.tried}
+            cand = self._pick(ctx, offers, warnings, tried=tried, against=tally.against)
             if cand is None:
                 continue
             score = self._family_score(tally, family) * self._tried_factor(cand.patch, family, ctx.tried)
@@ -451,14 +466,39 @@ class OfflineDiagnoser:
             score += w * link
         return score
 
-    def _pick(self, ctx: DiagnosisContext, offers: list, warnings: list[str]) -> CandidatePatch | None:
-        """The strongest offered patch of a family that fits the subject (a warning when none does)."""
+    def _pick(
+        self,
+        ctx: DiagnosisContext,
+        offers: list,
+        warnings: list[str],
+        tried: AbstractSet[str] = frozenset(),
+        against: Mapping[str, float] | None = None,
+    ) -> CandidatePatch | None:
+        """The strongest offered patch of a family that fits the subject and this loop has not ``tried`` yet
+        (patches as JSON), else the strongest that fits (a warning when none does).
+
+        An offer's strength is its case's vote less ``offer_against_weight`` x the votes of similar cases
+        where the same patch did not help (``against``): the failures order a family's patches, not only
+        the family. Untried first: the family keeps its score (times the tried penalties) but shows a patch
+        the loop can still verify, so a second verified fix of the family (tau=0.02 beside a learning-rate
+        reset) is reached once the first has failed, instead of the loop running out of candidates."""
+        against = against or {}
+        k = self.settings.offer_against_weight
+
+        def strength(o: tuple[float, int, CandidatePatch]) -> tuple[float, int]:
+            return (-(o[0] - k * against.get(o[2].patch.model_dump_json(), 0.0)), o[1])
+
         reasons = []
-        for _, _, cand in sorted(offers, key=lambda o: (-o[0], o[1])):
+        fitting = []
+        for _, _, cand in sorted(offers, key=strength):
             ok, reason = fits_subject(cand.patch, ctx.subject)
             if ok:
-                return cand
-            reasons.append(f"'{cand.patch.summary()[:60]}' ({reason})")
+                fitting.append(cand)
+            else:
+                reasons.append(f"'{cand.patch.summary()[:60]}' ({reason})")
+        fresh = [c for c in fitting if c.patch.model_dump_json() not in tried]
+        if fresh or fitting:
+            return (fresh or fitting)[0]
         if reasons:
             warnings.append(
                 f"no {offers[0][2].family.value} patch fits {ctx.subject.algo} on {ctx.subject.env_id}: "

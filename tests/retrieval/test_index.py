@@ -296,3 +296,13 @@ def test_ann_index_recall_against_exact_scan(tmp_path: Path, embedder: MiniLMEmb
     # Rows written after the index build are found before any refresh.
     index.upsert([build_case("fresh", "fresh row")], vectors=queries[1:2])
     assert index.search(queries[1], k=1)[0].case_id == "fresh"
+
+
+def test_equally_similar_cases_are_cut_by_case_id(index: VectorIndex, make_case: MakeCase, embedder: MiniLMEmbedder):
+    # every attempt on one patient stores the same signature: the k-th place falls inside a tie, and the
+    # engine's order among ties changed from query to query (a diagnosis depended on earlier searches)
+    same = "pendulum swings down and never balances; torque saturates"
+    index.upsert([make_case(f"t{i}", same) for i in (5, 4, 3, 2, 1)] + [make_case("other", "cartpole falls")])
+    q = _q(embedder, same)
+    for mode in ("vector", "hybrid"):
+        assert [h.case_id for h in index.search(q, k=2, text=same, mode=mode)] == ["t1", "t2"], mode

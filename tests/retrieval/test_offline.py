@@ -22,7 +22,7 @@ from remedy.cases.model import (
     Subject,
     Verification,
 )
-from remedy.cases.patches.spec import ActionSmoothness, Patch, TrainingBudget
+from remedy.cases.patches.spec import ActionSmoothness, Hyperparameters, Patch, TrainingBudget
 from remedy.retrieval.diagnosis import Attempt, DiagnosisContext, RetrievedCase, get_diagnoser
 from remedy.retrieval.offline import OfflineDiagnoser, OfflineSettings
 
@@ -333,3 +333,36 @@ def test_settings_are_one_serializable_value_and_overrides_apply():
     assert OfflineDiagnoser(restored).program_version == tuned.program_version != OfflineDiagnoser().program_version
     with pytest.raises(ValueError):
         OfflineDiagnoser(sim_flor=0.5)  # a misspelt knob is refused, not ignored
+
+
+# ---- a family's offers: failures order them, a tried one gives way ---------------------------------
+
+LR = Patch(parts=[Hyperparameters(changes={"learning_rate": 3e-4})])
+GAMMA = Patch(parts=[Hyperparameters(changes={"gamma": 0.99})])
+
+
+def _hyper(report) -> Patch:
+    return next(c.patch for c in report.candidates if c.family == RemedyFamily.hyperparameters)
+
+
+def test_a_tried_offer_gives_way_to_the_familys_next_one():
+    cases = (
+        RetrievedCase(_case("c-lr", "unstable_optimization", LR, "improved"), 0.95),
+        RetrievedCase(_case("c-gamma", "unstable_optimization", GAMMA, "improved"), 0.90),
+    )
+    first = OfflineDiagnoser().diagnose(_ctx(cases=cases))
+    assert _hyper(first) == LR  # the stronger case's patch
+    tried = (Attempt(patch=LR, status="no_effect", effect=0.0),)
+    again = OfflineDiagnoser().diagnose(_ctx(cases=cases, tried=tried))
+    assert _hyper(again) == GAMMA  # before: LR again, and a loop that skips tried patches had none left
+
+
+def test_similar_failures_of_the_same_patch_demote_its_offer():
+    cases = (
+        RetrievedCase(_case("c-lr", "unstable_optimization", LR, "improved"), 0.95),
+        RetrievedCase(_case("c-gamma", "unstable_optimization", GAMMA, "improved"), 0.90),
+        RetrievedCase(_case("c-lr-no1", "unstable_optimization", LR, "no_effect", effect=0.0), 0.93),
+        RetrievedCase(_case("c-lr-no2", "unstable_optimization", LR, "no_effect", effect=0.0), 0.92),
+    )
+    assert _hyper(OfflineDiagnoser().diagnose(_ctx(cases=cases))) == GAMMA
+    assert _hyper(OfflineDiagnoser(offer_against_weight=0.0).diagnose(_ctx(cases=cases))) == LR  # wins alone
