@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from .index import Hit, SearchFilters, VectorIndex
+from .index import _TIE_MARGIN, Hit, SearchFilters, VectorIndex, _by_cosine
 from .keywords import KeywordIndex
 
 __all__ = ["ResidentIndex", "RRF_K", "MAX_RESIDENT_ROWS"]
@@ -109,7 +109,7 @@ class ResidentIndex:
         q = _unit(vector, self.index.embedder.dim)
         keep = snap.mask(filters)
         if mode == "vector" or not (text and text.strip()):
-            return _hits(snap, q, _top(snap, q, keep, k))
+            return _by_cosine(_hits(snap, q, _top(snap, q, keep, k + _TIE_MARGIN)))[:k]  # ties cut as Lance's
         if mode != "hybrid":
             return self.index.search(vector, k=k, filters=filters, text=text, mode=mode)  # raises on a bad mode
         limit = max(2 * k, k + 10)  # VectorIndex's hybrid pool
@@ -117,7 +117,7 @@ class ResidentIndex:
         fts_rows = snap.keywords.top(text, limit, keep)
         pool = _rrf(vec_rows, fts_rows)[:limit]
         hits = _hits(snap, q, pool)
-        return sorted(hits, key=lambda h: -h.similarity)[:k]
+        return _by_cosine(hits)[:k]
 
     def _current(self) -> _Snapshot | None:
         """The loaded snapshot, reloaded first when the table has a newer version; None while the table

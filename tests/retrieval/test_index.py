@@ -304,5 +304,8 @@ def test_equally_similar_cases_are_cut_by_case_id(index: VectorIndex, make_case:
     same = "pendulum swings down and never balances; torque saturates"
     index.upsert([make_case(f"t{i}", same) for i in (5, 4, 3, 2, 1)] + [make_case("other", "cartpole falls")])
     q = _q(embedder, same)
-    for mode in ("vector", "hybrid"):
-        assert [h.case_id for h in index.search(q, k=2, text=same, mode=mode)] == ["t1", "t2"], mode
+    from remedy.retrieval.resident import ResidentIndex  # the service's copy cuts them the same way
+
+    for searcher in (index, ResidentIndex(index)):
+        for mode in ("vector", "hybrid"):
+            assert [h.case_id for h in searcher.search(q, k=2, text=same, mode=mode)] == ["t1", "t2"], mode
