@@ -25,6 +25,8 @@ from typing import Any
 from remedy.cases.errors import PatchRejectedError, VerificationError
 from remedy.cases.patches.spec import Patch
 
+from .fix_state import CONFIRMATIONS
+
 __all__ = [
     "ZOO_SOURCE",
     "ZOO_PPO",
@@ -246,22 +248,43 @@ FIX_BASELINES = {
 }
 
 
-def run_fix_baseline(arm: str, scenario: Any, run: Any, n: int, verify_config: Any, seed: int = 0) -> BaselineFix:
-    """Verify up to ``n`` candidates of ``arm`` on the built patient ``run``; stop at the first improvement."""
+def run_fix_baseline(
+    arm: str, scenario: Any, run: Any, n: int, verify_config: Any, seed: int = 0, max_confirmations: int = CONFIRMATIONS
+) -> BaselineFix:
+    """Verify up to ``n`` candidates of ``arm`` on the built patient ``run`` as the fix loop does: a screen,
+    then, for a screen that clears, a confirmation on the next block of fresh seeds (at most
+    ``max_confirmations``, the loop's cap); stop at the first confirmed improvement.
+
+    Before, the arms ran screens alone, and a screen never ends ``improved``: they could not fix
+    anything, and the bench's "0%" beside Remedy was not a measurement."""
     from remedy.cases.evidence.rollcache import RolloutCache
+    from remedy.cases.model import Stage
     from remedy.cases.verify.verification import verify_patch
 
-    statuses, steps = [], 0
+    statuses, steps, tried, confirmations = [], 0, 0, 0
     rollouts = RolloutCache()  # every candidate's evidence is the same rollouts of the patient
     for patch in FIX_BASELINES[arm](scenario, n, seed):
-        case = verify_patch(run, patch, verify_config, scenario=scenario, rollouts=rollouts)
-        v = case.verification
-        if v is None:  # verify_patch always records one
-            raise VerificationError(f"case {case.case_id} has no verification")
-        statuses.append(v.status.value)
-        steps += v.env_steps
-        if v.status.value == "improved":
-            return BaselineFix(
-                arm, True, patch.kinds == ["training_budget"], len(statuses), steps, statuses, patch.summary()
+        tried += 1
+        screen = _checked(verify_patch(run, patch, verify_config, scenario=scenario, rollouts=rollouts))
+        statuses.append(screen.verification.status.value)
+        steps += screen.verification.env_steps
+        if not screen.verification.passed_screen or confirmations >= max_confirmations:
+            continue
+        config = verify_config.confirmation(confirmations)
+        confirmations += 1  # counted even if it crashes: its seeds are spent
+        case = _checked(
+            verify_patch(
+                run, patch, config, scenario=scenario, rollouts=rollouts, stage=Stage.confirm, confirms=screen.case_id
             )
-    return BaselineFix(arm, False, False, len(statuses), steps, statuses, None)
+        )
+        statuses.append(f"confirm:{case.verification.status.value}")
+        steps += case.verification.env_steps
+        if case.verification.status.value == "improved":
+            return BaselineFix(arm, True, patch.kinds == ["training_budget"], tried, steps, statuses, patch.summary())
+    return BaselineFix(arm, False, False, tried, steps, statuses, None)
+
+
+def _checked(case: Any) -> Any:
+    if case.verification is None:  # verify_patch always records one
+        raise VerificationError(f"case {case.case_id} has no verification")
+    return case

@@ -175,3 +175,62 @@ def test_declared_mirroring_examples_are_hidden_while_their_scenario_is_evaluate
     assert "ex-mirror" not in hidden and "ex-other" in hidden  # what run_bench hands the fix loop as exclude_ids
     (lander,) = load_scenarios("lunar_hover")
     assert "ex-lunarlander-hover-timecost-01" in lander.examples_excluded  # the link is declared, not guessed
+
+
+# ---- the fixing arms verify as the loop does: screen, then confirm on fresh seeds ------------------
+
+
+def _scripted_verify(monkeypatch, screens: list[bool], confirm_improves: bool) -> list[tuple[str, int]]:
+    """verify_patch scripted: the i-th screen clears when ``screens[i]``; a confirmation ends improved when
+    ``confirm_improves``. Returns (stage, seed_base) of every call."""
+    from remedy.cases.model import Case, EnvTraits, Signature, Stage, Status, Subject, Verification
+    from remedy.cases.verify import verification
+
+    calls: list[tuple[str, int]] = []
+    cleared = iter(screens)
+
+    def verify(run, patch, config, *, scenario=None, rollouts=None, stage=Stage.screen, confirms=None, **_):
+        calls.append((Stage(stage).value, config.seed_base))
+        if stage == Stage.confirm:
+            v = Verification(status=Status.improved if confirm_improves else Status.no_effect, stage=stage,
+                             env_steps=100, confirms=confirms)  # fmt: skip
+        else:
+            v = Verification(status=Status.inconclusive, passed_screen=next(cleared), env_steps=10)
+        subject = Subject(
+            env_id="CartPole-v1",
+            algo="PPO",
+            train_steps=1000,
+            traits=EnvTraits(action_space="discrete", obs_dim=4, action_dim=2),
+        )
+        cid = f"c-{len(calls):016x}"
+        return Case(case_id=cid, source="bench", subject=subject, signature=Signature(summary="s"), patch=patch,
+                    verification=v)  # fmt: skip
+
+    monkeypatch.setattr(verification, "verify_patch", verify)
+    return calls
+
+
+def _zoo_patient():
+    return next(s for s in load_scenarios() if s.name == "cartpole_undertrained")
+
+
+def test_a_fixing_arm_confirms_a_cleared_screen_and_can_fix(monkeypatch):
+    from remedy.cases.verify.verification import VerifyConfig
+    from remedy.kb.baselines import run_fix_baseline
+
+    calls = _scripted_verify(monkeypatch, [False, True, True], confirm_improves=True)
+    out = run_fix_baseline("random_search", _zoo_patient(), None, 3, VerifyConfig(seeds=2, confirm_seeds=4), seed=0)
+    assert out.fixed and out.attempts == 2 and out.env_steps == 10 + 10 + 100
+    assert out.statuses == ["inconclusive", "inconclusive", "confirm:improved"]
+    assert calls[-1] == ("confirm", 2)  # the confirmation trains the seeds after the screen's
+
+
+def test_a_fixing_arm_spends_at_most_the_loops_confirmations(monkeypatch):
+    from remedy.cases.verify.verification import VerifyConfig
+    from remedy.kb.baselines import run_fix_baseline
+
+    calls = _scripted_verify(monkeypatch, [True, True, True, True], confirm_improves=False)
+    out = run_fix_baseline("random_search", _zoo_patient(), None, 4, VerifyConfig(seeds=2, confirm_seeds=4), seed=0)
+    assert not out.fixed and out.attempts == 4
+    confirms = [c for c in calls if c[0] == "confirm"]
+    assert confirms == [("confirm", 2), ("confirm", 6)]  # two disjoint fresh blocks, then none
