@@ -472,6 +472,48 @@ def run_fix_loops(args, patients, attempts, scenarios, cases) -> None:
             run_scenarios(chosen_s, settings, folder, oracle, retrieval=kb, label=f"{cell}/{arm}")
 
 
+#: the no-diagnosis fixing arms (``remedy.kb.baselines.FIX_BASELINES``), written beside a cold cell's vote
+BASELINE_ARMS = ("tuned_defaults", "random_search")
+
+
+def run_fix_baselines(args, patients, attempts, scenarios) -> None:
+    """The fixing baselines on the patients of every cold (0%) cell: the loop's number of candidates
+    (rounds x candidates), each screened and a cleared screen confirmed as the loop does, one JSON per
+    patient under ``<work>/<cold cell>/<arm>/`` (resumable; ``--shard i/n`` takes every n-th patient)."""
+    from dataclasses import asdict
+
+    from remedy.cases.verify.scenarios import build
+    from remedy.kb.baselines import run_fix_baseline
+    from remedy.kb.bench import BenchSettings
+
+    index, count = (int(x) for x in args.shard.split("/"))
+    settings = BenchSettings(rounds=args.rounds, candidates=args.candidates, seeds=args.fix_seeds)
+    records = latest_results(list(scenarios.values()), Path(settings.oracle_results or "bench/data/oracle.jsonl"))
+    keep = {n for n, r in records.items() if r.verdict == "solvable"} if args.solvable_only else None
+    splits = tuple(args.splits.split(","))
+    for cell, test, _ in fix_cells(patients, attempts, scenarios, args.seeds, splits, {0.0}, keep):
+        for p in test:
+            if int(hashlib.sha256(p.name.encode()).hexdigest(), 16) % count != index:
+                continue
+            s = scenarios[p.name]
+            for arm in BASELINE_ARMS:
+                target = args.work / cell / arm / f"{p.name}.json"
+                if target.exists():
+                    continue
+                if args.dry_run:
+                    print(f"{cell}/{arm} {p.name}", flush=True)
+                    continue
+                fix = run_fix_baseline(arm, s, build(s), settings.rounds * settings.candidates,
+                                       settings.verify_config(s), settings.baseline_seed)  # fmt: skip
+                row = {"scenario": p.name, "split": s.split, "solvable": True if keep else None,
+                       "fixed": fix.fixed, "works": None, "attempts": fix.attempts, "total_env_steps": fix.env_steps,
+                       "statuses": fix.statuses, "winning_patch": fix.winning_patch, "error": fix.error,
+                       "baseline": asdict(fix)}  # fmt: skip
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(json.dumps(row, indent=2) + "\n")
+                print(f"{cell}/{arm} {p.name}: fixed={fix.fixed} env_steps={fix.env_steps:,}", flush=True)
+
+
 def _fix_rows(folder: Path) -> dict[str, dict]:
     """The written fix-loop results of one cell and arm, by patient, solvable ones only."""
     rows = (json.loads(f.read_text()) for f in sorted(folder.glob("*.json")))
@@ -493,7 +535,7 @@ def _paired_cells(cells: dict[tuple[str, str], dict[str, dict]]):
         split, fold, share, seed = cell.split("-", 3) if cell.count("-") >= 3 else (cell, "", "", "")
         cold_cell = cell.rsplit("-", 2)[0] + "-0-0"
         cold = cells.get((cold_cell, "vote"), {})
-        if cell == cold_cell or not set(rows) & set(cold):
+        if (cell, arm) == (cold_cell, "vote") or not set(rows) & set(cold):
             continue
         yield (cell, arm), rows, cold
         warm_all, cold_all, folds = pooled.setdefault((f"{split}-all-{share}-{seed}", arm), ({}, {}, []))
@@ -514,11 +556,12 @@ def fix_report(work: Path, seed: int = 0) -> str:
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     cells: dict[tuple[str, str], dict[str, dict]] = {}
-    for folder in sorted(p for p in work.glob("*/*") if p.is_dir() and p.name in ("vote", "ranker")):
+    arms = ("vote", "ranker", *BASELINE_ARMS)
+    for folder in sorted(p for p in work.glob("*/*") if p.is_dir() and p.name in arms):
         rows = cells[(folder.parent.name, folder.name)] = _fix_rows(folder)
         n, steps = len(rows), sum(r.get("total_env_steps", 0) for r in rows.values())
         fixed = sum(bool(r.get("fixed")) for r in rows.values())
-        works = sum(bool(r.get("works")) for r in rows.values())
+        works = sum(bool(r.get("works")) for r in rows.values()) if folder.name not in BASELINE_ARMS else "-"
         per = _per_fix(list(rows.values()))
         lines.append(
             f"| {folder.parent.name} | {folder.name} | {n} | {fixed} ({fixed / max(n, 1):.0%}) | {works} | "
@@ -555,6 +598,11 @@ def main() -> None:
     ap.add_argument("--report-only", action="store_true", help="re-render the tables and plot from --out")
     ap.add_argument("--fix-loops", action="store_true", help="run the real fix loops (hours)")
     ap.add_argument("--fix-report", action="store_true", help="tabulate the fix loops written under --work")
+    ap.add_argument(
+        "--fix-baselines",
+        action="store_true",
+        help="run the fixing baselines (tuned defaults, random search) on the cold cells' patients, beside their vote",
+    )
     ap.add_argument("--shard", default="0/1", help="i/n: this process takes every n-th fix-loop cell")
     ap.add_argument("--dry-run", action="store_true", help="with --fix-loops: list this shard's cells, run nothing")
     ap.add_argument(
@@ -603,6 +651,9 @@ def main() -> None:
     print(f"{len(cases)} cases, {len(attempts)} attempts, {len(patients)} patients", flush=True)
     if args.fix_loops:
         run_fix_loops(args, patients, attempts, scenarios, cases)
+        return
+    if args.fix_baselines:
+        run_fix_baselines(args, patients, attempts, scenarios)
         return
     retrieval = Retrieval(cases, patients)
     per = {s: run_split(s, patients, attempts, scenarios, retrieval, args.seeds) for s in ("holdout", "lofo")}
