@@ -572,8 +572,9 @@ def fix_report(work: Path, seed: int = 0) -> str:
         "| cell | arm | patients | confirmed-fix rate − cold [95% CI] | env steps per fix ÷ cold [95% CI] |",
         "| --- | --- | --- | --- | --- |",
     ]
-    rng = np.random.default_rng(seed)
     for (cell, arm), rows, cold in _paired_cells(cells):
+        # one stream per row, so adding a row (a baseline arm) leaves the others' intervals as they were
+        rng = np.random.default_rng([seed, int(hashlib.sha256(f"{cell}/{arm}".encode()).hexdigest()[:8], 16)])
         names = sorted(set(rows) & set(cold))
         diff = np.array([float(bool(rows[n].get("fixed"))) - float(bool(cold[n].get("fixed"))) for n in names])
         ratios = []
