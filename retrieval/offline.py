@@ -421,8 +421,8 @@ class OfflineDiagnoser:
     def _candidates(self, ctx: DiagnosisContext, tally: _Tally) -> tuple[list[CandidatePatch], list[str]]:
         scored: list[CandidatePatch] = []
         warnings: list[str] = []
+        tried = {a.patch.model_dump_json() for a in ctx.tried}
         for family, offers in tally.offers.items():
-            tried = {a.patch.model_dump_json() for a in ctx.tried}
             cand = self._pick(ctx, offers, warnings, tried=tried, against=tally.against)
             if cand is None:
                 continue
