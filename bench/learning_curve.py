@@ -46,6 +46,7 @@ import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -428,26 +429,38 @@ def fix_cells(patients, attempts, scenarios, seeds, splits=("holdout", "lofo"), 
                     yield f"{split}-{fold}-{int(frac * 100)}-{seed}", test, chosen
 
 
+def _in_shard(name: str, shard: str) -> bool:
+    """Whether ``name`` (a cell or a patient) falls to this process's ``--shard i/n`` (a stable hash)."""
+    index, count = (int(x) for x in shard.split("/"))
+    return int(hashlib.sha256(name.encode()).hexdigest(), 16) % count == index
+
+
+def _fix_settings(args, scenarios) -> tuple[Any, Path, set[str] | None]:
+    """The fix loops' bench settings, their oracle results file, and (``--solvable-only``) the patients
+    their oracle fixed; None: every patient."""
+    from remedy.kb.bench import BenchSettings
+
+    settings = BenchSettings(rounds=args.rounds, candidates=args.candidates, seeds=args.fix_seeds)
+    oracle = Path(settings.oracle_results or "bench/data/oracle.jsonl")
+    if not args.solvable_only:
+        return settings, oracle, None
+    records = latest_results(list(scenarios.values()), oracle)
+    return settings, oracle, {name for name, r in records.items() if r.verdict == "solvable"}
+
+
 def run_fix_loops(args, patients, attempts, scenarios, cases) -> None:
     """The real fix loop per cell and arm, resumable (one JSON per patient), this shard's cells only."""
     from run_split import open_kb, run_scenarios
 
-    from remedy.kb.bench import BenchSettings
     from remedy.optimizer.versions import ProgramStore
 
-    index, count = (int(x) for x in args.shard.split("/"))
     by_id = {c.case_id: c for c in cases}
-    settings = BenchSettings(rounds=args.rounds, candidates=args.candidates, seeds=args.fix_seeds)
-    oracle = Path(settings.oracle_results or "bench/data/oracle.jsonl")
-    keep = None
-    if args.solvable_only:
-        records = latest_results(list(scenarios.values()), oracle)
-        keep = {name for name, r in records.items() if r.verdict == "solvable"}
+    settings, oracle, keep = _fix_settings(args, scenarios)
     fractions = None if args.fractions is None else {int(f) / 100 for f in args.fractions.split(",")}
     splits = tuple(args.splits.split(","))
     cells = list(fix_cells(patients, attempts, scenarios, args.seeds, splits, fractions, keep))
     for cell, test, chosen in reversed(cells) if args.reverse else cells:
-        if int(hashlib.sha256(cell.encode()).hexdigest(), 16) % count != index:
+        if not _in_shard(cell, args.shard):
             continue
         if args.dry_run:
             print(f"{cell}: {len(test)} patients, {len(chosen)} attempts in the KB", flush=True)
@@ -484,16 +497,12 @@ def run_fix_baselines(args, patients, attempts, scenarios) -> None:
 
     from remedy.cases.verify.scenarios import build
     from remedy.kb.baselines import run_fix_baseline
-    from remedy.kb.bench import BenchSettings
 
-    index, count = (int(x) for x in args.shard.split("/"))
-    settings = BenchSettings(rounds=args.rounds, candidates=args.candidates, seeds=args.fix_seeds)
-    records = latest_results(list(scenarios.values()), Path(settings.oracle_results or "bench/data/oracle.jsonl"))
-    keep = {n for n, r in records.items() if r.verdict == "solvable"} if args.solvable_only else None
+    settings, _, keep = _fix_settings(args, scenarios)
     splits = tuple(args.splits.split(","))
     for cell, test, _ in fix_cells(patients, attempts, scenarios, args.seeds, splits, {0.0}, keep):
         for p in test:
-            if int(hashlib.sha256(p.name.encode()).hexdigest(), 16) % count != index:
+            if not _in_shard(p.name, args.shard):
                 continue
             s = scenarios[p.name]
             for arm in BASELINE_ARMS:
