@@ -469,7 +469,7 @@ def run_fix_loops(args, patients, attempts, scenarios, cases) -> None:
         if not export.exists():
             export.parent.mkdir(parents=True, exist_ok=True)
             write_cases(export, [by_id[i] for a in chosen for i in a.case_ids])
-        chosen_s = [scenarios[p.name] for p in test]
+        chosen_s = [scenarios[p.name] for p in (reversed(test) if args.reverse else test)]  # meet half-way
         for arm in args.arms.split(","):
             if arm == "ranker" and not chosen:
                 continue  # nothing to fit: the vote column is this point
@@ -618,7 +618,7 @@ def main() -> None:
     ap.add_argument(
         "--reverse",
         action="store_true",
-        help="with --fix-loops: take the cells last to first (a second process on the same --work meets the first "
+        help="with --fix-loops: take the cells, and each cell's patients, last to first (a second process on the same --work meets the first "
         "half-way; finished patients are skipped)",
     )
     ap.add_argument("--work", type=Path, default=Path("bench/out/learning_curve"))

@@ -34,6 +34,7 @@ from remedy.retrieval.diagnosis import (
     get_diagnoser,
     program_kind,
 )
+from remedy.retrieval.neighbours import by_patient, pool_size
 
 if TYPE_CHECKING:
     from remedy.cases.evidence.rollcache import RolloutCache
@@ -52,6 +53,9 @@ __all__ = [
     "matching_rules",
 ]
 
+#: what a diagnosis retrieves by default: the k most similar distinct past failures with their attempts
+NEIGHBOURS = "patients"
+_NEIGHBOURS = ("patients", "cases")
 #: most failure episodes shown to a backend (structured context, not raw logs).
 MAX_FAILURE_EPISODES = 5
 _MAX_CODE_CHARS = 4000
@@ -222,12 +226,17 @@ def diagnose_signature(
     rules: Sequence[RuleLike] | None = None,
     notes: Sequence[str] = (),
     constraints: Sequence[str] = (),
+    neighbours: str = NEIGHBOURS,
     **diagnoser_params: Any,
 ) -> DiagnosisReport:
     """Diagnose a signature already computed: retrieve from ``kb`` (None: cold, priors only), then run the backend.
 
     ``rules`` None: the KB's accepted rules that match (:func:`matching_rules`); pass ``()`` for none.
+    ``neighbours``: ``patients`` retrieves the ``k`` most similar distinct past failures with their
+    attempts (:mod:`remedy.retrieval.neighbours`), ``cases`` the ``k`` most similar cases.
     """
+    if neighbours not in _NEIGHBOURS:
+        raise ValueError(f"unknown neighbours {neighbours!r}; use one of {', '.join(_NEIGHBOURS)}")
     if rules is None:
         rules = matching_rules(kb, subject, signature)
     cases: list[RetrievedCase] = []
@@ -235,13 +244,16 @@ def diagnose_signature(
     backend = _resolve(diagnoser, diagnoser_params, kb)
     if kb is not None and k > 0:
         retriever: CaseRetriever = KBRetriever(kb)
+        wanted = _retrieval_k(k, backend)
         cases = retriever.similar(
             signature,
-            _retrieval_k(k, backend),
+            pool_size(wanted) if neighbours == "patients" else wanted,
             action_space=subject.traits.action_space.value,
             exclude_scenario=exclude_scenario,
             exclude_ids=exclude_ids,
         )
+        if neighbours == "patients":  # k distinct past failures with their attempts, not k cases
+            cases = by_patient(cases, wanted)
     ctx = DiagnosisContext(
         subject=subject,
         signature=signature,

@@ -29,6 +29,7 @@ from .diagnosis import (  # noqa: E402
     DiagnosisContext,
     fits_subject,
 )
+from .neighbours import patient_key  # noqa: E402
 from .offline import OfflineDiagnoser  # noqa: E402
 from .priors import match_priors  # noqa: E402
 from .remedy_ranker import Outcomes, RemedyRanker, family_causes, family_outcomes  # noqa: E402
@@ -37,6 +38,9 @@ __all__ = ["build_inputs", "build_description_inputs", "parse_outputs", "sandbox
 
 #: most ranked remedies shown (the vote keeps at most ``OfflineSettings.max_candidates``: 5 by default)
 MAX_REMEDIES = 5
+#: similar cases shown in a prompt, and attempts of one past failure among them (a small LM's context is short)
+MAX_CASE_ROWS = 12
+MAX_CASES_PER_PATIENT = 2
 
 _KEY_FEATURES = (
     "return_iqm",
@@ -94,9 +98,14 @@ def _signature_text(ctx: DiagnosisContext) -> str:
 
 
 def _cases_text(ctx: DiagnosisContext) -> str:
-    rows = []
+    rows: list[str] = []
+    per_patient: dict[str, int] = {}
     for rc in ctx.cases:
         c = rc.case
+        key = patient_key(c)  # a prompt holds a few attempts of each similar failure, the most similar first
+        per_patient[key] = per_patient.get(key, 0) + 1
+        if per_patient[key] > MAX_CASES_PER_PATIENT or len(rows) >= MAX_CASE_ROWS:
+            continue
         eff = c.verification.effect if c.verification else None
         eff_txt = (
             f"{eff.metric} {eff.diff:+.3g} CI [{eff.ci_low:+.3g}, {eff.ci_high:+.3g}]"

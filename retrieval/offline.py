@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
@@ -48,6 +48,7 @@ from .diagnosis import (
     patch_family,
     register_diagnoser,
 )
+from .neighbours import by_patient, patient_key
 from .prior_templates import MAX_BUDGET_MULTIPLE
 from .priors import PRIORS, PriorRule, match_priors
 from .remedy_ranker import RemedyRanker, cause_for, rerank
@@ -117,7 +118,7 @@ class OfflineSettings(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    k: int = Field(default=10, ge=0, description="similar cases retrieved")
+    k: int = Field(default=10, ge=0, description="similar past failures (patients) that vote, each with its attempts")
     w_similarity: float = Field(default=1.0, ge=0, description="weight of a retrieved case's vote")
     w_effect: float = Field(default=1.0, ge=0, description="weight of a case's measured effect in its vote")
     w_rules: float = Field(default=1.0, ge=0, description="weight of an accepted rule's vote")
@@ -140,6 +141,11 @@ class OfflineSettings(BaseModel):
         ge=0,
         description="how much similar cases where a patch did not help take from that same patch's offer "
         "(orders a family's offers; 0: the strongest win alone)",
+    )
+    repeat_share: bool = Field(
+        default=True,
+        description="attempts of one remedy on one past failure (a screen and its confirmation, a factory's "
+        "repeats) share one vote instead of each voting",
     )
     cause_link_floor: float = Field(default=0.25, ge=0, description="least cause support for a candidate to be offered")
     max_candidates: int = Field(default=8, ge=1, description="candidate patches returned")
@@ -305,12 +311,18 @@ class OfflineDiagnoser:
             tally.cite_rule(rid)
 
     def _vote_cases(self, ctx: DiagnosisContext, tally: _Tally) -> None:
-        near = [rc for rc in ctx.cases if rc.similarity >= self.settings.min_similarity][: self.settings.k]
+        # k patients: with one case per patient (or k cases retrieved) that is the first k cases
+        near = by_patient([rc for rc in ctx.cases if rc.similarity >= self.settings.min_similarity], self.settings.k)
         trust = trust_weights(
             [rc.case for rc in near], self.settings.imported_weight, self.settings.contradiction_weight
         )
-        for rc, weight in zip(near, trust):
-            self._vote_case(ctx, rc, tally, weight)
+        shares = [1.0] * len(near)
+        if self.settings.repeat_share:  # one past failure's repeats of one remedy share one vote
+            keys = [(patient_key(rc.case), rc.case.patch.model_dump_json()) for rc in near]
+            counts = Counter(keys)
+            shares = [1.0 / counts[key] for key in keys]
+        for rc, weight, share in zip(near, trust, shares):
+            self._vote_case(ctx, rc, tally, weight * share)
 
     def _outcome_weight(self, case: Case) -> tuple[float, str]:
         """(factor, label): positive for fixes that worked, negative for those that did not."""

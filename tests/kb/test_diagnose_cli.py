@@ -173,6 +173,18 @@ def test_retrieval_keeps_to_the_same_action_space(kb):
     assert diagnose_signature(kb, LANDER, HOVER).diagnosis.cited_cases == []
 
 
+def test_k_neighbours_are_past_failures_with_all_their_attempts(kb):
+    # eleven attempts of one past failure fill the ten nearest cases; the next failure is past them
+    for i in range(11):
+        kb.add(_case(f"c-lr-{i:02d}", "undertraining", BUDGET, "no_effect", scenario="lunar_lr"))
+    kb.add(_case("c-other", "undertraining", BUDGET, "improved", scenario="lunar_other"))
+    by_case = diagnose_signature(kb, LANDER, HOVER, neighbours="cases")
+    by_patient = diagnose_signature(kb, LANDER, HOVER, neighbours="patients")
+    assert "c-other" not in by_case.diagnosis.cited_cases and "c-other" in by_patient.diagnosis.cited_cases
+    with pytest.raises(ValueError, match="neighbours"):
+        diagnose_signature(kb, LANDER, HOVER, neighbours="everyone")
+
+
 # ---- a real run directory ---------------------------------------------------------------------
 
 

@@ -366,3 +366,35 @@ def test_similar_failures_of_the_same_patch_demote_its_offer():
     )
     assert _hyper(OfflineDiagnoser().diagnose(_ctx(cases=cases))) == GAMMA
     assert _hyper(OfflineDiagnoser(offer_against_weight=0.0).diagnose(_ctx(cases=cases))) == LR  # wins alone
+
+
+def _of(patient: str, case: Case) -> Case:
+    return case.model_copy(update={"scenario": patient})
+
+
+def test_the_k_nearest_past_failures_vote_with_all_their_attempts():
+    cases = (
+        RetrievedCase(_of("s", _case("c-s1", "unstable_optimization", LR, "no_effect", effect=0.0)), 0.95),
+        RetrievedCase(_of("s", _case("c-s2", "unstable_optimization", GAMMA, "improved")), 0.94),
+        RetrievedCase(_of("t", _case("c-t1", "unstable_optimization", LR, "improved")), 0.93),
+    )
+    one = OfflineDiagnoser(k=1).diagnose(_ctx(cases=cases))
+    assert _hyper(one) == GAMMA  # before, k=1 kept one case: s's failed LR, and no offer at all
+    assert "c-s2" in one.diagnosis.cited_cases and "c-t1" not in one.diagnosis.cited_cases
+    assert "c-t1" in OfflineDiagnoser(k=2).diagnose(_ctx(cases=cases)).diagnosis.cited_cases
+
+
+def test_one_failures_repeats_of_one_remedy_share_one_vote():
+    repeats = tuple(
+        RetrievedCase(_of("s", _case(f"c-s{i}", "unstable_optimization", LR, "no_effect", effect=0.0)), 0.93)
+        for i in range(4)
+    )
+    cases = (
+        RetrievedCase(_of("t", _case("c-t", "unstable_optimization", LR, "improved")), 0.95),
+        *repeats,
+        RetrievedCase(_of("u", _case("c-u", "unstable_optimization", GAMMA, "improved")), 0.80),
+    )
+    # four tries of LR on one past failure are one failure of LR there: LR, fixed elsewhere, still leads
+    assert _hyper(OfflineDiagnoser().diagnose(_ctx(cases=cases))) == LR
+    # counted as four failures, they bury it
+    assert _hyper(OfflineDiagnoser(repeat_share=False).diagnose(_ctx(cases=cases))) == GAMMA
