@@ -61,6 +61,7 @@ from remedy.optimizer.ranker import AttemptRow, RankerSettings, attempt_rows, fi
 from remedy.retrieval.diagnosis import DiagnosisContext, RetrievedCase, patch_family
 from remedy.retrieval.embedder import default_embedder
 from remedy.retrieval.index import signature_text
+from remedy.retrieval.neighbours import by_patient, pool_size
 from remedy.retrieval.offline import OfflineDiagnoser, OfflineSettings
 from remedy.retrieval.remedy_ranker import RemedyRanker, rerank
 from remedy.retrieval.taxonomy import CAUSE_TEXT
@@ -70,9 +71,11 @@ FRACTIONS = (0.0, 0.25, 0.5, 1.0)
 SOURCES = ("reports/kb/*.jsonl", "bench/data/factory/*.parquet")
 OUT = Path("bench/data/learning_curve.json")
 PLOT = Path("reports/learning-curve.png")
-ARMS = ("vote", "ranker", "ranker_only", "empty_kb", "taxonomy", "most_frequent")
+#: ``vote_by_case``: the vote before retrieval by past failure (the k nearest cases, each attempt voting alone)
+ARMS = ("vote", "vote_by_case", "ranker", "ranker_only", "empty_kb", "taxonomy", "most_frequent")
 ARM_STYLES = (
     ("vote", "-o"),
+    ("vote_by_case", ":o"),
     ("ranker", "-s"),
     ("ranker_only", "-x"),
     ("most_frequent", ":^"),
@@ -187,28 +190,38 @@ class Retrieval:
         cause_vecs = emb.encode([CAUSE_TEXT[c] for c in CAUSES])
         self.taxonomy = {p.name: RootCause(CAUSES[int(np.argmax(cause_vecs @ v))]) for p, v in zip(patients, vp)}
 
-    def similar(self, patient: Patient, ids: list[int], k: int = 10) -> tuple[RetrievedCase, ...]:
-        """The ``k`` nearest of the cases ``ids`` with the patient's action space, its own scenario excluded."""
+    def similar(self, patient: Patient, ids: list[int], k: int = 10, by: str = "patient") -> tuple[RetrievedCase, ...]:
+        """The cases of the ``k`` nearest past failures (patients) among the cases ``ids`` with the patient's
+        action space, its own scenario excluded: as a diagnosis retrieves (``remedy.retrieval.neighbours``);
+        ``by="case"``: the ``k`` nearest cases, as it retrieved before."""
         if not ids:
             return ()
         idx = np.array(ids)
         ok = (self.space[idx] == patient.subject.traits.action_space.value) & (self.scenario[idx] != patient.name)
         idx = idx[ok]
         sims = self.sims[patient.name][idx]
-        order = np.argsort(-sims, kind="stable")[:k]
-        return tuple(RetrievedCase(self.cases[idx[i]], float(sims[i])) for i in order)
+        order = np.argsort(-sims, kind="stable")[: pool_size(k) if by == "patient" else k]
+        near = [RetrievedCase(self.cases[idx[i]], float(sims[i])) for i in order]
+        return tuple(by_patient(near, k) if by == "patient" else near)
 
 
 #: the vote's settings for every arm (``--cause-credit`` changes how a case's outcome credits causes)
 VOTE: dict[str, OfflineSettings] = {"settings": OfflineSettings()}
+#: what the ``vote_by_case`` arm changes: every attempt votes alone
+BY_CASE = {"repeat_share": False}
 
 
 def top1(
-    patient: Patient, cases: tuple[RetrievedCase, ...], ranker: RemedyRanker | None, mode: str = "blend"
+    patient: Patient,
+    cases: tuple[RetrievedCase, ...],
+    ranker: RemedyRanker | None,
+    mode: str = "blend",
+    changes: dict[str, Any] | None = None,
 ) -> tuple[float, str | None]:
-    """(1.0 when the top cause is in the patient's answer key, the top candidate's family); ``mode``: the cause order."""
+    """(1.0 when the top cause is in the patient's answer key, the top candidate's family); ``mode``: the cause
+    order; ``changes``: settings that differ from the vote's."""
     ctx = DiagnosisContext(subject=patient.subject, signature=patient.signature, cases=cases)
-    report = OfflineDiagnoser(VOTE["settings"]).diagnose(ctx)
+    report = OfflineDiagnoser(VOTE["settings"].model_copy(update=changes or {})).diagnose(ctx)
     if ranker is not None:
         report = rerank(report, ranker, patient.subject, causes=mode)
     causes = report.diagnosis.root_causes
@@ -236,6 +249,7 @@ def run_split(split, patients, attempts, scenarios, retrieval, seeds) -> dict:
                 near = retrieval.similar(p, ids)
                 arms = {"vote": top1(p, near, None), "ranker": top1(p, near, ranker), "empty_kb": top1(p, (), None)}
                 arms["ranker_only"] = top1(p, near, ranker, "ranker")
+                arms["vote_by_case"] = top1(p, retrieval.similar(p, ids, by="case"), None, changes=BY_CASE)
                 for arm, (hit, family) in arms.items():
                     scores[arm][frac][p.name].append(hit)
                     if p.name in fixes and arm != "ranker_only":  # the candidate order is the same in both modes
@@ -267,30 +281,56 @@ def summarize(per: dict, seed: int = 0) -> dict:
             rng = np.random.default_rng(seed)  # the same resamples in every cell: equal columns, equal intervals
             v = np.array([by[n] for n in sorted(by)])
             row = {"n": len(v), "mean": float(v.mean()), "ci": bootstrap(v, rng)}
-            if arm in ("vote", "ranker", "ranker_only", "vote_family", "ranker_family"):
+            if arm in (
+                "vote",
+                "vote_by_case",
+                "ranker",
+                "ranker_only",
+                "vote_family",
+                "vote_by_case_family",
+                "ranker_family",
+            ):
                 d = np.array([by[n] - cold[n] for n in sorted(by)])
                 row |= {"minus_empty_kb": float(d.mean()), "minus_empty_kb_ci": bootstrap(d, rng)}
+            by_case = (
+                per.get(arm.replace("vote", "vote_by_case"), {}).get(f)
+                if arm.startswith("vote_f") or arm == "vote"
+                else None
+            )
+            if by_case:  # the same patients, retrieval by past failure against by case
+                d = np.array([by[n] - by_case[n] for n in sorted(by)])
+                row |= {"minus_by_case": float(d.mean()), "minus_by_case_ci": bootstrap(d, rng)}
             out.setdefault(arm, {})[f] = row
     return out
 
 
 def table(summary: dict, split: str) -> str:
     """The Markdown table of one split: each arm's mean [95% CI], then vote and ranker minus the empty KB."""
-    head = "| training attempts | " + " | ".join(ARMS) + " | vote − empty KB | ranker − empty KB |\n"
-    head += "| --- |" + " --- |" * (len(ARMS) + 2) + "\n"
+    head = (
+        "| training attempts | " + " | ".join(ARMS) + " | vote − empty KB | ranker − empty KB | vote − vote by case |\n"
+    )
+    head += "| --- |" + " --- |" * (len(ARMS) + 3) + "\n"
     lines = []
     for f in map(str, FRACTIONS):
         cells = []
         for arm in ARMS:
             r = summary.get(arm, {}).get(f)
             cells.append("-" if r is None else f"{r['mean']:.2f} [{r['ci'][0]:.2f}, {r['ci'][1]:.2f}]")
-        for arm in ("vote", "ranker"):
-            r = summary[arm].get(f, {})
-            d, ci = r.get("minus_empty_kb"), r.get("minus_empty_kb_ci")
-            cells.append("-" if d is None else f"{d:+.2f} [{ci[0]:+.2f}, {ci[1]:+.2f}]")
+        cells += _diffs(summary, f, ("vote", "ranker"), ("vote",))
         lines.append(f"| {float(f):.0%} | " + " | ".join(cells) + " |")
     n = summary["empty_kb"]["0.0"]["n"]
     return f"**{split}** ({n} patients)\n\n" + head + "\n".join(lines) + "\n\n" + family_table(summary)
+
+
+def _diffs(summary: dict, f: str, against_empty: tuple[str, ...], against_by_case: tuple[str, ...]) -> list[str]:
+    """Paired differences with their intervals: each arm minus the empty KB, then minus the vote by case."""
+    cells = []
+    for key, arms in (("minus_empty_kb", against_empty), ("minus_by_case", against_by_case)):
+        for arm in arms:
+            r = summary.get(arm, {}).get(f, {})
+            d, ci = r.get(key), r.get(f"{key}_ci")
+            cells.append("-" if d is None else f"{d:+.2f} [{ci[0]:+.2f}, {ci[1]:+.2f}]")
+    return cells
 
 
 def family_table(summary: dict) -> str:
@@ -301,18 +341,16 @@ def family_table(summary: dict) -> str:
     lines = [
         f"Top candidate's family among the families confirmed to fix the patient ({n} patients with a confirmed fix):",
         "",
-        "| training attempts | vote | ranker | empty KB | vote − empty KB | ranker − empty KB |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| training attempts | vote | vote by case | ranker | empty KB | vote − empty KB | ranker − empty KB "
+        "| vote − vote by case |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for f in map(str, FRACTIONS):
         cells = []
-        for arm in ("vote_family", "ranker_family", "empty_kb_family"):
-            r = summary[arm].get(f)
+        for arm in ("vote_family", "vote_by_case_family", "ranker_family", "empty_kb_family"):
+            r = summary.get(arm, {}).get(f)
             cells.append("-" if r is None else f"{r['mean']:.2f} [{r['ci'][0]:.2f}, {r['ci'][1]:.2f}]")
-        for arm in ("vote_family", "ranker_family"):
-            r = summary[arm].get(f, {})
-            d, ci = r.get("minus_empty_kb"), r.get("minus_empty_kb_ci")
-            cells.append("-" if d is None else f"{d:+.2f} [{ci[0]:+.2f}, {ci[1]:+.2f}]")
+        cells += _diffs(summary, f, ("vote_family", "ranker_family"), ("vote_family",))
         lines.append(f"| {float(f):.0%} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
