@@ -12,7 +12,8 @@ The objective is the mean :func:`~remedy.optimizer.metric.score_prediction` of t
 diagnosed as a new failure would be: retrieval against the KB's *other* groups only
 (leave-group-out: its own scenario's or run's cases, and the bundled examples that mirror its
 scenario, are excluded). Retrieval (the embedding and the hybrid search) is the costly part, so
-it runs once per example for :data:`K_MAX` neighbours (:func:`prepare`); a trial only re-runs
+it runs once per example for :data:`K_MAX` neighbours (past failures with their attempts, as a
+diagnosis retrieves: :mod:`remedy.retrieval.neighbours`; :func:`prepare`); a trial only re-runs
 the vote, whose ``k`` and ``min_similarity`` then cut that list as they would a fresh search.
 
 Only knobs that can change the ranking of causes or families on a first-round diagnosis are
@@ -31,6 +32,7 @@ from typing import Any
 from remedy.cases.errors import OptimizeError
 from remedy.cases.model import RemedyFamily, RootCause
 from remedy.retrieval.diagnosis import CaseRetriever, DiagnosisContext, RetrievedCase
+from remedy.retrieval.neighbours import by_patient, pool_size
 from remedy.retrieval.offline import OfflineDiagnoser, OfflineSettings
 
 from .dataset import Example
@@ -38,7 +40,7 @@ from .metric import score_prediction
 
 __all__ = ["K_MAX", "SPACE", "Prepared", "OfflineTuning", "prepare", "predict", "evaluate", "tune_offline"]
 
-#: neighbours retrieved once per example; the largest ``k`` a trial may pick
+#: neighbours (past failures) retrieved once per example; the largest ``k`` a trial may pick
 K_MAX = 30
 #: how a case's outcome credits causes (``OfflineSettings.cause_credit``): searched as a category
 CAUSE_CREDITS = ("patch", "diagnosis")
@@ -98,11 +100,12 @@ def prepare(
             scenario = ex.group.removeprefix("scenario:") if ex.group.startswith("scenario:") else None
             cases = retriever.similar(
                 ex.signature,
-                k_max,
+                pool_size(k_max),
                 action_space=ex.subject.traits.action_space.value,
                 exclude_scenario=scenario,
                 exclude_ids=sorted(hidden),
             )
+            cases = by_patient(cases, k_max)  # as a diagnosis retrieves: past failures with their attempts
         out.append(Prepared(ex, DiagnosisContext(subject=ex.subject, signature=ex.signature, cases=tuple(cases))))
     return out
 
