@@ -27,3 +27,21 @@ def test_rising_line_reaches_the_aim_and_falling_never(bench_script) -> None:
     text = lc.slope_table({"holdout": out})
     assert "| holdout | vote | 2 | 200 | +10 | +5.0 [+5.0, +5.0] | 300 | 300 |" in text
     assert "| holdout | ranker |" in text and "never" in text
+
+
+def test_the_vote_is_paired_with_the_vote_by_case_on_the_same_patients(bench_script) -> None:
+    lc = bench_script("learning_curve")
+    fr = ("0.0", "0.25", "0.5", "1.0")
+    per = {
+        "empty_kb": {"0.0": {"a": 0.0, "b": 1.0}},
+        "vote": {f: {"a": 1.0, "b": 1.0} for f in fr},
+        "vote_by_case": {f: {"a": 0.0, "b": 1.0} for f in fr},
+        "ranker": {f: {"a": 0.0, "b": 1.0} for f in fr},
+    }
+    s = lc.summarize(per)
+    assert s["vote"]["1.0"]["minus_by_case"] == pytest.approx(0.5)
+    assert "minus_by_case" not in s["ranker"]["1.0"] and "minus_by_case" not in s["vote_by_case"]["1.0"]
+    text = lc.table(s, "holdout")
+    assert "vote − vote by case" in text.splitlines()[2]
+    full = next(line for line in text.splitlines() if line.startswith("| 100% |"))
+    assert full.endswith("| +0.50 [+0.00, +1.00] |")
