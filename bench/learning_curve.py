@@ -272,6 +272,12 @@ def bootstrap(values: np.ndarray, rng: np.random.Generator, n: int = 2000) -> tu
     return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
 
 
+#: the arms that use experience (each also as ``<arm>_family``), paired with the empty KB
+LEARNERS = ("vote", "vote_by_case", "ranker", "ranker_only")
+#: the vote's columns paired with the vote by case
+BY_CASE_OF = {"vote": "vote_by_case", "vote_family": "vote_by_case_family"}
+
+
 def summarize(per: dict, seed: int = 0) -> dict:
     """Mean and CI per arm and fraction, and paired differences of vote / ranker against empty_kb."""
     out: dict = {}
@@ -281,22 +287,10 @@ def summarize(per: dict, seed: int = 0) -> dict:
             rng = np.random.default_rng(seed)  # the same resamples in every cell: equal columns, equal intervals
             v = np.array([by[n] for n in sorted(by)])
             row = {"n": len(v), "mean": float(v.mean()), "ci": bootstrap(v, rng)}
-            if arm in (
-                "vote",
-                "vote_by_case",
-                "ranker",
-                "ranker_only",
-                "vote_family",
-                "vote_by_case_family",
-                "ranker_family",
-            ):
+            if arm.removesuffix("_family") in LEARNERS:
                 d = np.array([by[n] - cold[n] for n in sorted(by)])
                 row |= {"minus_empty_kb": float(d.mean()), "minus_empty_kb_ci": bootstrap(d, rng)}
-            by_case = (
-                per.get(arm.replace("vote", "vote_by_case"), {}).get(f)
-                if arm.startswith("vote_f") or arm == "vote"
-                else None
-            )
+            by_case = per.get(BY_CASE_OF.get(arm, ""), {}).get(f)
             if by_case:  # the same patients, retrieval by past failure against by case
                 d = np.array([by[n] - by_case[n] for n in sorted(by)])
                 row |= {"minus_by_case": float(d.mean()), "minus_by_case_ci": bootstrap(d, rng)}
