@@ -631,6 +631,114 @@ def fix_report(work: Path, seed: int = 0) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _cell_split_share(cell: str) -> tuple[str, int]:
+    """A fix-loop cell's split and KB share in %: ``lofo-gamma_too_low-50-1`` -> ("lofo", 50)."""
+    head, share, _ = cell.rsplit("-", 2)
+    return head.split("-", 1)[0], int(share)
+
+
+def fix_curve(works: list[Path], arm: str = "vote", seed: int = 0) -> dict[str, list[dict]]:
+    """The fix loops as a learning curve: per split (leave-one-family-out folds pooled) and KB share, ``arm``'s
+    confirmed-fix rate and env steps per confirmed fix, with 95% bootstrap intervals over patients. Only the
+    patients with a result at every share of the split count, so the points compare the same patients; a
+    patient's subsets (several at 25 and 50%) are averaged for the rate and pooled for the steps. The fixing
+    baselines (no diagnosis, written beside the cold cells) come along as ``baselines`` on the same patients."""
+    rows: dict[str, dict[tuple[str, int], dict[str, list[dict]]]] = defaultdict(
+        lambda: defaultdict(lambda: defaultdict(list))
+    )
+    for work in works:
+        for folder in sorted(p for p in work.glob("*/*") if p.is_dir() and p.name in (arm, *BASELINE_ARMS)):
+            split, share = _cell_split_share(folder.parent.name)
+            for name, row in _fix_rows(folder).items():
+                rows[split][(folder.name, share)][name].append(row)
+    out: dict[str, list[dict]] = {}
+    for split, by in sorted(rows.items()):
+        shares = sorted(share for a, share in by if a == arm)
+        common = set.intersection(*(set(by[(arm, share)]) for share in shares)) if shares else set()
+        names = sorted(common)
+        if not names:
+            continue
+        rng = np.random.default_rng([seed, int(hashlib.sha256(split.encode()).hexdigest()[:8], 16)])
+        picks = rng.integers(0, len(names), size=(2000, len(names)))
+        points = []
+        for label, share in [(arm, s) for s in shares] + [(b, 0) for b in BASELINE_ARMS if (b, 0) in by]:
+            per = by[(label, share)]
+            if not common <= set(per):
+                continue
+            rate = np.array([np.mean([bool(r.get("fixed")) for r in per[n]]) for n in names])
+            steps = np.array([sum(r.get("total_env_steps", 0) for r in per[n]) for n in names], dtype=float)
+            fixes = np.array([sum(bool(r.get("fixed")) for r in per[n]) for n in names], dtype=float)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                boot = steps[picks].sum(axis=1) / fixes[picks].sum(axis=1)
+            finite = boot[np.isfinite(boot)]
+            points.append({
+                "arm": label, "share": share, "patients": len(names),
+                "subsets": max(len(per[n]) for n in names),
+                "rate": float(rate.mean()), "rate_ci": [float(x) for x in np.percentile(rate[picks].mean(axis=1), [2.5, 97.5])],
+                "per_fix": float(steps.sum() / fixes.sum()) if fixes.sum() else math.inf,
+                "per_fix_ci": [float(x) for x in np.percentile(finite, [2.5, 97.5])] if len(finite) else [math.nan] * 2,
+            })  # fmt: skip
+        out[split] = points
+    return out
+
+
+def fix_curve_table(curve: dict[str, list[dict]]) -> str:
+    """The fix-loop learning curve as Markdown: one row per split, arm and KB share."""
+    lines = [
+        "| split | arm | KB share | subsets | patients | confirmed-fix rate [95% CI] | env steps per confirmed fix [95% CI] |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for split, points in curve.items():
+        for p in points:
+            lo, hi = p["per_fix_ci"]
+            per = "-" if math.isinf(p["per_fix"]) else f"{p['per_fix']:,.0f} [{lo:,.0f}, {hi:,.0f}]"
+            share = f"{p['share']}%" if p["arm"] not in BASELINE_ARMS else "none (no diagnosis)"
+            lines.append(
+                f"| {split} | {p['arm']} | {share} | {p['subsets']} | {p['patients']} | {p['rate']:.2f} "
+                f"[{p['rate_ci'][0]:.2f}, {p['rate_ci'][1]:.2f}] | {per} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def fix_plot(curve: dict[str, list[dict]], path: Path) -> None:
+    """Confirmed-fix rate and env steps per confirmed fix against KB share, one row of two panels per split;
+    intervals as bars, the no-diagnosis baselines as dashed lines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(curve), 2, figsize=(10, 3.6 * len(curve)), squeeze=False)
+    for (rate_ax, steps_ax), (split, points) in zip(axes, curve.items(), strict=True):
+        learner = [p for p in points if p["arm"] not in BASELINE_ARMS]
+        xs = [p["share"] for p in learner]
+        for ax, key, scale in ((rate_ax, "rate", 1.0), (steps_ax, "per_fix", 1e-3)):
+            ys = np.array([p[key] * scale for p in learner])
+            ci = np.array([[c * scale for c in p[f"{key}_ci"]] for p in learner])
+            ax.errorbar(xs, ys, yerr=[ys - ci[:, 0], ci[:, 1] - ys], fmt="-o", capsize=3, label=learner[0]["arm"])
+            for p, style in zip([p for p in points if p["arm"] in BASELINE_ARMS], (":", "-."), strict=False):
+                ax.axhline(p[key] * scale, linestyle=style, color="grey", label=p["arm"].replace("_", " "))
+            ax.set_xlabel("% of training attempts in the KB")
+            ax.grid(alpha=0.3)
+        cold = next((p for p in learner if p["share"] == 0), None)
+        if cold is not None:  # the aim: +15 points of fix rate, half the env steps per fix
+            rate_ax.axhline(
+                min(cold["rate"] + 0.15, 1.0), color="tab:red", linewidth=0.8, label="aim (cold + 15 points)"
+            )
+            steps_ax.axhline(cold["per_fix"] * 0.5 * 1e-3, color="tab:red", linewidth=0.8, label="aim (0.5x cold)")
+        for ax in (rate_ax, steps_ax):
+            ax.set_xticks([0, 25, 50, 100])
+        steps_ax.set_ylim(bottom=0)
+        rate_ax.set_ylim(-0.02, 1.02)
+        rate_ax.set_ylabel("confirmed-fix rate (95% CI)")
+        steps_ax.set_ylabel("thousand env steps per confirmed fix")
+        rate_ax.set_title(f"{split}: {learner[0]['patients']} solvable patients")
+        rate_ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", nargs="*", default=list(SOURCES), help="globs of case files (JSONL / Parquet)")
@@ -640,6 +748,16 @@ def main() -> None:
     ap.add_argument("--report-only", action="store_true", help="re-render the tables and plot from --out")
     ap.add_argument("--fix-loops", action="store_true", help="run the real fix loops (hours)")
     ap.add_argument("--fix-report", action="store_true", help="tabulate the fix loops written under --work")
+    ap.add_argument(
+        "--more-work",
+        type=Path,
+        nargs="*",
+        default=[],
+        help="with --fix-report: more --work folders whose cells join the fix-rate curve (e.g. holdout and lofo runs)",
+    )
+    ap.add_argument(
+        "--fix-plot", type=Path, default=None, help="with --fix-report: write the fix-rate curve here (PNG)"
+    )
     ap.add_argument(
         "--fix-baselines",
         action="store_true",
@@ -673,6 +791,10 @@ def main() -> None:
     VOTE["settings"] = OfflineSettings(cause_credit=args.cause_credit)
     if args.fix_report:
         print(fix_report(args.work))
+        curve = fix_curve([args.work, *args.more_work])
+        print(fix_curve_table(curve))
+        if args.fix_plot is not None and curve:
+            fix_plot(curve, args.fix_plot)
         return
     if args.report_only:  # re-render the table and the plot from the JSON a run wrote
         data = json.loads(args.out.read_text())

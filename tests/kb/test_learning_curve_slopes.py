@@ -45,3 +45,49 @@ def test_the_vote_is_paired_with_the_vote_by_case_on_the_same_patients(bench_scr
     assert "vote − vote by case" in text.splitlines()[2]
     full = next(line for line in text.splitlines() if line.startswith("| 100% |"))
     assert full.endswith("| +0.50 [+0.00, +1.00] |")
+
+
+def _loop(work, cell: str, arm: str, name: str, fixed: bool, steps: int) -> None:
+    import json
+
+    folder = work / cell / arm
+    folder.mkdir(parents=True, exist_ok=True)
+    row = {"scenario": name, "solvable": True, "fixed": fixed, "total_env_steps": steps}
+    (folder / f"{name}.json").write_text(json.dumps(row))
+
+
+def test_fix_curve_compares_the_same_patients_at_every_share(bench_script, tmp_path) -> None:
+    lc = bench_script("learning_curve")
+    holdout, lofo = tmp_path / "holdout", tmp_path / "lofo"
+    for name, fixed in (("a", True), ("b", False)):
+        _loop(holdout, "holdout-holdout-0-0", "vote", name, fixed, 100)
+        _loop(holdout, "holdout-holdout-0-0", "random_search", name, False, 300)
+        _loop(holdout, "holdout-holdout-100-0", "vote", name, True, 50)
+    # two subsets at 50%, one fixing b: b's rate there is 0.5; c has no cold result and stays out
+    _loop(holdout, "holdout-holdout-50-0", "vote", "a", True, 100)
+    _loop(holdout, "holdout-holdout-50-0", "vote", "b", True, 100)
+    _loop(holdout, "holdout-holdout-50-1", "vote", "a", True, 100)
+    _loop(holdout, "holdout-holdout-50-1", "vote", "b", False, 100)
+    _loop(holdout, "holdout-holdout-100-0", "vote", "c", True, 10)
+    # leave one family out: two folds pool into one split
+    _loop(lofo, "lofo-gamma-0-0", "vote", "g", False, 40)
+    _loop(lofo, "lofo-gamma-100-0", "vote", "g", True, 40)
+    _loop(lofo, "lofo-tau-0-0", "vote", "t", True, 40)
+    _loop(lofo, "lofo-tau-100-0", "vote", "t", True, 40)
+
+    curve = lc.fix_curve([holdout, lofo])
+    by = {(p["arm"], p["share"]): p for p in curve["holdout"]}
+    assert [p["share"] for p in curve["holdout"] if p["arm"] == "vote"] == [0, 50, 100]
+    assert by[("vote", 0)]["rate"] == 0.5 and by[("vote", 0)]["per_fix"] == 200
+    assert by[("vote", 50)]["rate"] == 0.75 and by[("vote", 50)]["subsets"] == 2
+    assert by[("vote", 50)]["per_fix"] == 400 / 3  # steps of both subsets over their three fixes
+    assert by[("vote", 100)]["patients"] == 2 and by[("vote", 100)]["per_fix"] == 50
+    assert by[("random_search", 0)]["rate"] == 0.0 and by[("random_search", 0)]["per_fix"] == float("inf")
+    lofo_points = {p["share"]: p for p in curve["lofo"]}
+    assert lofo_points[0]["rate"] == 0.5 and lofo_points[100]["rate"] == 1.0 and lofo_points[100]["patients"] == 2
+
+    text = lc.fix_curve_table(curve)
+    assert "| holdout | vote | 50% | 2 | 2 | 0.75 [" in text
+    assert "| holdout | random_search | none (no diagnosis) | 1 | 2 | 0.00 [0.00, 0.00] | - |" in text
+    lc.fix_plot(curve, tmp_path / "fix.png")
+    assert (tmp_path / "fix.png").stat().st_size > 1000
