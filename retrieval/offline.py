@@ -147,6 +147,12 @@ class OfflineSettings(BaseModel):
         description="attempts of one remedy on one past failure (a screen and its confirmation, a factory's "
         "repeats) share one vote instead of each voting",
     )
+    budget_failure_reach: float | None = Field(
+        default=1.0 + MAX_BUDGET_MULTIPLE,
+        ge=1,
+        description="more training that did not help a past failure counts against this one only if that failure "
+        "had trained at most this many times this one's steps (None: always counts)",
+    )
     cause_link_floor: float = Field(default=0.25, ge=0, description="least cause support for a candidate to be offered")
     max_candidates: int = Field(default=8, ge=1, description="candidate patches returned")
     max_causes: int = Field(default=5, ge=1, description="root causes returned")
@@ -374,9 +380,23 @@ class OfflineDiagnoser:
         x = max(0.0, (similarity - floor) / max(1e-9, 1.0 - floor))
         return x**self.settings.sim_power
 
+    def _beyond_reach(self, ctx: DiagnosisContext, case: Case, factor: float) -> bool:
+        """Whether ``case`` is more training that did not help a failure trained far longer than this one.
+
+        Such a failure tested budgets this patient would reach only after the ones it would try first: a
+        CartPole agent trained 30,000 steps that 30,000 more did not help says nothing about one trained
+        3,000 (the default budget patch doubles a patient's training, so with ``budget_failure_reach`` at
+        1 + that multiple the two tested ranges do not overlap). Its outcome does not vote here."""
+        reach, mine, theirs = self.settings.budget_failure_reach, ctx.subject.train_steps, case.subject.train_steps
+        if reach is None or factor >= 0 or not mine or not theirs or not case.patch.budget_only:
+            return False
+        return theirs > reach * mine
+
     def _vote_case(self, ctx: DiagnosisContext, rc: RetrievedCase, tally: _Tally, trust: float = 1.0) -> None:
         case = rc.case
         factor, label = self._outcome_weight(case)
+        if self._beyond_reach(ctx, case, factor):
+            factor, label = 0.0, "trained far longer"
         base = (
             self.settings.w_similarity
             * self._kernel(rc.similarity, self.settings.text_sim_floor if ctx.description else None)

@@ -398,3 +398,44 @@ def test_one_failures_repeats_of_one_remedy_share_one_vote():
     assert _hyper(OfflineDiagnoser().diagnose(_ctx(cases=cases))) == LR
     # counted as four failures, they bury it
     assert _hyper(OfflineDiagnoser(repeat_share=False).diagnose(_ctx(cases=cases))) == GAMMA
+
+
+def test_more_training_that_failed_a_far_longer_trained_failure_does_not_vote():
+    """Budgets that did nothing for agents trained 10x longer say nothing about this one: the doubling it would
+    try first stays below where they started. Within reach (1x, 2x its steps) the same failures count against
+    undertraining and against the budget patch; with the knob off they always count."""
+    short = LANDER.model_copy(update={"train_steps": 15_000})
+
+    def failed_budgets(trained: int) -> tuple[RetrievedCase, ...]:
+        out = []
+        for i in range(3):
+            case = _case(
+                f"c-budget-{trained}-{i}",
+                "undertraining",
+                Patch(parts=[TrainingBudget(extra_steps=trained)]),
+                "no_effect",
+            )
+            case = case.model_copy(update={"subject": LANDER.model_copy(update={"train_steps": trained})})
+            out.append(RetrievedCase(case, 0.95))
+        return tuple(out)
+
+    def under(trained: int | None, **knobs) -> float:
+        cases = failed_budgets(trained) if trained else ()
+        return _confidence(
+            OfflineDiagnoser(**knobs).diagnose(_ctx(subject=short, cases=cases)), RootCause.undertraining
+        )
+
+    cold = under(None)
+    assert cold > 0
+    assert under(150_000) == pytest.approx(cold)  # 10x longer: beyond reach, no vote
+    assert under(30_000) < cold  # 2x: within reach (the default reach is 1 + the budget patch's multiple)
+    assert under(15_000) < cold
+    assert under(150_000, budget_failure_reach=None) < cold
+
+    def budget_score(trained: int | None) -> float:
+        cases = failed_budgets(trained) if trained else ()
+        report = OfflineDiagnoser().diagnose(_ctx(subject=short, cases=cases))
+        return max((c.score for c in report.candidates if c.family == RemedyFamily.training_budget), default=-1e9)
+
+    assert budget_score(150_000) == pytest.approx(budget_score(None))  # nor against the budget patch
+    assert budget_score(15_000) < budget_score(None)
