@@ -91,3 +91,16 @@ def test_fix_curve_compares_the_same_patients_at_every_share(bench_script, tmp_p
     assert "| holdout | random_search | none (no diagnosis) | 1 | 2 | 0.00 [0.00, 0.00] | - |" in text
     lc.fix_plot(curve, tmp_path / "fix.png")
     assert (tmp_path / "fix.png").stat().st_size > 1000
+
+
+def test_knob_top1_reads_knobs_and_refuses_unknown_ones(bench_script) -> None:
+    kt = bench_script("knob_top1")
+    assert kt.parse_set(["budget_failure_reach=none", "k=5", "repeat_share=false"]) == {
+        "budget_failure_reach": None,
+        "k": 5,
+        "repeat_share": False,
+    }
+    with pytest.raises(SystemExit, match="not an OfflineSettings knob"):
+        kt.parse_set(["no_such_knob=1"])
+    with pytest.raises(SystemExit, match="name=value"):
+        kt.parse_set(["budget_failure_reach"])
