@@ -40,6 +40,7 @@ n-th cell), and ``--fix-report`` tabulates the confirmed-fix rate and env steps 
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import hashlib
 import json
 import math
@@ -492,7 +493,7 @@ def run_fix_loops(args, patients, attempts, scenarios, cases) -> None:
     splits = tuple(args.splits.split(","))
     cells = list(fix_cells(patients, attempts, scenarios, args.seeds, splits, fractions, keep))
     for cell, test, chosen in reversed(cells) if args.reverse else cells:
-        if not _in_shard(cell, args.shard):
+        if not _in_shard(cell, args.shard) or not any(fnmatch.fnmatch(cell, g) for g in args.cells.split(",")):
             continue
         if args.dry_run:
             print(f"{cell}: {len(test)} patients, {len(chosen)} attempts in the KB", flush=True)
@@ -766,6 +767,9 @@ def main() -> None:
     )
     ap.add_argument("--shard", default="0/1", help="i/n: this process takes every n-th fix-loop cell")
     ap.add_argument("--dry-run", action="store_true", help="with --fix-loops: list this shard's cells, run nothing")
+    ap.add_argument(
+        "--cells", default="*", help="with --fix-loops: only cells matching these globs, e.g. 'lofo-undertrained-*'"
+    )
     ap.add_argument(
         "--reverse",
         action="store_true",
