@@ -32,7 +32,10 @@ def parse_set(items: list[str]) -> dict[str, object]:
             raise SystemExit(f"--set {item!r}: write name=value, e.g. budget_failure_reach=none")
         if name not in lc.OfflineSettings.model_fields:
             raise SystemExit(f"--set {name}: not an OfflineSettings knob")
-        out[name] = None if raw.lower() == "none" else json.loads(raw)
+        try:
+            out[name] = None if raw.lower() == "none" else json.loads(raw)
+        except json.JSONDecodeError:
+            raise SystemExit(f'--set {item!r}: the value is not JSON (numbers, true/false, "text", none)') from None
     return out
 
 

@@ -104,3 +104,5 @@ def test_knob_top1_reads_knobs_and_refuses_unknown_ones(bench_script) -> None:
         kt.parse_set(["no_such_knob=1"])
     with pytest.raises(SystemExit, match="name=value"):
         kt.parse_set(["budget_failure_reach"])
+    with pytest.raises(SystemExit, match="not JSON"):
+        kt.parse_set(["k=five"])
