@@ -643,7 +643,8 @@ def fix_curve(works: list[Path], arm: str = "vote", seed: int = 0) -> dict[str, 
     confirmed-fix rate and env steps per confirmed fix, with 95% bootstrap intervals over patients. Only the
     patients with a result at every share of the split count, so the points compare the same patients; a
     patient's subsets (several at 25 and 50%) are averaged for the rate and pooled for the steps. The fixing
-    baselines (no diagnosis, written beside the cold cells) come along as ``baselines`` on the same patients."""
+    baselines (no diagnosis, written beside the cold cells) follow as points of their own arm at share 0, on
+    the same patients."""
     rows: dict[str, dict[tuple[str, int], dict[str, list[dict]]]] = defaultdict(
         lambda: defaultdict(lambda: defaultdict(list))
     )
