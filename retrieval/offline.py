@@ -25,7 +25,7 @@ import hashlib
 import json
 import math
 from collections import Counter, defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -85,6 +85,8 @@ class _Tally:
     )
     # patch (as JSON, adapted to the subject) -> weight of similar cases where that same patch did not help
     against: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    # (extra steps, weight) of the similar failures' pure budget patches that did not help (adapted to the subject)
+    against_budget: list[tuple[int, float]] = field(default_factory=list)
     cited_cases: list[str] = field(default_factory=list)
     cited_rules: list[str] = field(default_factory=list)
 
@@ -152,6 +154,11 @@ class OfflineSettings(BaseModel):
         ge=1,
         description="more training that did not help a past failure counts against this one only if that failure "
         "had trained at most this many times this one's steps (None: always counts)",
+    )
+    budget_against_smaller: bool = Field(
+        default=True,
+        description="more training that did not help a similar failure also counts against offers of less "
+        "training (False: only against the same number of extra steps)",
     )
     cause_link_floor: float = Field(default=0.25, ge=0, description="least cause support for a candidate to be offered")
     max_candidates: int = Field(default=8, ge=1, description="candidate patches returned")
@@ -418,6 +425,8 @@ class OfflineDiagnoser:
             patch = _adapt_patch(case, ctx)
             if patch is not None:
                 tally.against[patch.model_dump_json()] += base * -factor
+                if patch.budget_only:
+                    tally.against_budget.append((_extra_steps(patch), base * -factor))
         if factor > 0:
             patch = _adapt_patch(case, ctx)
             if patch is not None:
@@ -455,7 +464,7 @@ class OfflineDiagnoser:
         warnings: list[str] = []
         tried = {a.patch.model_dump_json() for a in ctx.tried}
         for family, offers in tally.offers.items():
-            cand = self._pick(ctx, offers, warnings, tried=tried, against=tally.against)
+            cand = self._pick(ctx, offers, warnings, tried=tried, against=self._against(tally))
             if cand is None:
                 continue
             score = self._family_score(tally, family) * self._tried_factor(cand.patch, family, ctx.tried)
@@ -463,6 +472,21 @@ class OfflineDiagnoser:
             scored.append(cand.model_copy(update={"score": round(score, 4), "cites": cites}))
         scored.sort(key=lambda c: (-c.score, c.family.value))
         return scored[: self.settings.max_candidates], warnings
+
+    def _against(self, tally: _Tally) -> Callable[[Patch], float]:
+        """How much similar failures' votes take from an offered patch: those where the same patch did not help,
+        and for a pure budget patch (``budget_against_smaller``) those where as much extra training or more did
+        not help. Training longer at the same settings does not undo what more of it left unfixed: after a
+        similar failure's +8,000 did nothing, a +4,000 offer is not the better bet, the ladder's next step is."""
+        exact = tally.against
+
+        def against(patch: Patch) -> float:
+            if not (self.settings.budget_against_smaller and patch.budget_only):
+                return exact.get(patch.model_dump_json(), 0.0)
+            steps = _extra_steps(patch)
+            return sum(w for extra, w in tally.against_budget if extra >= steps)
+
+        return against
 
     def _families(self, tally: _Tally, candidates: list[CandidatePatch]) -> list[FamilyProposal]:
         """Every family with a positive score, best first, each with its candidate patch when one fits."""
@@ -504,7 +528,7 @@ class OfflineDiagnoser:
         offers: list,
         warnings: list[str],
         tried: AbstractSet[str] = frozenset(),
-        against: Mapping[str, float] | None = None,
+        against: Callable[[Patch], float] | None = None,
     ) -> CandidatePatch | None:
         """The strongest offered patch of a family that fits the subject and this loop has not ``tried`` yet
         (patches as JSON), else the strongest that fits (a warning when none does).
@@ -514,11 +538,10 @@ class OfflineDiagnoser:
         the family. Untried first: the family keeps its score (times the tried penalties) but shows a patch
         the loop can still verify, so a second verified fix of the family (tau=0.02 beside a learning-rate
         reset) is reached once the first has failed, instead of the loop running out of candidates."""
-        against = against or {}
         k = self.settings.offer_against_weight
 
         def strength(o: tuple[float, int, CandidatePatch]) -> tuple[float, int]:
-            return (-(o[0] - k * against.get(o[2].patch.model_dump_json(), 0.0)), o[1])
+            return (-(o[0] - k * (against(o[2].patch) if against else 0.0)), o[1])
 
         reasons = []
         fitting = []
@@ -551,6 +574,10 @@ class OfflineDiagnoser:
 
 
 # ---- helpers ---------------------------------------------------------------------------------
+
+
+def _extra_steps(patch: Patch) -> int:
+    return sum(int(p.extra_steps) for p in patch.parts if isinstance(p, TrainingBudget))
 
 
 def _why(items: list[tuple[float, str]], n: int = 3) -> str:

@@ -439,3 +439,24 @@ def test_more_training_that_failed_a_far_longer_trained_failure_does_not_vote():
 
     assert budget_score(150_000) == pytest.approx(budget_score(None))  # nor against the budget patch
     assert budget_score(15_000) < budget_score(None)
+
+
+def test_more_training_that_did_not_help_also_counts_against_less():
+    """A similar failure at the same training steps where +1x its steps did nothing: the budget offer is not the
+    smaller +0.5x the priors also propose (less of what did not suffice), but the +1x itself keeps leading its
+    family; with the knob off only the exact +1x is counted against, so the smaller offer wins."""
+    subject = LANDER.model_copy(update={"train_steps": 16_000})
+    failed = _case("c-budget-1x", "undertraining", Patch(parts=[TrainingBudget(extra_steps=16_000)]), "no_effect")
+    failed = failed.model_copy(update={"subject": subject})
+    ctx = _ctx(subject=subject, cases=(RetrievedCase(failed, 0.97),))
+
+    def budget_steps(**knobs) -> int:
+        report = OfflineDiagnoser(**knobs).diagnose(ctx)
+        (cand,) = [c for c in report.candidates if c.family == RemedyFamily.training_budget]
+        return sum(p.extra_steps for p in cand.patch.parts)
+
+    cold = OfflineDiagnoser().diagnose(_ctx(subject=subject))
+    (prior,) = [c for c in cold.candidates if c.family == RemedyFamily.training_budget]
+    assert sum(p.extra_steps for p in prior.patch.parts) == 16_000  # the priors' first budget: +1x
+    assert budget_steps(budget_against_smaller=False) == 8_000  # exact match only: the failed +1x loses to +0.5x
+    assert budget_steps() == 16_000  # both are counted against, so the priors' order stands
