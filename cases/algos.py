@@ -8,6 +8,7 @@ whether it learns on-policy (no replay buffer, fine-tunes from rollouts).
 from __future__ import annotations
 
 import difflib
+import functools
 import importlib
 import inspect
 from typing import TYPE_CHECKING, Annotated, Any
@@ -28,6 +29,7 @@ __all__ = [
     "canonical_algo",
     "algo_names",
     "constructor_hyperparams",
+    "constructor_defaults",
     "SAVED_HYPERPARAMS",
 ]
 
@@ -136,6 +138,14 @@ def constructor_hyperparams(algo: str | type, hyperparams: dict[str, Any]) -> di
     if isinstance(kept.get("policy_kwargs"), dict):
         kept["policy_kwargs"] = {k: v for k, v in kept["policy_kwargs"].items() if k != "use_sde"}
     return kept
+
+
+@functools.cache
+def constructor_defaults(algo: str) -> dict[str, Any]:
+    """``algo``'s constructor defaults (SB3 / sb3-contrib), e.g. PPO's ``gamma`` 0.99: what a run that does not
+    set a hyperparameter trained with. Looking at the signature imports SB3 (and torch)."""
+    params = inspect.signature(get_algo(algo)).parameters
+    return {k: p.default for k, p in params.items() if p.default is not inspect.Parameter.empty}
 
 
 def is_on_policy(name: str) -> bool:

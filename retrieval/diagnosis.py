@@ -16,6 +16,7 @@ only: retrieval reaches it through the :class:`CaseRetriever` protocol.
 from __future__ import annotations
 
 import importlib
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -35,7 +36,7 @@ from remedy.cases.model import (
     Subject,
     patch_family,
 )
-from remedy.cases.patches.spec import Patch
+from remedy.cases.patches.spec import ExplorationBonus, Hyperparameters, Patch, PatchPart
 from remedy.cases.verify.budgets import LearnedBudget
 
 __all__ = [
@@ -54,6 +55,7 @@ __all__ = [
     "CaseRetriever",
     "patch_family",
     "fits_subject",
+    "without_noops",
     "register_diagnoser",
     "get_diagnoser",
     "diagnoser_names",
@@ -256,6 +258,47 @@ def fits_subject(patch: Patch, subject: Subject) -> tuple[bool, str]:
     except PatchRejectedError as ex:
         return False, f"{ex.rule}: {ex}" if ex.rule else str(ex)
     return True, ""
+
+
+def _same(a: Any, b: Any) -> bool:
+    numbers = all(isinstance(x, int | float) and not isinstance(x, bool) for x in (a, b))
+    return math.isclose(float(a), float(b), rel_tol=1e-9) if numbers else a == b
+
+
+def without_noops(patch: Patch, subject: Subject) -> Patch | None:
+    """``patch`` without the settings ``subject`` already trains with; None when nothing is left.
+
+    A past case's ``gamma=0.99`` fixed a failure trained at 0.5; offered to a run already at 0.99 it changes
+    nothing, and verifying it spends a whole attempt on a do-nothing patch. A hyperparameter equal to the run's
+    own value (or, when the run does not set it, to the algorithm's constructor default) is dropped, and so is an
+    exploration part that only sets the run's own ``ent_coef``. Other parts always change something."""
+    from remedy.cases.algos import constructor_defaults  # imports SB3: only when a patch is held to a subject
+
+    try:
+        defaults = constructor_defaults(subject.algo)
+    except (AlgorithmError, ImportError):
+        defaults = {}
+    missing = object()
+
+    def current(name: str) -> Any:
+        return subject.hyperparams.get(name, defaults.get(name, missing))
+
+    parts: list[PatchPart] = []
+    dropped = False
+    for part in patch.parts:
+        if isinstance(part, Hyperparameters):
+            kept = {k: v for k, v in part.changes.items() if not _same(v, current(k))}
+            dropped |= len(kept) < len(part.changes)
+            if kept:
+                parts.append(part if len(kept) == len(part.changes) else part.model_copy(update={"changes": kept}))
+            continue
+        if isinstance(part, ExplorationBonus) and not part.count_bonus and _same(part.ent_coef, current("ent_coef")):
+            dropped = True
+            continue
+        parts.append(part)
+    if not dropped:
+        return patch
+    return Patch(parts=parts) if parts else None
 
 
 # ---- registry -------------------------------------------------------------------------------

@@ -47,6 +47,7 @@ from .diagnosis import (
     fits_subject,
     patch_family,
     register_diagnoser,
+    without_noops,
 )
 from .neighbours import by_patient, patient_key
 from .prior_templates import MAX_BUDGET_MULTIPLE
@@ -546,6 +547,9 @@ class OfflineDiagnoser:
         reasons = []
         fitting = []
         for _, _, cand in sorted(offers, key=strength):
+            if without_noops(cand.patch, ctx.subject) is None:
+                reasons.append(f"'{cand.patch.summary()[:60]}' (this run already trains with it)")
+                continue
             ok, reason = fits_subject(cand.patch, ctx.subject)
             if ok:
                 fitting.append(cand)
@@ -613,7 +617,7 @@ def _adapt_patch(case: Case, ctx: DiagnosisContext) -> Patch | None:
         frac = min(MAX_BUDGET_MULTIPLE, budget.extra_steps / case.subject.train_steps)
         steps = max(1_000, int(round(frac * ctx.subject.train_steps, -3)))
         return Patch(parts=[TrainingBudget(extra_steps=steps)])  # the case's own wording named its step count
-    return patch
+    return without_noops(patch, ctx.subject)  # nor what this run already trains with
 
 
 def _get(obj: object, name: str, default: object) -> object:

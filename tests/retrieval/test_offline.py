@@ -23,7 +23,7 @@ from remedy.cases.model import (
     Verification,
 )
 from remedy.cases.patches.spec import ActionSmoothness, Hyperparameters, Patch, TrainingBudget
-from remedy.retrieval.diagnosis import Attempt, DiagnosisContext, RetrievedCase, get_diagnoser
+from remedy.retrieval.diagnosis import Attempt, DiagnosisContext, RetrievedCase, get_diagnoser, without_noops
 from remedy.retrieval.offline import OfflineDiagnoser, OfflineSettings
 
 LANDER = Subject(
@@ -460,3 +460,31 @@ def test_more_training_that_did_not_help_also_counts_against_less():
     assert sum(p.extra_steps for p in prior.patch.parts) == 16_000  # the priors' first budget: +1x
     assert budget_steps(budget_against_smaller=False) == 8_000  # exact match only: the failed +1x loses to +0.5x
     assert budget_steps() == 16_000  # both are counted against, so the priors' order stands
+
+
+def test_a_past_fix_this_run_already_trains_with_is_not_offered():
+    """A similar failure was fixed by gamma=0.99; this run already trains at gamma 0.99 (set, or PPO's default
+    when unset), so offering it would verify a do-nothing patch. The offer keeps only what changes something,
+    and a fix that changes nothing here is not a candidate at all."""
+    fix = Patch(parts=[Hyperparameters(changes={"gamma": 0.99, "n_epochs": 20})])
+    only_gamma = Patch(parts=[Hyperparameters(changes={"gamma": 0.99})])
+
+    def hyper_patches(subject: Subject, patch: Patch) -> list[dict]:
+        case = _case("c-gamma-fix", "unstable_optimization", patch, "improved")
+        report = OfflineDiagnoser().diagnose(_ctx(subject=subject, cases=(RetrievedCase(case, 0.97),)))
+        return [
+            p.changes
+            for c in report.candidates
+            if c.family == RemedyFamily.hyperparameters and "c-gamma-fix" in c.cites
+            for p in c.patch.parts
+        ]
+
+    low_gamma = LANDER.model_copy(update={"hyperparams": {"gamma": 0.9}})
+    own_gamma = LANDER.model_copy(update={"hyperparams": {"gamma": 0.99}})
+    assert hyper_patches(low_gamma, fix) == [{"gamma": 0.99, "n_epochs": 20}]  # both change something
+    assert hyper_patches(own_gamma, fix) == [{"n_epochs": 20}]  # gamma is already 0.99: only n_epochs is offered
+    assert hyper_patches(LANDER, fix) == [{"n_epochs": 20}]  # unset: PPO's default gamma is 0.99
+    assert hyper_patches(low_gamma, only_gamma) == [{"gamma": 0.99}]
+    assert hyper_patches(own_gamma, only_gamma) == []  # nothing left to change: not offered
+    assert without_noops(only_gamma, own_gamma) is None
+    assert without_noops(only_gamma, low_gamma) == only_gamma
