@@ -337,8 +337,9 @@ def test_settings_are_one_serializable_value_and_overrides_apply():
 
 # ---- a family's offers: failures order them, a tried one gives way ---------------------------------
 
-LR = Patch(parts=[Hyperparameters(changes={"learning_rate": 3e-4})])
-GAMMA = Patch(parts=[Hyperparameters(changes={"gamma": 0.99})])
+# neither is what LANDER (PPO, no hyperparameters set: 3e-4 and 0.99) already trains with
+LR = Patch(parts=[Hyperparameters(changes={"learning_rate": 1e-3})])
+GAMMA = Patch(parts=[Hyperparameters(changes={"gamma": 0.999})])
 
 
 def _hyper(report) -> Patch:
