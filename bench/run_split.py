@@ -60,12 +60,22 @@ def _order(scenarios, oracle_file):
 
 
 def open_kb(path: Path, export: Path | None):
-    """The KB at ``path`` (created if new), refilled from ``export`` when it is empty (resume on a fresh machine)."""
+    """The KB at ``path`` (created if new), refilled from ``export`` when it is empty (resume on a fresh machine).
+
+    Two bench processes often open one cell's KB at once (``--reverse``): the open, the refill and a reconcile
+    run under one file lock, so the second waits until the first has stored AND indexed every case. Without it
+    the second diagnosed its first patient from a half-written index (fewer neighbours, another answer)."""
+    import fcntl
+
     from remedy.kb.facade import KnowledgeBase
 
-    kb = KnowledgeBase.open(path, create=True)
-    if kb.count() == 0 and export is not None and export.exists():
-        print(f"refilled {path} from {export}: {kb.import_file(export).added} cases", flush=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.parent / f".{path.name}.open.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        kb = KnowledgeBase.open(path, create=True)
+        if kb.count() == 0 and export is not None and export.exists():
+            print(f"refilled {path} from {export}: {kb.import_file(export).added} cases", flush=True)
+        kb.reconcile()  # the index holds every stored case before any diagnosis reads it
     return kb
 
 
