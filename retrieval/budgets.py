@@ -33,6 +33,7 @@ __all__ = [
     "BUDGET_SIMILARITY_FLOOR",
     "VERIFY_FRACTION_BOUNDS",
     "EXTRA_FRACTION_BOUNDS",
+    "extra_steps",
     "confirmed_fixes",
     "verify_fraction",
     "extra_fraction",
@@ -63,7 +64,8 @@ LADDER_MAX_MULTIPLE = 8 * MAX_BUDGET_MULTIPLE
 EXTRA_FRACTION_BOUNDS = (0.05, LADDER_MAX_MULTIPLE)
 
 
-def _extra(patch: Patch) -> int:
+def extra_steps(patch: Patch) -> int:
+    """The extra training steps of a patch's budget parts (0 without one)."""
     return sum(int(p.extra_steps) for p in patch.parts if isinstance(p, TrainingBudget))
 
 
@@ -87,7 +89,7 @@ def verify_fraction(case: Case) -> float | None:
     v, steps = case.verification, case.subject.train_steps
     if v is None or not steps or case.patch.budget_only:
         return None
-    base = v.budget_steps - _extra(case.patch)  # budget_steps counts a combined budget part's steps too
+    base = v.budget_steps - extra_steps(case.patch)  # budget_steps counts a combined budget part's steps too
     return base / steps if base > 0 else None
 
 
@@ -96,7 +98,7 @@ def extra_fraction(case: Case) -> float | None:
     steps = case.subject.train_steps
     if not steps or not case.patch.budget_only:
         return None
-    return _extra(case.patch) / steps or None
+    return extra_steps(case.patch) / steps or None
 
 
 def _learn(
@@ -148,7 +150,7 @@ def learned_extra_steps(
 def _resized(cand: CandidatePatch, extra: LearnedBudget | None, subject: Subject) -> CandidatePatch:
     """A pure budget candidate with its extra steps learned from the KB when possible; the source in its rationale."""
     if extra is None:
-        steps = _extra(cand.patch)
+        steps = extra_steps(cand.patch)
         frac = f" = {steps / subject.train_steps:.3g} x train steps" if subject.train_steps else ""
         source = "a similar case" if any(c.startswith("c-") for c in cand.cites) else "the prior multiple"
         note = f"extra steps {steps:,}{frac} from {source} (too few similar confirmed budget fixes to learn from)"
@@ -168,9 +170,9 @@ def ladder_steps(tried: Sequence[Attempt], train_steps: int | None) -> tuple[int
     helped = [a for a in tried if a.patch.budget_only and (_helped(a) or a.status == Status.stopped_early.value)]
     if not helped or not train_steps:
         return None
-    top = max(helped, key=lambda a: _extra(a.patch))
-    steps = min(2 * _extra(top.patch), int(LADDER_MAX_MULTIPLE * train_steps))
-    return (steps, top) if steps > _extra(top.patch) else None
+    top = max(helped, key=lambda a: extra_steps(a.patch))
+    steps = min(2 * extra_steps(top.patch), int(LADDER_MAX_MULTIPLE * train_steps))
+    return (steps, top) if steps > extra_steps(top.patch) else None
 
 
 def _helped(attempt: Attempt) -> bool:
@@ -179,7 +181,7 @@ def _helped(attempt: Attempt) -> bool:
 
 def _laddered(cand: CandidatePatch, step: tuple[int, Attempt] | None) -> CandidatePatch:
     """A pure budget candidate raised to the ladder's next step when that is more than it already proposes."""
-    if step is None or _extra(cand.patch) >= step[0]:
+    if step is None or extra_steps(cand.patch) >= step[0]:
         return cand
     steps, top = step
     why = (
@@ -187,7 +189,7 @@ def _laddered(cand: CandidatePatch, step: tuple[int, Attempt] | None) -> Candida
         if _helped(top)
         else "a race dropped at stage 1 on a third of its steps"
     )
-    note = f"extra steps {steps:,}: twice the {_extra(top.patch):,} this loop tried, which {why}"
+    note = f"extra steps {steps:,}: twice the {extra_steps(top.patch):,} this loop tried, which {why}"
     patch = Patch(parts=[TrainingBudget(extra_steps=steps)], description=f"+{steps:,} training steps (budget ladder)")
     cites = [*cand.cites, *([top.case_id] if top.case_id and top.case_id not in cand.cites else [])]
     return cand.model_copy(update={"patch": patch, "rationale": _join(cand.rationale, note), "cites": cites})

@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from remedy.cases.model import Case, Cause, Diagnosis, RemedyFamily, RootCause, Source, Status
 from remedy.cases.patches.spec import Patch, TrainingBudget
 
+from .budgets import extra_steps
 from .diagnosis import (
     UNSPECIFIED,
     Attempt,
@@ -427,7 +428,7 @@ class OfflineDiagnoser:
             if patch is not None:
                 tally.against[patch.model_dump_json()] += base * -factor
                 if patch.budget_only:
-                    tally.against_budget.append((_extra_steps(patch), base * -factor))
+                    tally.against_budget.append((extra_steps(patch), base * -factor))
         if factor > 0:
             patch = _adapt_patch(case, ctx)
             if patch is not None:
@@ -484,7 +485,7 @@ class OfflineDiagnoser:
         def against(patch: Patch) -> float:
             if not (self.settings.budget_against_smaller and patch.budget_only):
                 return exact.get(patch.model_dump_json(), 0.0)
-            steps = _extra_steps(patch)
+            steps = extra_steps(patch)
             return sum(w for extra, w in tally.against_budget if extra >= steps)
 
         return against
@@ -578,10 +579,6 @@ class OfflineDiagnoser:
 
 
 # ---- helpers ---------------------------------------------------------------------------------
-
-
-def _extra_steps(patch: Patch) -> int:
-    return sum(int(p.extra_steps) for p in patch.parts if isinstance(p, TrainingBudget))
 
 
 def _why(items: list[tuple[float, str]], n: int = 3) -> str:
