@@ -30,6 +30,7 @@ the OTHER scenarios' cases) — the meta-learning curve.
 
 from __future__ import annotations
 
+import shutil
 import statistics
 import tempfile
 import time
@@ -48,7 +49,7 @@ from remedy.cases.verify.verification import CONFIRM_SEEDS, SCREEN_CONFIDENCE, V
 
 from .baselines import FIX_BASELINES, BaselineFix, most_frequent_causes, run_fix_baseline, score_constant
 from .facade import KnowledgeBase
-from .fixloop import AttemptStore, FixResult, fix, one_torch_thread
+from .fixloop import CONTROLS_DIR, AttemptStore, FixResult, fix, one_torch_thread
 
 __all__ = [
     "CaseCollector",
@@ -431,7 +432,7 @@ def run_bench(
                 kb,
                 run,
                 store=store,
-                config=settings.verify_config(s),
+                config=patient_controls(settings.verify_config(s), s.name, store, kb),
                 exclude_ids=s.examples_excluded,
                 rounds=settings.rounds,
                 candidates=settings.candidates,
@@ -487,6 +488,24 @@ def _baselines(s: Scenario, run: Any, settings: BenchSettings, say: Any) -> dict
         except Exception as err:
             out[arm] = asdict(BaselineFix(arm, False, False, 0, 0, [], None, f"{type(err).__name__}: {err}"))
     return out
+
+
+def patient_controls(config: VerifyConfig, scenario: str, *bases: object) -> VerifyConfig:
+    """``config`` caching control arms for this patient's loop only, under ``<KB>/controls/bench/<scenario>``
+    of the first KB in ``bases``, emptied first.
+
+    The bench measures each patient as a first run: its rounds share the controls they train (as a
+    user's loop does), but a patient rerun after a kill, or a later patient, never takes controls an
+    earlier run trained, so every run counts the env steps of all the controls it uses.
+    """
+    if config.control_cache is not None:
+        return config
+    root = next((b.root for b in bases if isinstance(b, KnowledgeBase)), None)
+    if root is None:
+        return config
+    folder = root / CONTROLS_DIR / "bench" / scenario
+    shutil.rmtree(folder, ignore_errors=True)
+    return replace(config, control_cache=str(folder))
 
 
 def _fix_dir(store: AttemptStore | None) -> Path:

@@ -8,6 +8,7 @@ The figures are not the point; the report's shape and the exclusion are.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import ClassVar
 
 import pytest
@@ -262,3 +263,39 @@ def test_bench_run_tables_show_improved_and_fixed_apart():
     assert "50%" in overall
     assert "100% of 2" in text and "50% of 2" in text  # the split table: improved, then fixed, over solvable
     assert "fixed (works)" in text
+
+
+class _Tweak:
+    """A registered diagnoser that offers one hyperparameter change (its control is trained, and cached)."""
+
+    name = "test-tweak"
+
+    def diagnose(self, ctx):
+        from remedy.cases.model import RemedyFamily
+        from remedy.cases.patches.spec import Patch
+        from remedy.retrieval.diagnosis import CandidatePatch, DiagnosisReport
+
+        patch = Patch.from_data({"parts": [{"kind": "hyperparameters", "changes": {"ent_coef": 0.01}}]})
+        diag = Diagnosis(causes=[Cause(cause=RootCause.insufficient_exploration, confidence=0.5)], backend=self.name)
+        return DiagnosisReport(
+            signature=ctx.signature,
+            diagnosis=diag,
+            candidates=[CandidatePatch(patch=patch, family=RemedyFamily.hyperparameters)],
+        )
+
+
+def test_a_patient_run_again_counts_its_controls_again(kb, scenario_file, cache):
+    """A patient rerun on the KB its first run stored into (a bench resumed after a kill) trains its control
+    arms again and counts their env steps, instead of taking the first run's cached controls for free."""
+    from remedy.retrieval.diagnosis import register_diagnoser
+
+    register_diagnoser("test-tweak", _Tweak)
+    (s,) = load_scenarios(str(scenario_file))
+    settings = replace(TINY, diagnoser="test-tweak")
+    first = run_bench(None, [s], settings, store=kb, cache_dir=cache).scenarios[0]
+    again = run_bench(None, [s], settings, store=kb, cache_dir=cache).scenarios[0]
+    assert first.error == "" and again.error == ""
+    assert first.total_env_steps == 2 * 256  # one seed: the treatment and its control, each the fine-tune budget
+    assert again.total_env_steps == first.total_env_steps
+    # the controls were cached for this patient's own rounds (and emptied for the rerun)
+    assert list((kb.root / "controls" / "bench" / s.name).glob("*/result.json"))
