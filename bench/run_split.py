@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, fields, replace
 from pathlib import Path
 
@@ -97,14 +99,34 @@ def run_scenarios(
     """
     for s in chosen:
         target = folder / f"{s.name}.json"
-        # re-read: `bench build` may run alongside
-        if target.exists() or s.name in not_failing([s], oracle):
-            continue  # done, or no fault scenario at this budget (the patient already succeeds)
-        report = run_bench(retrieval, [s], settings, store=store, label=label)
-        target.write_text(json.dumps(asdict(report.scenarios[0]), indent=2, default=str) + "\n")
-        if store is not None and export is not None:
-            export_kb(store, export)
+        with claimed(folder / f".{s.name}.lock") as mine:
+            # re-read under the claim: `bench build` or the other process (--reverse) may have written it
+            if not mine or target.exists() or s.name in not_failing([s], oracle):
+                continue  # running elsewhere, done, or no fault scenario at this budget (it already succeeds)
+            report = run_bench(retrieval, [s], settings, store=store, label=label)
+            target.write_text(json.dumps(asdict(report.scenarios[0]), indent=2, default=str) + "\n")
+            if store is not None and export is not None:
+                export_kb(store, export)
         print(f"{label} {s.name}: top1={report.scenarios[0].top1} fixed={report.scenarios[0].fixed}", flush=True)
+
+
+@contextmanager
+def claimed(path: Path) -> Iterator[bool]:
+    """Whether this process holds ``path``'s lock (taken without waiting) for the ``with`` block.
+
+    Two processes meeting half-way (``--reverse``) must not run one patient at once: the second would
+    empty the first's control cache (``remedy.kb.bench.patient_controls``) and train it twice. A killed
+    process's lock goes with it, so a resumed run takes the patient again."""
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
 
 
 def load_rows(folder: Path, chosen, oracle: Path) -> list[ScenarioResult]:

@@ -30,3 +30,13 @@ def test_two_openers_at_once_refill_once_and_both_see_the_whole_index(bench_scri
     assert capsys.readouterr().out.count("refilled") == 1
     with KnowledgeBase.open(path) as kb:
         assert kb.count() == kb.index.count() == 5
+
+
+def test_a_patient_another_process_is_running_is_skipped_not_run_twice(bench_script, tmp_path):
+    run_split = bench_script("run_split")
+    lock = tmp_path / "vote" / ".cartpole_undertrained.lock"
+    # the --reverse process reaching the same patient
+    with run_split.claimed(lock) as first, run_split.claimed(lock) as second:
+        assert (first, second) == (True, False)
+    with run_split.claimed(lock) as after:  # released when the holder ends (or is killed): a resume takes it
+        assert after
