@@ -703,6 +703,88 @@ def fix_curve(works: list[Path], arm: str = "vote", seed: int = 0) -> dict[str, 
     return out
 
 
+def cell_sizes(seeds: int = 3) -> dict[str, int]:
+    """Every fix-loop cell's number of training attempts in its KB, as ``--fix-loops`` builds them."""
+    scenarios = {s.name: s for s in bundled_scenarios()}
+    cases = load(SOURCES)
+    chosen_attempts = attempts_of(cases)
+    cells = fix_cells(patients_of(cases, scenarios), chosen_attempts, scenarios, seeds)
+    return {cell: len(chosen) for cell, _, chosen in cells}
+
+
+def fix_slopes(
+    works: list[Path], sizes: dict[str, int], arm: str = "vote", seed: int = 0, aim: float = 0.15
+) -> dict[str, dict]:
+    """What the fix-loop curve's slope implies, per split, from the cells of every share with results.
+
+    Rate: per patient, the least-squares slope of (confirmed fix at a share − at 0%) against the training
+    attempts in that cell's KB, in points per 100 attempts, mean over patients with a 95% bootstrap interval,
+    and the KB size a straight line from the 100% point needs for ``aim`` over cold (0 when it is there).
+    Steps: env steps per confirmed fix ÷ cold at each share, on the same patients, and the KB size a straight
+    line through those points reaches half of cold at (None: it does not fall)."""
+    rows: dict[str, dict[int, dict[str, list[dict]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+    attempts: dict[str, dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
+    for work in works:
+        for folder in sorted(p for p in work.glob("*/*") if p.is_dir() and p.name == arm):
+            split, share = _cell_split_share(folder.parent.name)
+            results = _fix_rows(folder)
+            for name, row in results.items():
+                rows[split][share][name].append(row)
+            if results:
+                attempts[split][share].append(sizes[folder.parent.name])
+    out: dict[str, dict] = {}
+    for split, by in sorted(rows.items()):
+        shares = sorted(by)
+        if len(shares) < 2 or 0 not in by:
+            continue
+        names = sorted(set.intersection(*(set(by[share]) for share in shares)))
+        # a split's folds hold different pools (leave one family out): its size at a share is their mean
+        size = {share: float(np.mean(attempts[split][share])) for share in shares}
+        rate = {
+            share: np.array([np.mean([bool(r.get("fixed")) for r in by[share][n]]) for n in names]) for share in shares
+        }
+        x = np.array([size[share] for share in shares])
+        per_patient = np.polyfit(x, np.array([rate[share] - rate[0] for share in shares]), 1)[0] * 100
+        lo, hi = bootstrap(per_patient, np.random.default_rng([seed, len(names)]))
+        at_full = float((rate[shares[-1]] - rate[0]).mean())
+        ratio = [_per_fix([r for n in names for r in by[share][n]]) / _per_fix([r for n in names for r in by[0][n]])
+                 for share in shares]  # fmt: skip
+        fit = np.polyfit(x, np.array(ratio), 1)[0] * 100 if all(map(math.isfinite, ratio)) else math.nan
+        out[split] = {
+            "patients": len(names), "shares": shares, "attempts": [size[share] for share in shares],
+            "rate_per_100": float(per_patient.mean()), "rate_ci": [lo, hi], "rate_at_full": at_full,
+            "attempts_to_aim": _needed(float(per_patient.mean()), x[-1], at_full, aim) if at_full < aim else 0.0,
+            "attempts_to_aim_hopeful": _needed(hi, x[-1], at_full, aim) if at_full < aim else 0.0,
+            "ratio": ratio, "ratio_per_100": float(fit),
+            "attempts_to_half": None if not fit < 0 else float(x[-1] + (ratio[-1] - 0.5) / -fit * 100),
+        }  # fmt: skip
+    return out
+
+
+def fix_slope_table(slopes_by_split: dict[str, dict]) -> str:
+    """The fix-loop curve's slopes as Markdown (rates in points)."""
+    lines = [
+        "| split | patients | training attempts in the KB | fix rate − cold at the last, points | slope, points per 100 "
+        "attempts [95% CI] | attempts for +15 (mean slope; upper end) | env steps per fix ÷ cold | its change per 100 "
+        "attempts | attempts for 0.5x |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+
+    def need(v: float | None) -> str:
+        return "never" if v is None else "reached" if v == 0 else f"{v:,.0f}"
+
+    for split, s in slopes_by_split.items():
+        sizes = " / ".join(f"{a:,.0f}" for a in s["attempts"])
+        ratios = " / ".join(f"{r:.2f}" for r in s["ratio"])
+        lo, hi = (100 * c for c in s["rate_ci"])
+        lines.append(
+            f"| {split} | {s['patients']} | {sizes} | {100 * s['rate_at_full']:+.0f} | {100 * s['rate_per_100']:+.1f} "
+            f"[{lo:+.1f}, {hi:+.1f}] | {need(s['attempts_to_aim'])}; {need(s['attempts_to_aim_hopeful'])} | {ratios} "
+            f"| {s['ratio_per_100']:+.3f} | {need(s['attempts_to_half'])} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def fix_curve_table(curve: dict[str, list[dict]]) -> str:
     """The fix-loop learning curve as Markdown: one row per split, arm and KB share."""
     lines = [
@@ -818,6 +900,7 @@ def main() -> None:
         print(fix_report(args.work))
         curve = fix_curve([args.work, *args.more_work])
         print(fix_curve_table(curve))
+        print(fix_slope_table(fix_slopes([args.work, *args.more_work], cell_sizes(args.seeds))))
         if args.fix_plot is not None and curve:
             fix_plot(curve, args.fix_plot)
         return

@@ -47,12 +47,12 @@ def test_the_vote_is_paired_with_the_vote_by_case_on_the_same_patients(bench_scr
     assert full.endswith("| +0.50 [+0.00, +1.00] |")
 
 
-def _loop(work, cell: str, arm: str, name: str, fixed: bool, steps: int) -> None:
+def _loop(work, cell: str, arm: str, name: str, fixed: bool, steps: int, to_fix: int | None = None) -> None:
     import json
 
     folder = work / cell / arm
     folder.mkdir(parents=True, exist_ok=True)
-    row = {"scenario": name, "solvable": True, "fixed": fixed, "total_env_steps": steps}
+    row = {"scenario": name, "solvable": True, "fixed": fixed, "total_env_steps": steps, "env_steps_to_fix": to_fix}
     (folder / f"{name}.json").write_text(json.dumps(row))
 
 
@@ -91,6 +91,43 @@ def test_fix_curve_compares_the_same_patients_at_every_share(bench_script, tmp_p
     assert "| holdout | random_search | none (no diagnosis) | 1 | 2 | 0.00 [0.00, 0.00] | - |" in text
     lc.fix_plot(curve, tmp_path / "fix.png")
     assert (tmp_path / "fix.png").stat().st_size > 1000
+
+
+def test_fix_slopes_read_the_fix_rate_and_the_steps_ratio_against_attempts(bench_script, tmp_path) -> None:
+    lc = bench_script("learning_curve")
+    work = tmp_path / "holdout"
+    # a and b: cold fixes a; at 100 attempts both; at 200 both, with half the steps per fix of 100 attempts
+    for name, cold, half, full in (("a", 400, 400, 100), ("b", 400, 400, 100)):
+        _loop(work, "holdout-holdout-0-0", "vote", name, name == "a", cold)
+        _loop(work, "holdout-holdout-50-0", "vote", name, True, half)
+        _loop(work, "holdout-holdout-100-0", "vote", name, True, full)
+    sizes = {"holdout-holdout-0-0": 0, "holdout-holdout-50-0": 100, "holdout-holdout-100-0": 200}
+    out = lc.fix_slopes([work], sizes)["holdout"]
+    assert out["attempts"] == [0, 100, 200] and out["patients"] == 2
+    assert out["rate_at_full"] == pytest.approx(0.5)  # b fixed, a was already
+    # least squares per patient: a 0, 0, 0 -> 0; b 0, 1, 1 at 0, 100, 200 -> 0.5 per 100 attempts; mean 0.25
+    assert out["rate_per_100"] == pytest.approx(0.25)
+    assert out["attempts_to_aim"] == 0.0  # +50 points: the aim is there
+    # per fix / cold: cold 800 steps for 1 fix; 800 for 2 (0.5); 200 for 2 (0.125)
+    assert out["ratio"] == pytest.approx([1.0, 0.5, 0.125])
+    assert out["ratio_per_100"] < 0 and out["attempts_to_half"] is not None
+    text = lc.fix_slope_table({"holdout": out})
+    assert (
+        "| holdout | 2 | 0 / 100 / 200 | +50 | +25.0 [" in text and "| reached; reached | 1.00 / 0.50 / 0.12 |" in text
+    )
+
+
+def test_fix_report_counts_steps_to_the_first_confirmed_fix_beside_all_steps(bench_script, tmp_path) -> None:
+    lc = bench_script("learning_curve")
+    # both fixed; cold at 100 of 100 steps, warm at 50 of 300 (it went on looking for a working agent)
+    _loop(tmp_path, "holdout-holdout-0-0", "vote", "a", True, 100, to_fix=100)
+    _loop(tmp_path, "holdout-holdout-100-0", "vote", "a", True, 300, to_fix=50)
+    row = next(
+        line
+        for line in lc.fix_report(tmp_path).splitlines()
+        if line.startswith("| holdout-holdout-100-0 | vote | 1 | +")
+    )
+    assert row.endswith("| 3.00 [3.00, 3.00] | 0.50 [0.50, 0.50] |")
 
 
 def test_knob_top1_reads_knobs_and_refuses_unknown_ones(bench_script) -> None:
