@@ -127,7 +127,7 @@ def test_fix_report_counts_steps_to_the_first_confirmed_fix_beside_all_steps(ben
         for line in lc.fix_report(tmp_path).splitlines()
         if line.startswith("| holdout-holdout-100-0 | vote | 1 | +")
     )
-    assert row.endswith("| 3.00 [3.00, 3.00] | 0.50 [0.50, 0.50] |")
+    assert row.endswith("| 3.00 [3.00, 3.00] | 0.50 [0.50, 0.50] | 0.50 [0.50, 0.50] (1) |")
 
 
 def test_knob_top1_reads_knobs_and_refuses_unknown_ones(bench_script) -> None:
