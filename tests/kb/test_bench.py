@@ -15,7 +15,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from remedy.cases.model import Cause, Diagnosis, Effect, RootCause, Source, Verification
+from remedy.cases.model import Cause, Diagnosis, Effect, RemedyFamily, RootCause, Source, Verification
 from remedy.cases.verify.scenarios import build, load_scenarios
 from remedy.kb.bench import BenchSettings, run_bench, score_causes, summarize
 from remedy.kb.bench_report import write_report
@@ -162,6 +162,16 @@ def test_bench_never_cites_the_evaluated_scenarios_own_cases(kb, scenario_file, 
     assert {p.name for p in paths} >= {"latest.json", "latest.md"}
 
 
+def _offer(ctx, backend: str, cause: RootCause, patch: dict, family: RemedyFamily):
+    """A test diagnoser's report: one cause and one candidate patch."""
+    from remedy.cases.patches.spec import Patch
+    from remedy.retrieval.diagnosis import CandidatePatch, DiagnosisReport
+
+    diag = Diagnosis(causes=[Cause(cause=cause, confidence=0.5)], backend=backend)
+    candidate = CandidatePatch(patch=Patch.from_data(patch), family=family)
+    return DiagnosisReport(signature=ctx.signature, diagnosis=diag, candidates=[candidate])
+
+
 class _Hostile:
     """A registered diagnoser that offers one hostile patch (refused before any training) and logs what it saw."""
 
@@ -169,22 +179,13 @@ class _Hostile:
     seen: ClassVar[list] = []
 
     def diagnose(self, ctx):
-        from remedy.cases.model import RemedyFamily
-        from remedy.cases.patches.spec import Patch
-        from remedy.retrieval.diagnosis import CandidatePatch, DiagnosisReport
-
         _Hostile.seen.append(ctx)
         code = (
             "import os\n\ndef shaped_reward(obs, action, reward, next_obs, terminated, truncated, info):\n"
             "    return float(os.getpid())\n"
         )
-        patch = Patch.from_data({"kind": "reward_shaping", "description": "hostile", "code": code})
-        diag = Diagnosis(causes=[Cause(cause=RootCause.undertraining, confidence=0.5)], backend=self.name)
-        return DiagnosisReport(
-            signature=ctx.signature,
-            diagnosis=diag,
-            candidates=[CandidatePatch(patch=patch, family=RemedyFamily.reward_shaping)],
-        )
+        patch = {"kind": "reward_shaping", "description": "hostile", "code": code}
+        return _offer(ctx, self.name, RootCause.undertraining, patch, RemedyFamily.reward_shaping)
 
 
 def test_curve_warm_pass_sees_only_the_other_scenarios_cold_cases(kb, tmp_path, cache):
@@ -271,17 +272,8 @@ class _Tweak:
     name = "test-tweak"
 
     def diagnose(self, ctx):
-        from remedy.cases.model import RemedyFamily
-        from remedy.cases.patches.spec import Patch
-        from remedy.retrieval.diagnosis import CandidatePatch, DiagnosisReport
-
-        patch = Patch.from_data({"parts": [{"kind": "hyperparameters", "changes": {"ent_coef": 0.01}}]})
-        diag = Diagnosis(causes=[Cause(cause=RootCause.insufficient_exploration, confidence=0.5)], backend=self.name)
-        return DiagnosisReport(
-            signature=ctx.signature,
-            diagnosis=diag,
-            candidates=[CandidatePatch(patch=patch, family=RemedyFamily.hyperparameters)],
-        )
+        patch = {"parts": [{"kind": "hyperparameters", "changes": {"ent_coef": 0.01}}]}
+        return _offer(ctx, self.name, RootCause.insufficient_exploration, patch, RemedyFamily.hyperparameters)
 
 
 def test_a_patient_run_again_counts_its_controls_again(kb, scenario_file, cache):
