@@ -49,7 +49,7 @@ from remedy.cases.verify.verification import CONFIRM_SEEDS, SCREEN_CONFIDENCE, V
 
 from .baselines import FIX_BASELINES, BaselineFix, most_frequent_causes, run_fix_baseline, score_constant
 from .facade import KnowledgeBase
-from .fixloop import CONTROLS_DIR, AttemptStore, FixResult, fix, one_torch_thread
+from .fixloop import AttemptStore, FixResult, fix, one_torch_thread, with_control_cache
 
 __all__ = [
     "CaseCollector",
@@ -498,12 +498,10 @@ def patient_controls(config: VerifyConfig, scenario: str, *bases: object) -> Ver
     user's loop does), but a patient rerun after a kill, or a later patient, never takes controls an
     earlier run trained, so every run counts the env steps of all the controls it uses.
     """
-    if config.control_cache is not None:
-        return config
-    root = next((b.root for b in bases if isinstance(b, KnowledgeBase)), None)
-    if root is None:
-        return config
-    folder = root / CONTROLS_DIR / "bench" / scenario
+    shared = with_control_cache(config, *bases).control_cache
+    if config.control_cache is not None or shared is None:
+        return config  # a cache the caller chose, or no KB to keep one beside
+    folder = Path(shared) / "bench" / scenario
     shutil.rmtree(folder, ignore_errors=True)
     return replace(config, control_cache=str(folder))
 
