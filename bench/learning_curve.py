@@ -45,6 +45,7 @@ import hashlib
 import json
 import math
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -675,6 +676,25 @@ def _cell_split_share(cell: str) -> tuple[str, int]:
     return head.split("-", 1)[0], int(share)
 
 
+def _curve_rows(
+    works: list[Path], arms: tuple[str, ...], on_cell: Callable[[str, int, str], None] | None = None
+) -> dict[str, dict[tuple[str, int], dict[str, list[dict]]]]:
+    """The written fix-loop results of ``arms`` under every folder of ``works``: split -> (arm, KB share) ->
+    patient -> its rows (one per subset); ``on_cell(split, share, cell)`` for every cell with results."""
+    rows: dict[str, dict[tuple[str, int], dict[str, list[dict]]]] = defaultdict(
+        lambda: defaultdict(lambda: defaultdict(list))
+    )
+    for work in works:
+        for folder in sorted(p for p in work.glob("*/*") if p.is_dir() and p.name in arms):
+            split, share = _cell_split_share(folder.parent.name)
+            results = _fix_rows(folder)
+            for name, row in results.items():
+                rows[split][(folder.name, share)][name].append(row)
+            if results and on_cell is not None:
+                on_cell(split, share, folder.parent.name)
+    return rows
+
+
 def fix_curve(works: list[Path], arm: str = "vote", seed: int = 0) -> dict[str, list[dict]]:
     """The fix loops as a learning curve: per split (leave-one-family-out folds pooled) and KB share, ``arm``'s
     confirmed-fix rate and env steps per confirmed fix, with 95% bootstrap intervals over patients. Only the
@@ -682,14 +702,7 @@ def fix_curve(works: list[Path], arm: str = "vote", seed: int = 0) -> dict[str, 
     patient's subsets (several at 25 and 50%) are averaged for the rate and pooled for the steps. The fixing
     baselines (no diagnosis, written beside the cold cells) follow as points of their own arm at share 0, on
     the same patients."""
-    rows: dict[str, dict[tuple[str, int], dict[str, list[dict]]]] = defaultdict(
-        lambda: defaultdict(lambda: defaultdict(list))
-    )
-    for work in works:
-        for folder in sorted(p for p in work.glob("*/*") if p.is_dir() and p.name in (arm, *BASELINE_ARMS)):
-            split, share = _cell_split_share(folder.parent.name)
-            for name, row in _fix_rows(folder).items():
-                rows[split][(folder.name, share)][name].append(row)
+    rows = _curve_rows(works, (arm, *BASELINE_ARMS))
     out: dict[str, list[dict]] = {}
     for split, by in sorted(rows.items()):
         shares = sorted(share for a, share in by if a == arm)
@@ -740,18 +753,11 @@ def fix_slopes(
     and the KB size a straight line from the 100% point needs for ``aim`` over cold (0 when it is there).
     Steps: env steps per confirmed fix ÷ cold at each share, on the same patients, and the KB size a straight
     line through those points reaches half of cold at (None: it does not fall)."""
-    rows: dict[str, dict[int, dict[str, list[dict]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
     attempts: dict[str, dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
-    for work in works:
-        for folder in sorted(p for p in work.glob("*/*") if p.is_dir() and p.name == arm):
-            split, share = _cell_split_share(folder.parent.name)
-            results = _fix_rows(folder)
-            for name, row in results.items():
-                rows[split][share][name].append(row)
-            if results:
-                attempts[split][share].append(sizes[folder.parent.name])
+    rows = _curve_rows(works, (arm,), lambda split, share, cell: attempts[split][share].append(sizes[cell]))
     out: dict[str, dict] = {}
-    for split, by in sorted(rows.items()):
+    for split, by_arm in sorted(rows.items()):
+        by = {share: per for (_, share), per in by_arm.items()}
         shares = sorted(by)
         if len(shares) < 2 or 0 not in by:
             continue
