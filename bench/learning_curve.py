@@ -661,13 +661,8 @@ def _both_fixed_ratio(rows: dict[str, dict], cold: dict[str, dict], both: list[s
     an arm fixes the same patients more cheaply, apart from fixing more of them)."""
     if not both:
         return "- (no patient fixed by both)"
-    spent = {
-        side: np.array([_spent(r[n], at_first_fix=True) for n in both], float) for side, r in (("w", rows), ("c", cold))
-    }
     picks = rng.integers(0, len(both), size=(2000, len(both)))
-    boot = spent["w"][picks].sum(axis=1) / spent["c"][picks].sum(axis=1)
-    lo, hi = np.percentile(boot, [2.5, 97.5])
-    return f"{spent['w'].sum() / spent['c'].sum():.2f} [{lo:.2f}, {hi:.2f}] ({len(both)})"
+    return f"{_ratio_ci(rows, cold, both, picks, at_first_fix=True)} ({len(both)})"
 
 
 def _cell_split_share(cell: str) -> tuple[str, int]:
