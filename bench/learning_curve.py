@@ -653,6 +653,39 @@ def fix_report(work: Path, seed: int = 0) -> str:
             f"| {cell} | {arm} | {len(names)} | {diff.mean():+.2f} [{d_lo:+.2f}, {d_hi:+.2f}] | {ratio} | {at_fix} "
             f"| {cheaper} |"
         )
+    return "\n".join(lines) + "\n\n" + floor_table(cells)
+
+
+def first_candidate_fix(row: dict) -> bool:
+    """Fixed by the loop's first candidate: its screen then its confirmation, nothing tried before it (the
+    fewest env steps that patch's verification allows)."""
+    to_fix, statuses = row.get("attempts_to_fix"), row.get("statuses") or []
+    return bool(row.get("fixed")) and (to_fix == 1 or (to_fix == 2 and statuses[:1] == ["inconclusive"]))
+
+
+def floor_table(cells: dict[tuple[str, str], dict[str, dict]]) -> str:
+    """Where cold already sits at one screen and one confirmation: on the patients both arms fix, how many each
+    fixes with its first candidate, and how far the other patients' steps to the fix would have to fall for
+    a 0.5x steps ratio if the arm matched cold's cost on cold's first-candidate fixes (the same patch verified
+    at the same budget costs the same steps, whatever ranked it first)."""
+    lines = [
+        "| cell | arm | patients both fix | fixed by the first candidate, arm / cold "
+        "| cold's env steps to the fix: first-candidate fixes / the others "
+        "| for 0.5x, the others at most (÷ cold's) |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for (cell, arm), rows, cold in _paired_cells(cells):
+        both = sorted(n for n in set(rows) & set(cold) if rows[n].get("fixed") and cold[n].get("fixed"))
+        if not both:
+            continue
+        at_floor = [n for n in both if first_candidate_fix(cold[n])]
+        floor = sum(_spent(cold[n], at_first_fix=True) for n in at_floor)
+        rest = sum(_spent(cold[n], at_first_fix=True) for n in both) - floor
+        allowed = 0.5 * (floor + rest) - floor
+        share = f"{max(allowed, 0) / rest:.2f}" if rest else "-"
+        need = f"{allowed:,.0f} ({share})" if allowed >= 0 else f"none: {floor:,} alone is over half"
+        mine = "-" if arm in BASELINE_ARMS else sum(first_candidate_fix(rows[n]) for n in both)  # no candidates
+        lines.append(f"| {cell} | {arm} | {len(both)} | {mine} / {len(at_floor)} | {floor:,} / {rest:,} | {need} |")
     return "\n".join(lines) + "\n"
 
 

@@ -47,12 +47,15 @@ def test_the_vote_is_paired_with_the_vote_by_case_on_the_same_patients(bench_scr
     assert full.endswith("| +0.50 [+0.00, +1.00] |")
 
 
-def _loop(work, cell: str, arm: str, name: str, fixed: bool, steps: int, to_fix: int | None = None) -> None:
+def _loop(
+    work, cell: str, arm: str, name: str, fixed: bool, steps: int, to_fix: int | None = None, **more: object
+) -> None:
     import json
 
     folder = work / cell / arm
     folder.mkdir(parents=True, exist_ok=True)
     row = {"scenario": name, "solvable": True, "fixed": fixed, "total_env_steps": steps, "env_steps_to_fix": to_fix}
+    row.update(more)
     (folder / f"{name}.json").write_text(json.dumps(row))
 
 
@@ -128,6 +131,26 @@ def test_fix_report_counts_steps_to_the_first_confirmed_fix_beside_all_steps(ben
         if line.startswith("| holdout-holdout-100-0 | vote | 1 | +")
     )
     assert row.endswith("| 3.00 [3.00, 3.00] | 0.50 [0.50, 0.50] | 0.50 [0.50, 0.50] (1) |")
+
+
+def test_floor_table_says_how_cheap_the_rest_must_be_where_cold_fixed_with_its_first_candidate(
+    bench_script, tmp_path
+) -> None:
+    lc = bench_script("learning_curve")
+    first = {"attempts_to_fix": 2, "statuses": ["inconclusive", "improved"]}
+    later = {"attempts_to_fix": 4, "statuses": ["no_effect", "no_effect", "inconclusive", "improved"]}
+    # cold: a at its first candidate (100 steps), b at its fourth (300); warm: both at the first
+    _loop(tmp_path, "holdout-holdout-0-0", "vote", "a", True, 100, to_fix=100, **first)
+    _loop(tmp_path, "holdout-holdout-0-0", "vote", "b", True, 300, to_fix=300, **later)
+    _loop(tmp_path, "holdout-holdout-100-0", "vote", "a", True, 100, to_fix=100, **first)
+    _loop(tmp_path, "holdout-holdout-100-0", "vote", "b", True, 50, to_fix=50, **first)
+    # a screen that failed first, then a fix: not a first-candidate fix
+    assert not lc.first_candidate_fix({"fixed": True, "attempts_to_fix": 2, "statuses": ["no_effect", "improved"]})
+    assert lc.first_candidate_fix({"fixed": True, "attempts_to_fix": 1, "statuses": ["improved"]})
+    # 0.5x of 400 is 200; a costs 100 at cold's first candidate, so b may cost at most 100 of cold's 300
+    assert "| holdout-holdout-100-0 | vote | 2 | 2 / 1 | 100 / 300 | 100 (0.33) |" in lc.fix_report(tmp_path)
+    _loop(tmp_path, "holdout-holdout-0-0", "vote", "b", True, 50, to_fix=50, **first)
+    assert "| 2 / 2 | 150 / 0 | none: 150 alone is over half |" in lc.fix_report(tmp_path)
 
 
 def test_knob_top1_reads_knobs_and_refuses_unknown_ones(bench_script) -> None:
