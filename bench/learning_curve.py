@@ -681,9 +681,8 @@ def floor_table(cells: dict[tuple[str, str], dict[str, dict]]) -> str:
         at_floor = [n for n in both if first_candidate_fix(cold[n])]
         floor = sum(_spent(cold[n], at_first_fix=True) for n in at_floor)
         rest = sum(_spent(cold[n], at_first_fix=True) for n in both) - floor
-        allowed = 0.5 * (floor + rest) - floor
-        share = f"{max(allowed, 0) / rest:.2f}" if rest else "-"
-        need = f"{allowed:,.0f} ({share})" if allowed >= 0 else f"none: {floor:,} alone is over half"
+        allowed = 0.5 * (floor + rest) - floor  # < 0 only where floor > rest, so rest > 0 when it is used
+        need = f"{allowed:,.0f} ({allowed / rest:.2f})" if allowed >= 0 else f"none: {floor:,} alone is over half"
         mine = "-" if arm in BASELINE_ARMS else sum(first_candidate_fix(rows[n]) for n in both)  # no candidates
         lines.append(f"| {cell} | {arm} | {len(both)} | {mine} / {len(at_floor)} | {floor:,} / {rest:,} | {need} |")
     return "\n".join(lines) + "\n"
