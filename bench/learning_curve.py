@@ -750,12 +750,23 @@ def fix_curve(works: list[Path], arm: str = "vote", seed: int = 0) -> dict[str, 
             with np.errstate(divide="ignore", invalid="ignore"):
                 boot = steps[picks].sum(axis=1) / fixes[picks].sum(axis=1)
             finite = boot[np.isfinite(boot)]
+            k = len(per[names[0]])
+            by_subset = (
+                [
+                    {"rate": float(np.mean([bool(per[n][i].get("fixed")) for n in names])),
+                     "per_fix": _per_fix([per[n][i] for n in names])}
+                    for i in range(k)
+                ]
+                if k > 1 and all(len(per[n]) == k for n in names)
+                else []
+            )  # fmt: skip
             points.append({
                 "arm": label, "share": share, "patients": len(names),
                 "subsets": max(len(per[n]) for n in names),
                 "rate": float(rate.mean()), "rate_ci": [float(x) for x in np.percentile(rate[picks].mean(axis=1), [2.5, 97.5])],
                 "per_fix": float(steps.sum() / fixes.sum()) if fixes.sum() else math.inf,
                 "per_fix_ci": [float(x) for x in np.percentile(finite, [2.5, 97.5])] if len(finite) else [math.nan] * 2,
+                "by_subset": by_subset,
             })  # fmt: skip
         out[split] = points
     return out
@@ -839,24 +850,30 @@ def fix_slope_table(slopes_by_split: dict[str, dict]) -> str:
 def fix_curve_table(curve: dict[str, list[dict]]) -> str:
     """The fix-loop learning curve as Markdown: one row per split, arm and KB share."""
     lines = [
-        "| split | arm | KB share | subsets | patients | confirmed-fix rate [95% CI] | env steps per confirmed fix [95% CI] |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| split | arm | KB share | subsets | patients | confirmed-fix rate [95% CI] | env steps per confirmed fix [95% CI] "
+        "| each subset: rate (per fix) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for split, points in curve.items():
         for p in points:
             lo, hi = p["per_fix_ci"]
             per = "-" if math.isinf(p["per_fix"]) else f"{p['per_fix']:,.0f} [{lo:,.0f}, {hi:,.0f}]"
             share = f"{p['share']}%" if p["arm"] not in BASELINE_ARMS else "none (no diagnosis)"
+            each = ", ".join(
+                f"{b['rate']:.2f} (" + ("-" if math.isinf(b["per_fix"]) else f"{b['per_fix']:,.0f}") + ")"
+                for b in p.get("by_subset", [])
+            )
             lines.append(
                 f"| {split} | {p['arm']} | {share} | {p['subsets']} | {p['patients']} | {p['rate']:.2f} "
-                f"[{p['rate_ci'][0]:.2f}, {p['rate_ci'][1]:.2f}] | {per} |"
+                f"[{p['rate_ci'][0]:.2f}, {p['rate_ci'][1]:.2f}] | {per} | {each or '-'} |"
             )
     return "\n".join(lines) + "\n"
 
 
 def fix_plot(curve: dict[str, list[dict]], path: Path) -> None:
     """Confirmed-fix rate and env steps per confirmed fix against KB share, one row of two panels per split;
-    intervals as bars, the no-diagnosis baselines as dashed lines."""
+    intervals as bars, each random subset's own point as a hollow circle where a share has several, the
+    no-diagnosis baselines as dashed lines."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -870,6 +887,11 @@ def fix_plot(curve: dict[str, list[dict]], path: Path) -> None:
             ys = np.array([p[key] * scale for p in learner])
             ci = np.array([[c * scale for c in p[f"{key}_ci"]] for p in learner])
             ax.errorbar(xs, ys, yerr=[ys - ci[:, 0], ci[:, 1] - ys], fmt="-o", capsize=3, label=learner[0]["arm"])
+            each = [(p["share"], b[key] * scale) for p in learner for b in p.get("by_subset", [])]
+            each = [(x, y) for x, y in each if math.isfinite(y)]
+            if each:  # every random subset's own point where a share has several: their spread beside the bars
+                ax.scatter(*zip(*each, strict=True), s=22, facecolors="none", edgecolors="tab:blue", zorder=3,
+                           label="one random subset")  # fmt: skip
             for p, style in zip([p for p in points if p["arm"] in BASELINE_ARMS], (":", "-."), strict=False):
                 ax.axhline(p[key] * scale, linestyle=style, color="grey", label=p["arm"].replace("_", " "))
             ax.set_xlabel("% of training attempts in the KB")

@@ -84,6 +84,9 @@ def test_fix_curve_compares_the_same_patients_at_every_share(bench_script, tmp_p
     assert by[("vote", 0)]["rate"] == 0.5 and by[("vote", 0)]["per_fix"] == 200
     assert by[("vote", 50)]["rate"] == 0.75 and by[("vote", 50)]["subsets"] == 2
     assert by[("vote", 50)]["per_fix"] == 400 / 3  # steps of both subsets over their three fixes
+    # and each subset on its own: subset 0 fixes both (200 steps / 2), subset 1 fixes a only (200 / 1)
+    assert by[("vote", 50)]["by_subset"] == [{"rate": 1.0, "per_fix": 100.0}, {"rate": 0.5, "per_fix": 200.0}]
+    assert by[("vote", 100)]["by_subset"] == []  # one subset: its point is the curve's
     assert by[("vote", 100)]["patients"] == 2 and by[("vote", 100)]["per_fix"] == 50
     assert by[("random_search", 0)]["rate"] == 0.0 and by[("random_search", 0)]["per_fix"] == float("inf")
     lofo_points = {p["share"]: p for p in curve["lofo"]}
@@ -91,7 +94,8 @@ def test_fix_curve_compares_the_same_patients_at_every_share(bench_script, tmp_p
 
     text = lc.fix_curve_table(curve)
     assert "| holdout | vote | 50% | 2 | 2 | 0.75 [" in text
-    assert "| holdout | random_search | none (no diagnosis) | 1 | 2 | 0.00 [0.00, 0.00] | - |" in text
+    assert "| holdout | random_search | none (no diagnosis) | 1 | 2 | 0.00 [0.00, 0.00] | - | - |" in text
+    assert "| 1.00 (100), 0.50 (200) |" in text
     lc.fix_plot(curve, tmp_path / "fix.png")
     assert (tmp_path / "fix.png").stat().st_size > 1000
 
