@@ -703,16 +703,78 @@ def _cell_split_share(cell: str) -> tuple[str, int]:
     return head.split("-", 1)[0], int(share)
 
 
+def partial_subsets(works: list[Path], arm: str = "vote") -> dict[tuple[str, int, int], dict]:
+    """The random subsets of ``arm`` not finished yet, which the curve leaves out: (split, KB share, subset) ->
+    its progress. A subset is its cells of one share and seed, one per fold (``lofo-<family>-50-0``); it is
+    finished when every fold with a cold cell (``<split>-<fold>-0-0``) has the subset's cell with a result for
+    every patient of that cold cell. A bench run in chunks leaves such subsets in its folder; they count once
+    their last patient is written."""
+    cells: dict[str, dict[str, dict]] = {}
+    for work in works:
+        for folder in sorted(p for p in work.glob("*/*") if p.is_dir() and p.name == arm):
+            cells.setdefault(folder.parent.name, {}).update(_fix_rows(folder))
+    colds = {cell.rsplit("-", 2)[0]: rows for cell, rows in cells.items() if cell.endswith("-0-0") and rows}
+    groups: dict[tuple[str, int, int], list[str]] = defaultdict(list)
+    for cell in cells:
+        split, share = _cell_split_share(cell)
+        if share:
+            groups[(split, share, int(cell.rsplit("-", 1)[1]))].append(cell)
+    out = {}
+    for (split, share, subset), members in sorted(groups.items()):
+        folds = sorted(f for f in colds if f.split("-", 1)[0] == split)
+        have = {c.rsplit("-", 2)[0]: cells[c] for c in members}
+        done = [f for f in folds if f in have and set(colds[f]) <= set(have[f])]
+        if len(done) == len(folds):
+            continue
+        out[(split, share, subset)] = {
+            "cells": sorted(members), "folds": len(folds), "folds_done": len(done),
+            "patients": sum(len(colds[f]) for f in folds),
+            "rows": {n: r for f in folds for n, r in have.get(f, {}).items() if n in colds[f]},
+            "cold": {n: r for f in folds for n, r in colds[f].items()},
+        }  # fmt: skip
+    return out
+
+
+def partial_table(partial: dict[tuple[str, int, int], dict]) -> str:
+    """The unfinished subsets as Markdown: how far each got, and on its patients so far, its confirmed fixes and
+    env steps per fix beside the cold vote's on the same patients (no interval: a chunk, not a point)."""
+    if not partial:
+        return ""
+    lines = [
+        "Unfinished random subsets (left out of the curve above until their last patient is written):",
+        "",
+        "| split | KB share | subset | folds finished | patients with a result | confirmed fixes, subset / cold "
+        "| env steps per fix ÷ cold, on those patients |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for (split, share, subset), p in partial.items():
+        rows, cold = p["rows"], p["cold"]
+        names = sorted(rows)
+        warm_fix = sum(bool(rows[n].get("fixed")) for n in names)
+        cold_fix = sum(bool(cold[n].get("fixed")) for n in names)
+        mine, theirs = _per_fix([rows[n] for n in names]), _per_fix([cold[n] for n in names])
+        shown = f"{mine / theirs:.2f}" if math.isfinite(mine) and math.isfinite(theirs) else "-"  # a side without a fix
+        lines.append(
+            f"| {split} | {share}% | {subset} | {p['folds_done']} of {p['folds']} | {len(names)} of {p['patients']} "
+            f"| {warm_fix} / {cold_fix} | {shown} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def _curve_rows(
     works: list[Path], arms: tuple[str, ...], on_cell: Callable[[str, int, str], None] | None = None
 ) -> dict[str, dict[tuple[str, int], dict[str, list[dict]]]]:
     """The written fix-loop results of ``arms`` under every folder of ``works``: split -> (arm, KB share) ->
-    patient -> its rows (one per subset); ``on_cell(split, share, cell)`` for every cell with results."""
+    patient -> its rows (one per subset); ``on_cell(split, share, cell)`` for every cell with results. The
+    cells of an unfinished subset (:func:`partial_subsets`) are left out."""
     rows: dict[str, dict[tuple[str, int], dict[str, list[dict]]]] = defaultdict(
         lambda: defaultdict(lambda: defaultdict(list))
     )
+    unfinished = {cell for arm in arms for p in partial_subsets(works, arm).values() for cell in p["cells"]}
     for work in works:
         for folder in sorted(p for p in work.glob("*/*") if p.is_dir() and p.name in arms):
+            if folder.parent.name in unfinished:
+                continue
             split, share = _cell_split_share(folder.parent.name)
             results = _fix_rows(folder)
             for name, row in results.items():
@@ -974,6 +1036,8 @@ def main() -> None:
         curve = fix_curve([args.work, *args.more_work])
         print(fix_curve_table(curve))
         print(fix_slope_table(fix_slopes([args.work, *args.more_work], cell_sizes(args.seeds))))
+        if unfinished := partial_table(partial_subsets([args.work, *args.more_work])):
+            print(unfinished)
         if args.fix_plot is not None and curve:
             fix_plot(curve, args.fix_plot)
         return

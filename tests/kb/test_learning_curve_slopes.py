@@ -100,6 +100,35 @@ def test_fix_curve_compares_the_same_patients_at_every_share(bench_script, tmp_p
     assert (tmp_path / "fix.png").stat().st_size > 1000
 
 
+def test_an_unfinished_subset_stays_out_of_the_curve_and_is_shown_apart(bench_script, tmp_path) -> None:
+    lc = bench_script("learning_curve")
+    holdout, lofo = tmp_path / "holdout", tmp_path / "lofo"
+    for name in ("a", "b"):
+        _loop(holdout, "holdout-holdout-0-0", "vote", name, name == "a", 100)
+        _loop(holdout, "holdout-holdout-50-0", "vote", name, True, 100)
+    _loop(holdout, "holdout-holdout-50-1", "vote", "a", False, 300)  # a chunk: b not written yet
+    # leave one family out at 50%: fold gamma finished, fold tau not started
+    _loop(lofo, "lofo-gamma-0-0", "vote", "g", False, 40)
+    _loop(lofo, "lofo-tau-0-0", "vote", "t", True, 40)
+    _loop(lofo, "lofo-gamma-50-0", "vote", "g", True, 20)
+
+    curve = lc.fix_curve([holdout, lofo])
+    by = {(p["arm"], p["share"]): p for p in curve["holdout"]}
+    # the chunk would have made a's rate 0.5 and dropped b from every share; it does neither
+    assert by[("vote", 50)]["subsets"] == 1 and by[("vote", 50)]["rate"] == 1.0 and by[("vote", 50)]["patients"] == 2
+    assert [p["share"] for p in curve["lofo"]] == [0]  # one fold of two is not a point of the curve
+
+    partial = lc.partial_subsets([holdout, lofo])
+    assert set(partial) == {("holdout", 50, 1), ("lofo", 50, 0)}
+    assert partial[("lofo", 50, 0)]["folds_done"] == 1 and partial[("lofo", 50, 0)]["patients"] == 2
+    text = lc.partial_table(partial)
+    assert "| holdout | 50% | 1 | 0 of 1 | 1 of 2 | 0 / 1 | - |" in text  # no fix: no steps per fix
+    assert "| lofo | 50% | 0 | 1 of 2 | 1 of 2 | 1 / 0 | - |" in text  # cold has no fix on g
+    _loop(holdout, "holdout-holdout-50-1", "vote", "b", True, 100)
+    assert ("holdout", 50, 1) not in lc.partial_subsets([holdout]) and lc.partial_table({}) == ""
+    assert lc.fix_curve([holdout])["holdout"][1]["subsets"] == 2
+
+
 def test_fix_slopes_read_the_fix_rate_and_the_steps_ratio_against_attempts(bench_script, tmp_path) -> None:
     lc = bench_script("learning_curve")
     work = tmp_path / "holdout"
