@@ -8,8 +8,9 @@ index does, checked against it (``tests/retrieval/test_keywords.py`` compares sc
 
 * Analysis (``FTS()``'s defaults): split on every character that is not alphanumeric, drop
   tokens of 40 bytes or more, lower-case, Snowball English stemming (PyStemmer, the algorithm
-  Lance's stemmer runs), drop a stem found in the stop-word list (stemming comes first: "very"
-  stems to "veri" and is kept), ASCII folding.
+  Lance's stemmer runs), drop a stem found in the installed lancedb's stop-word list (stemming
+  comes first: "very" stems to "veri" and is kept; 0.41 keeps "no", "not", "nor" and the
+  fragments of contractions that 0.40 drops), ASCII folding.
 * Scoring: Lucene's BM25 (k1 = 1.2, b = 0.75, idf = ln(1 + (N - n + 0.5) / (n + 0.5))), summed
   over the query's tokens (a repeated token counts again), any token matching (OR).
 
@@ -23,9 +24,11 @@ import re
 import unicodedata
 from collections.abc import Sequence
 from functools import lru_cache
+from importlib import metadata
 
 import numpy as np
 import Stemmer
+from packaging.version import Version
 from scipy import sparse
 
 __all__ = ["analyze", "KeywordIndex", "K1", "B"]
@@ -35,9 +38,9 @@ B = 0.75
 #: tokens of this many bytes or more are dropped (``FTS(max_token_length=40)``)
 MAX_TOKEN_BYTES = 40
 _SPLIT = re.compile(r"[^\w]|_", re.UNICODE)  # \w is alphanumeric plus "_"; "_" splits too
-#: Snowball's English stop words as Lance's tokenizer holds them (checked word by word against a
+#: The English stop words of Lance's tokenizer up to lancedb 0.40 (checked word by word against a
 #: Lance index: "could", "ought", "would" and "cannot" are not in it).
-STOP_WORDS = frozenset(
+STOP_WORDS_BEFORE_041 = frozenset(
     [
         "a",
         "about",
@@ -181,6 +184,54 @@ STOP_WORDS = frozenset(
         "yourself",
     ]
 )
+#: Words lancedb 0.41 no longer drops (checked word by word against a 0.41 index, see
+#: ``tests/retrieval/test_keywords.py``): the negations and the fragments of contractions.
+SEARCHABLE_SINCE_041 = frozenset(
+    [
+        "ain",
+        "aren",
+        "couldn",
+        "d",
+        "didn",
+        "doesn",
+        "don",
+        "hadn",
+        "hasn",
+        "haven",
+        "isn",
+        "ll",
+        "m",
+        "ma",
+        "mightn",
+        "mustn",
+        "needn",
+        "no",
+        "nor",
+        "not",
+        "o",
+        "s",
+        "shan",
+        "shouldn",
+        "t",
+        "ve",
+        "wasn",
+        "weren",
+        "won",
+        "wouldn",
+        "y",
+    ]
+)
+
+
+def _lance_at_least_041() -> bool:
+    try:
+        return Version(metadata.version("lancedb")) >= Version("0.41")
+    except metadata.PackageNotFoundError:  # pragma: no cover - lancedb is a dependency
+        return True
+
+
+#: The stop words of the installed lancedb's full-text index.
+STOP_WORDS = STOP_WORDS_BEFORE_041 - SEARCHABLE_SINCE_041 if _lance_at_least_041() else STOP_WORDS_BEFORE_041
 _STEMMER = Stemmer.Stemmer("english")
 
 

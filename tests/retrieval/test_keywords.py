@@ -13,7 +13,13 @@ from lancedb.index import FTS
 from remedy.cases.io import read_cases
 from remedy.kb.facade import example_files
 from remedy.retrieval import case_text
-from remedy.retrieval.keywords import KeywordIndex, analyze
+from remedy.retrieval.keywords import (
+    SEARCHABLE_SINCE_041,
+    STOP_WORDS,
+    STOP_WORDS_BEFORE_041,
+    KeywordIndex,
+    analyze,
+)
 
 ODD = [
     "hovering landers",
@@ -44,7 +50,22 @@ def test_analysis_follows_lance_defaults() -> None:
     assert analyze("sb3_ppo-lr=3e-4") == ["sb3", "ppo", "lr", "3e", "4"]
     assert analyze("x" * 40 + " ok") == ["ok"]  # 40 bytes or more: dropped
     assert analyze("café") == ["cafe"]
-    assert analyze("a y the was") == []
+    assert analyze("a the was") == []
+
+
+def test_stop_words_are_the_installed_lance_ones(tmp_path: Path) -> None:
+    """Every word of either lancedb's list, indexed alone: Lance finds it exactly when it is not a stop word here."""
+    words = sorted(STOP_WORDS_BEFORE_041 | SEARCHABLE_SINCE_041 | {"could", "ought", "would", "cannot", "very"})
+    docs = [f"qqq {w}" for w in words]
+    table = lancedb.connect(str(tmp_path)).create_table("t", pa.table({"row": list(range(len(docs))), "text": docs}))
+    table.create_index("text", config=FTS(), name="text_idx")
+    found = {
+        w
+        for i, w in enumerate(words)
+        if i in {r["row"] for r in table.search(w, query_type="fts").select(["row"]).limit(5).to_arrow().to_pylist()}
+    }
+    assert found == {w for w in words if analyze(w)}
+    assert STOP_WORDS_BEFORE_041 - found == STOP_WORDS
 
 
 @pytest.fixture(scope="module")
